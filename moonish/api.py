@@ -1,0 +1,244 @@
+"""The in-process API: ``read`` (one batch, like ``moonish cdc read``), ``tail`` (an iterator,
+optionally following the log forever) and ``info``.
+
+Ordering and resumption: events come in LSN order, each once. ``read(wal_dir, c)`` returns the
+events with LSNs in ``[c, result.cursor)``; calling again with ``result.cursor`` continues
+exactly after them. Output depends only on ``(wal_dir, cursor)`` (and the processing time
+stamped into the envelope's top-level ``ts_*``, which comes from the injectable clock).
+
+Example::
+
+    import moonish
+
+    result = moonish.read("data/shard-0", 0, limit=100)
+    for event in result.events:
+        print(event.lsn, event.op, event.envelope.decode())
+    more = moonish.read("data/shard-0", result.cursor)
+
+    with moonish.tail("data/shard-0", from_lsn=result.cursor.lsn, follow=True) as stream:
+        for event in stream:          # blocks for new records; stream.close() ends it
+            handle(event)
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.cursor import Cursor
+from moonish.envelope import CONNECTOR, EnvelopeEncoder
+from moonish.errors import InvalidArgumentError
+from moonish.events import ChangeEvent
+from moonish.follow import ChangeSignal
+from moonish.log.reader import ShardReader
+from moonish.log.segment import list_segments, require_shard_dir, segment_path
+
+DEFAULT_LIMIT = 256
+MAX_LIMIT = 10_000
+TAIL_BATCH_RECORDS = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """One batch of a read.
+
+    Attributes:
+        cursor: where to resume: the LSN after the last event, or the requested cursor when
+            there was nothing new.
+        events: the events, in LSN order (at most ``limit``).
+    """
+
+    cursor: Cursor
+    events: list[ChangeEvent]
+
+
+def _as_lsn(position: int | Cursor) -> int:
+    return (position if isinstance(position, Cursor) else Cursor(position)).lsn
+
+
+def read(
+    wal_dir: str | os.PathLike[str],
+    from_lsn: int | Cursor,
+    limit: int = DEFAULT_LIMIT,
+    *,
+    name: str = CONNECTOR,
+    clock: Clock = SYSTEM_CLOCK,
+) -> ReadResult:
+    """Up to ``limit`` events with LSN >= ``from_lsn`` from one shard, and the next cursor.
+
+    Args:
+        wal_dir: a shard directory.
+        from_lsn: the first LSN wanted (0 and 1 both mean the start of the shard).
+        limit: most events returned, 1..10,000.
+        name: ``source.name`` in the envelopes.
+        clock: processing time for the envelopes' top-level ``ts_*``.
+
+    Raises:
+        InvalidArgumentError: bad ``limit``, missing or non-shard directory, ``from_lsn``
+            beyond the end of the log.
+        LsnNotRetainedError: ``from_lsn`` is older than the oldest retained LSN.
+        CorruptionError: damage in the log (file, offset and LSN in the error).
+    """
+    if not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgumentError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
+    start = _as_lsn(from_lsn)
+    reader = ShardReader(wal_dir)
+    try:
+        reader.seek(start)
+        frames = reader.poll(limit)
+        encoder = EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
+        events = encoder.encode(frames)
+        return ReadResult(Cursor(reader.next_lsn) if frames else Cursor(start), events)
+    finally:
+        reader.close()
+
+
+class Tail:
+    """Iterator over a shard's events from a cursor; see :func:`tail`. Use as a context manager
+    or call :meth:`close`; ``close`` may be called from another thread and ends a blocked
+    ``follow`` iteration promptly."""
+
+    def __init__(
+        self,
+        wal_dir: str | os.PathLike[str],
+        from_lsn: int | Cursor = 0,
+        *,
+        follow: bool = False,
+        name: str = CONNECTOR,
+        clock: Clock = SYSTEM_CLOCK,
+        fallback_poll_ms: int = 1000,
+        watch: bool = True,
+    ) -> None:
+        self._reader = ShardReader(wal_dir)
+        self._reader.seek(_as_lsn(from_lsn))
+        self._cursor = Cursor(_as_lsn(from_lsn))
+        self._follow = follow
+        self._name, self._clock = name, clock
+        self._encoder: EnvelopeEncoder | None = None
+        self._pending: deque[ChangeEvent] = deque()
+        self._closed = False
+        self._signal = (
+            ChangeSignal(self._reader.shard_dir, fallback_poll_ms, watch) if follow else None
+        )
+
+    @property
+    def cursor(self) -> Cursor:
+        """Where to resume: the LSN after the last event this iterator returned."""
+        return self._cursor
+
+    def __iter__(self) -> Iterator[ChangeEvent]:
+        return self
+
+    def __next__(self) -> ChangeEvent:
+        while not self._pending:
+            if self._closed:
+                raise StopIteration
+            if self._signal is not None:
+                self._signal.clear()
+            frames = self._reader.poll(TAIL_BATCH_RECORDS)
+            if frames:
+                if self._encoder is None:
+                    self._encoder = EnvelopeEncoder(
+                        self._reader.shard_id or 0, self._name, self._clock, self._reader.shard_dir
+                    )
+                self._pending.extend(self._encoder.encode(frames))
+            elif self._signal is None:
+                raise StopIteration
+            else:
+                self._signal.wait()
+        event = self._pending.popleft()
+        self._cursor = Cursor(event.lsn + 1)
+        return event
+
+    def close(self) -> None:
+        """Stop the iteration (also from another thread) and release files and watches."""
+        self._closed = True
+        if self._signal is not None:
+            self._signal.close()
+        self._reader.close()
+
+    def __enter__(self) -> Tail:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def tail(
+    wal_dir: str | os.PathLike[str],
+    from_lsn: int | Cursor = 0,
+    *,
+    follow: bool = False,
+    name: str = CONNECTOR,
+    clock: Clock = SYSTEM_CLOCK,
+    fallback_poll_ms: int = 1000,
+    watch: bool = True,
+) -> Tail:
+    """Iterate a shard's events from ``from_lsn`` in LSN order.
+
+    Without ``follow`` the iterator ends at the current end of the log. With ``follow`` it
+    blocks for new records, woken by file-system events (watchdog) and, as a fallback, every
+    ``fallback_poll_ms``; ``close()`` ends it promptly.
+
+    Raises:
+        InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation.
+        CorruptionError: while iterating, when damage is reached (after every valid event
+            before it has been returned).
+    """
+    return Tail(
+        wal_dir, from_lsn, follow=follow, name=name, clock=clock,
+        fallback_poll_ms=fallback_poll_ms, watch=watch,
+    )
+
+
+def shard_dirs(path: str | os.PathLike[str]) -> list[str]:
+    """The shard directories under a data directory, or ``[path]`` for a shard directory.
+
+    Raises:
+        InvalidArgumentError: ``path`` is not an existing directory.
+    """
+    root = os.fspath(path)
+    if not os.path.isdir(root):
+        raise InvalidArgumentError("directory does not exist or is not a directory", path=root)
+    shards = sorted(
+        (entry for entry in os.listdir(root) if entry.startswith("shard-")),
+        key=lambda entry: int(entry[6:]) if entry[6:].isdigit() else -1,
+    )
+    return [os.path.join(root, entry) for entry in shards] or [root]
+
+
+def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """Facts about one shard's log as a JSON-ready dict.
+
+    Keys: ``wal_dir``, ``shard``, ``oldest_lsn`` and ``latest_lsn`` (``None`` when empty),
+    ``next_lsn``, ``segments``, ``bytes`` (all segment files), ``active_segment``,
+    ``torn_tail_bytes`` (bytes after the last committed record of the active segment).
+    Reading cost: one directory listing plus a scan from the newest segment's last index entry.
+
+    Raises:
+        InvalidArgumentError: not an existing shard directory.
+        CorruptionError: the newest segment is damaged.
+    """
+    path = require_shard_dir(wal_dir)
+    bases = list_segments(path)
+    reader = ShardReader(path)
+    try:
+        torn = reader.seek_end()
+        next_lsn = reader.next_lsn
+    finally:
+        reader.close()
+    return {
+        "wal_dir": path,
+        "shard": reader.shard_id,
+        "oldest_lsn": bases[0] if bases and next_lsn > bases[0] else None,
+        "latest_lsn": next_lsn - 1 if bases and next_lsn > bases[0] else None,
+        "next_lsn": next_lsn,
+        "segments": len(bases),
+        "bytes": sum(os.path.getsize(segment_path(path, base)) for base in bases),
+        "active_segment": os.path.basename(segment_path(path, bases[-1])) if bases else None,
+        "torn_tail_bytes": torn,
+    }

@@ -1,0 +1,111 @@
+"""One exception root for moonish, with kinds named by what the caller should do.
+
+Every error carries its context as fields (``path``, ``offset`` in bytes, ``lsn``) so callers and
+the CLI can act on it without parsing messages:
+
+- :class:`InvalidArgumentError`: the request is wrong (bad LSN, limit, not a WAL directory). Fix
+  the call; retrying it unchanged fails again.
+- :class:`LsnNotRetainedError`: the requested LSN was removed by retention; ``oldest_lsn`` says
+  where the log starts now. Resume from there (accepting the gap) or from a snapshot.
+- :class:`CorruptionError`: stored bytes are damaged (bad CRC followed by valid data, a bad
+  segment header, a broken LSN sequence). Nothing is skipped; an operator must look.
+- :class:`UnsupportedFormatError`: the bytes are well formed but of a version or kind this build
+  cannot read (a newer segment version, an RDB-preamble AOF).
+- :class:`UnavailableError`: temporarily unavailable, for example another writer holds the shard.
+  Retry later.
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class MoonishError(Exception):
+    """Root of every error moonish raises on purpose.
+
+    Attributes:
+        path: file or directory the error is about, or ``None``.
+        offset: byte offset inside ``path``, or ``None``.
+        lsn: log sequence number involved, or ``None``.
+    """
+
+    kind = "error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        offset: int | None = None,
+        lsn: int | None = None,
+    ) -> None:
+        self.message = message
+        self.path = os.fspath(path) if path is not None else None
+        self.offset = offset
+        self.lsn = lsn
+        super().__init__(self._render())
+
+    def _render(self) -> str:
+        where = []
+        if self.path is not None:
+            where.append(self.path)
+        if self.offset is not None:
+            where.append(f"offset {self.offset}")
+        if self.lsn is not None:
+            where.append(f"LSN {self.lsn}")
+        return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+class InvalidArgumentError(MoonishError):
+    """The caller asked for something that cannot be answered as asked."""
+
+    kind = "invalid_argument"
+
+
+class LsnNotRetainedError(InvalidArgumentError):
+    """The requested LSN is older than the oldest LSN still retained.
+
+    Attributes:
+        oldest_lsn: the oldest LSN the log still holds.
+    """
+
+    kind = "not_retained"
+
+    def __init__(self, requested_lsn: int, oldest_lsn: int, *, path: str | None = None) -> None:
+        self.oldest_lsn = oldest_lsn
+        super().__init__(
+            f"LSN {requested_lsn} is no longer retained; the oldest retained LSN is {oldest_lsn}",
+            path=path,
+            lsn=requested_lsn,
+        )
+
+
+class CorruptionError(MoonishError):
+    """Stored bytes are damaged; reading stops here and nothing is skipped."""
+
+    kind = "corruption"
+
+
+class UnsupportedFormatError(MoonishError):
+    """Well-formed input of a version or kind this build does not read."""
+
+    kind = "unsupported"
+
+
+class UnavailableError(MoonishError):
+    """Temporarily unavailable (for example, the shard is locked by another writer)."""
+
+    kind = "unavailable"
+
+
+class WriterLockedError(UnavailableError):
+    """Another writer holds the shard's lock file.
+
+    Attributes:
+        holder: what the lock file says about the holder (``pid=<n>``), possibly empty.
+    """
+
+    def __init__(self, path: str, holder: str) -> None:
+        self.holder = holder
+        detail = f" held by {holder}" if holder else ""
+        super().__init__(f"shard is locked by another writer{detail}", path=path)

@@ -1,0 +1,65 @@
+"""Waking a follower when a shard directory changes: watchdog events, with a polling fallback.
+
+The follower clears the signal *before* it polls the log and waits only if the poll found
+nothing, so an append that lands between the poll and the wait still wakes it at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+
+class _Signal(FileSystemEventHandler):
+    def __init__(self, event: threading.Event) -> None:
+        self._event = event
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        self._event.set()
+
+
+class ChangeSignal:
+    """Set whenever a file in ``directory`` changes; waits fall back to polling.
+
+    Args:
+        directory: the shard directory to watch (not recursively).
+        fallback_ms: longest wait without an event, so a missed or unsupported file-system
+            notification delays a follower by at most this much.
+        watch: use watchdog; ``False`` polls only (every ``fallback_ms``).
+    """
+
+    def __init__(self, directory: str, fallback_ms: int = 1000, watch: bool = True) -> None:
+        self._event = threading.Event()
+        self._fallback_s = fallback_ms / 1000
+        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self.watching = False
+        if watch:
+            observer = Observer()
+            observer.schedule(_Signal(self._event), directory, recursive=False)
+            try:
+                observer.start()
+            except OSError:  # inotify watches exhausted, unsupported file system: poll instead
+                return
+            self._observer, self.watching = observer, True
+
+    def clear(self) -> None:
+        """Forget earlier changes; call before polling the log."""
+        self._event.clear()
+
+    def wait(self) -> bool:
+        """Block until a change (or ``wake``) or the fallback interval; True if signalled."""
+        return self._event.wait(self._fallback_s)
+
+    def wake(self) -> None:
+        """Release a waiting follower now (used by ``close``)."""
+        self._event.set()
+
+    def close(self) -> None:
+        """Stop watching. Idempotent."""
+        self._event.set()
+        if self._observer is not None:
+            self._observer.stop()  # type: ignore[attr-defined]
+            self._observer.join()  # type: ignore[attr-defined]
+            self._observer = None

@@ -1,0 +1,132 @@
+"""The moonish WAL byte layout (format version 1). docs/wal-format.md has the same tables.
+
+A shard is a directory of segment files::
+
+    <shard_dir>/<base_lsn:016x>.seg      segment: header, then frames
+    <shard_dir>/<base_lsn:016x>.idx      sparse index of that segment (advisory)
+    <shard_dir>/LOCK                     writer lock (flock), holds "pid=<n>"
+
+Names are fixed-width lowercase hex of the segment's base LSN (the LSN of its first record), so
+sorting names sorts positions, and the segment after one whose last LSN is ``n`` is named ``n+1``.
+
+Segment header (40 bytes, little-endian)::
+
+    segment_header := magic[8] version:u16 header_bytes:u16 shard_id:u32 base_lsn:u64
+                      created_us:i64 reserved:u32 header_crc:u32
+
+``header_crc`` is crc32c of header bytes ``[0, 36)``.
+
+Frame (one record; 36-byte header, little-endian)::
+
+    frame := crc:u32 body_bytes:u32 lsn:u64 type:u8 flags:u8 reserved:u16
+             batch_index:u32 batch_size:u32 commit_us:i64 payload[body_bytes - 32]
+
+``crc`` is crc32c of every byte of the frame after the ``crc`` field itself: ``body_bytes``, the
+rest of the header and the payload, i.e. frame bytes ``[4, 8 + body_bytes)``.
+
+A record that is not part of a multi-record batch has ``batch_index = 0, batch_size = 1``. The
+records of an atomic batch of ``n`` records have consecutive LSNs, ``batch_index`` ``0 .. n-1`` and
+``batch_size = n``, and never span two segments. Readers expose a batch only once its last record
+is present and valid, which makes the batch all-or-nothing even when the writer dies mid-batch.
+
+Index entry (16 bytes, little-endian)::
+
+    index_entry := lsn:u64 offset:u64
+
+An entry says "the frame of ``lsn`` starts at byte ``offset`` of the segment". The writer appends
+one roughly every ``index_interval_bytes`` of frames. Readers verify an entry against the frame it
+points to before trusting it; the index only makes positioning cheap, the segment is the truth.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+
+MAGIC = b"MOONWAL\x00"
+FORMAT_VERSION = 1
+"""The version this build writes."""
+SUPPORTED_VERSIONS = (1,)
+"""Every segment version this build reads."""
+
+SEGMENT_SUFFIX = ".seg"
+INDEX_SUFFIX = ".idx"
+LOCK_NAME = "LOCK"
+NAME_HEX_DIGITS = 16
+
+SEGMENT_HEADER = struct.Struct(
+    "<"
+    "8s"  # magic: b"MOONWAL\0"
+    "H"  # version: segment format version
+    "H"  # header_bytes: size of this header (40), lets later versions grow it
+    "I"  # shard_id: the shard this segment belongs to
+    "Q"  # base_lsn: LSN of the first record in this segment
+    "q"  # created_us: creation time, microseconds since the Unix epoch
+    "I"  # reserved: zero
+)
+SEGMENT_HEADER_CRC = struct.Struct("<I")  # header_crc: crc32c of the preceding header bytes
+SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size + SEGMENT_HEADER_CRC.size
+
+FRAME_PREFIX = struct.Struct(
+    "<"
+    "I"  # crc: crc32c of frame bytes [4, 8 + body_bytes)
+    "I"  # body_bytes: bytes after this field (rest of header + payload)
+)
+FRAME_HEADER = struct.Struct(
+    "<"
+    "I"  # crc
+    "I"  # body_bytes
+    "Q"  # lsn: dense, strictly increasing, starts at 1 in every shard
+    "B"  # type: RecordType
+    "B"  # flags: no bits defined in version 1; readers reject unknown bits
+    "H"  # reserved: zero
+    "I"  # batch_index: position of this record in its atomic batch, 0-based
+    "I"  # batch_size: records in the batch (1 for a record on its own)
+    "q"  # commit_us: commit time, microseconds since the Unix epoch
+)
+FRAME_HEADER_BYTES = FRAME_HEADER.size
+FRAME_BODY_MIN_BYTES = FRAME_HEADER_BYTES - FRAME_PREFIX.size
+MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+"""Largest payload accepted (Redis's own proto-max-bulk-len default)."""
+MAX_BODY_BYTES = FRAME_BODY_MIN_BYTES + MAX_PAYLOAD_BYTES
+KNOWN_FLAGS = 0
+
+INDEX_ENTRY = struct.Struct(
+    "<"
+    "Q"  # lsn: LSN of the frame the entry points at
+    "Q"  # offset: byte offset of that frame in the segment
+)
+
+
+class RecordType(enum.IntEnum):
+    """What a record's payload holds (the frame's ``type`` byte)."""
+
+    KV = 1
+    """A Redis-style command: db index, key position, binary-safe argv."""
+    TEMPORAL = 2
+    """A temporal upsert: key, value, valid-from, system-from."""
+    GRAPH = 3
+    """A graph mutation: entity id, node or edge, valid-to, system-from, properties."""
+    CHECKPOINT = 4
+    """A checkpoint marker: the LSN it covers and a label. Not a data change."""
+
+
+def segment_name(base_lsn: int) -> str:
+    """File name of the segment whose first LSN is ``base_lsn``."""
+    return f"{base_lsn:0{NAME_HEX_DIGITS}x}{SEGMENT_SUFFIX}"
+
+
+def index_name(base_lsn: int) -> str:
+    """File name of the sparse index of the segment whose first LSN is ``base_lsn``."""
+    return f"{base_lsn:0{NAME_HEX_DIGITS}x}{INDEX_SUFFIX}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """Base LSN encoded in a segment file name, or ``None`` if ``name`` is not a segment."""
+    stem, dot, suffix = name.partition(".")
+    if "." + suffix != SEGMENT_SUFFIX or not dot or len(stem) != NAME_HEX_DIGITS:
+        return None
+    try:
+        return int(stem, 16)
+    except ValueError:
+        return None

@@ -1,0 +1,256 @@
+"""The tail reader: committed frames of one shard from any LSN, safe while the writer appends.
+
+What a reader sees:
+
+- Frames in LSN order, each once, only committed ones: a batch appears whole or not at all.
+- ``poll`` re-reads the segment size on every call, so it sees appends as they land, and moves
+  to the next segment when the current one is finished (the next segment is named after the
+  LSN that follows the last record of the current one).
+- An incomplete record or batch at the end of the active segment is "nothing yet": ``poll``
+  returns ``[]`` and the position does not move. Damage anywhere else raises
+  :class:`~moonish.errors.CorruptionError` naming the file, byte offset and LSN. Valid frames
+  before the damage are returned first; the error comes on the next call.
+- ``seek`` costs a directory listing, a binary search over segment names, a binary search in
+  that segment's sparse index, then a scan of at most one index interval (64 KiB by default).
+
+Example::
+
+    reader = ShardReader("data/shard-0")
+    reader.seek(1)
+    frames = reader.poll(256)          # [] when nothing new
+    cursor = reader.next_lsn           # pass back to seek() to resume
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+
+from moonish.errors import CorruptionError, InvalidArgumentError, LsnNotRetainedError
+from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from moonish.log.frames import Frame, StopKind, is_torn_tail, scan_frames
+from moonish.log.segment import (
+    decode_segment_header,
+    index_path,
+    list_segments,
+    read_index,
+    require_shard_dir,
+    segment_path,
+)
+
+READ_CHUNK_BYTES = 1024 * 1024
+
+
+class ShardReader:
+    """Reads one shard's committed frames from a position. Not thread-safe.
+
+    Args:
+        shard_dir: the shard directory (``<data_dir>/shard-<k>``).
+
+    Raises:
+        InvalidArgumentError: ``shard_dir`` does not exist or is not a shard directory.
+    """
+
+    def __init__(self, shard_dir: str | os.PathLike[str]) -> None:
+        self.shard_dir = require_shard_dir(shard_dir)
+        self.shard_id: int | None = None
+        self._fd = -1
+        self._base: int | None = None
+        self._path = ""
+        self._offset = 0
+        self._next_lsn = 1
+        self._mid_batch = False
+
+    @property
+    def next_lsn(self) -> int:
+        """The LSN of the next record ``poll`` will return: the cursor to resume from."""
+        return self._next_lsn
+
+    # -- positioning -----------------------------------------------------------------------
+
+    def seek(self, lsn: int) -> None:
+        """Position at ``lsn`` (0 and 1 both mean the first record of the shard).
+
+        Raises:
+            LsnNotRetainedError: ``lsn`` is older than the oldest retained LSN (carries it).
+            InvalidArgumentError: ``lsn`` is beyond the end of the log (past the next LSN).
+            CorruptionError: the segment that holds ``lsn`` is damaged before it.
+        """
+        target = max(lsn, 1)
+        self._close_segment()
+        self._next_lsn, self._mid_batch = 1, False
+        bases = list_segments(self.shard_dir)
+        if not bases:
+            if target != 1:
+                raise self._beyond_end(lsn)
+            return
+        if target < bases[0]:
+            raise LsnNotRetainedError(lsn, bases[0], path=self.shard_dir)
+        base = bases[bisect.bisect_right(bases, target) - 1]
+        self._open_segment(base)
+        self._offset, self._next_lsn = self._index_hint(base, target)
+        while self._next_lsn < target:
+            if not self._fetch(target - self._next_lsn):
+                break
+        if self._next_lsn < target:
+            if base != bases[-1]:
+                raise CorruptionError(
+                    f"segment ends at LSN {self._next_lsn - 1} but the next segment starts at "
+                    f"LSN {bases[bases.index(base) + 1]}",
+                    path=self._path,
+                    offset=self._offset,
+                    lsn=self._next_lsn,
+                )
+            raise self._beyond_end(lsn)
+
+    def seek_end(self) -> int:
+        """Position after the last committed record; returns the bytes of torn tail after it.
+
+        Scans the newest segment from its last verified index entry.
+
+        Raises:
+            CorruptionError: the newest segment is damaged.
+        """
+        self._close_segment()
+        self._next_lsn, self._mid_batch = 1, False
+        bases = list_segments(self.shard_dir)
+        if not bases:
+            return 0
+        self._open_segment(bases[-1])
+        entries = read_index(index_path(self.shard_dir, bases[-1]))
+        if entries:
+            self._offset, self._next_lsn = self._index_hint(bases[-1], entries[-1][0])
+        while self._fetch(1 << 30):
+            pass
+        return os.fstat(self._fd).st_size - self._offset
+
+    def _beyond_end(self, lsn: int) -> InvalidArgumentError:
+        return InvalidArgumentError(
+            f"LSN {lsn} is beyond the end of the log; the next LSN is {self._next_lsn}",
+            path=self.shard_dir,
+            lsn=lsn,
+        )
+
+    def _index_hint(self, base: int, target: int) -> tuple[int, int]:
+        """(offset, lsn) of a verified frame at or before ``target``: where a scan can start."""
+        entries = read_index(index_path(self.shard_dir, base))
+        i = bisect.bisect_right(entries, (target, 2**64)) - 1
+        if i >= 0:
+            lsn, offset = entries[i]
+            head = os.pread(self._fd, FRAME_HEADER_BYTES, offset)
+            if len(head) == FRAME_HEADER_BYTES:
+                fields = FRAME_HEADER.unpack(head)
+                if fields[2] == lsn and fields[6] == 0:
+                    return offset, lsn
+        return SEGMENT_HEADER_BYTES, base
+
+    def _open_segment(self, base: int) -> None:
+        path = segment_path(self.shard_dir, base)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            header = decode_segment_header(os.pread(fd, SEGMENT_HEADER_BYTES, 0), path, base)
+        except BaseException:
+            os.close(fd)
+            raise
+        if self.shard_id is not None and header.shard_id != self.shard_id:
+            os.close(fd)
+            raise CorruptionError(
+                f"segment belongs to shard {header.shard_id}, not shard {self.shard_id}",
+                path=path,
+                offset=12,
+            )
+        self.shard_id = header.shard_id
+        self._fd, self._base, self._path = fd, base, path
+        self._offset, self._next_lsn, self._mid_batch = SEGMENT_HEADER_BYTES, base, False
+
+    def _close_segment(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+        self._fd, self._base = -1, None
+
+    def close(self) -> None:
+        """Release the open segment file. The reader can be re-positioned with ``seek``."""
+        self._close_segment()
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def poll(self, max_records: int) -> list[Frame]:
+        """Up to ``max_records`` committed frames after the current position, in LSN order.
+
+        Returns ``[]`` when there is nothing new. Advances the position past what it returns.
+
+        Raises:
+            CorruptionError: damage that is not a torn tail of the active segment.
+        """
+        frames: list[Frame] = []
+        while len(frames) < max_records:
+            got = self._fetch(max_records - len(frames)) if self._fd >= 0 else []
+            if got:
+                frames.extend(got)
+            elif not self._next_segment():
+                break
+        return frames
+
+    def _fetch(self, max_records: int) -> list[Frame]:
+        """Committed frames from the current position in the current segment (one read)."""
+        fd, offset = self._fd, self._offset
+        size = os.fstat(fd).st_size
+        want = READ_CHUNK_BYTES
+        while offset < size:
+            length = min(want, size - offset)
+            buf = os.pread(fd, length, offset)
+            frames, end, stop = scan_frames(
+                buf, 0, self._next_lsn, max_records,
+                mid_batch_start=self._mid_batch, file_offset=offset,
+            )
+            if frames:
+                if len(frames) > max_records:
+                    rest = frames[max_records]
+                    del frames[max_records:]
+                    self._offset, self._next_lsn, self._mid_batch = rest.offset, rest.lsn, True
+                else:
+                    self._offset, self._next_lsn, self._mid_batch = offset + end, frames[-1].lsn + 1, False
+                return frames
+            if stop is None:
+                return []
+            if length < size - offset and stop.kind in (StopKind.SHORT, StopKind.OPEN_BATCH):
+                want = max(want * 2, (stop.frame_end or 0) - offset)
+                continue
+            if is_torn_tail(buf, stop, offset) and not self._sealed():
+                return []
+            new_size = os.fstat(fd).st_size
+            if new_size != size:
+                size = new_size
+                continue
+            raise CorruptionError(
+                stop.describe(), path=self._path, offset=stop.offset, lsn=stop.lsn
+            )
+        return []
+
+    def _newer_segments(self) -> list[int]:
+        current = -1 if self._base is None else self._base
+        return [base for base in list_segments(self.shard_dir) if base > current]
+
+    def _sealed(self) -> bool:
+        return os.path.exists(segment_path(self.shard_dir, self._next_lsn)) or bool(
+            self._newer_segments()
+        )
+
+    def _next_segment(self) -> bool:
+        """Move to the next segment if the current one is finished; False when idle."""
+        if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
+            return False  # data we could not take yet (torn tail): stay
+        if not os.path.exists(segment_path(self.shard_dir, self._next_lsn)):
+            newer = self._newer_segments()
+            if not newer:
+                return False
+            raise CorruptionError(
+                f"no segment starts at LSN {self._next_lsn}; the next one starts at {newer[0]}",
+                path=self.shard_dir,
+                lsn=self._next_lsn,
+            )
+        if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
+            return True  # the writer finished this segment after our last read: read the rest
+        self._close_segment()
+        self._open_segment(self._next_lsn)
+        return True

@@ -1,0 +1,229 @@
+"""Typed records and their payload encodings (inside a frame; see moonish.log.format).
+
+Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``len`` bytes::
+
+    kv         := db:u16 key_pos:u16 argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
+    temporal   := valid_from_ms:i64 system_from_ms:i64 bytes(key) bytes(value)
+    graph      := entity_kind:u8 has_valid_to:u8 reserved:u16 valid_to_ms:i64
+                  system_from_ms:i64 bytes(entity_id) bytes(properties)
+    checkpoint := checkpoint_lsn:u64 bytes(label, UTF-8)
+
+``key_pos`` is the index in ``argv`` of the key this record is about, 0 when the command has no
+key (FLUSHDB). A command that touches several keys is written as one record per key, as an
+atomic batch, so every record says what happened to exactly one key.
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from dataclasses import dataclass
+
+from moonish.log.format import RecordType
+
+_U32 = struct.Struct("<I")
+_KV_HEAD = struct.Struct(
+    "<"
+    "H"  # db: Redis database index
+    "H"  # key_pos: index in argv of this record's key, 0 = none
+    "I"  # argc: number of argv entries that follow
+)
+_TEMPORAL_HEAD = struct.Struct(
+    "<"
+    "q"  # valid_from_ms: start of validity, ms since the Unix epoch
+    "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
+)
+_GRAPH_HEAD = struct.Struct(
+    "<"
+    "B"  # entity_kind: 1 node, 2 edge
+    "B"  # has_valid_to: 0 open-ended, 1 valid_to_ms is set
+    "H"  # reserved: zero
+    "q"  # valid_to_ms: end of validity, ms since the Unix epoch (0 when open-ended)
+    "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
+)
+_CHECKPOINT_HEAD = struct.Struct(
+    "<"
+    "Q"  # checkpoint_lsn: last LSN the checkpoint covers
+)
+MAX_DB = 0xFFFF
+
+
+class PayloadError(ValueError):
+    """A payload does not follow its grammar (the reader turns this into CorruptionError)."""
+
+
+class EntityKind(enum.IntEnum):
+    """Whether a graph mutation is about a node or an edge."""
+
+    NODE = 1
+    EDGE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class KvCommand:
+    """A Redis-style write command on one key.
+
+    Attributes:
+        db: Redis database index (``SELECT``), 0..65535.
+        argv: the command and its arguments, binary-safe, as Redis received them.
+        key_pos: index in ``argv`` of the key this record is about; 0 for keyless commands.
+    """
+
+    db: int
+    argv: tuple[bytes, ...]
+    key_pos: int = 1
+
+    @property
+    def command(self) -> bytes:
+        """The command name, upper-cased (``b"SET"``)."""
+        return self.argv[0].upper()
+
+    @property
+    def key(self) -> bytes | None:
+        """The key this record is about, or ``None`` for keyless commands."""
+        return self.argv[self.key_pos] if self.key_pos else None
+
+
+@dataclass(frozen=True, slots=True)
+class TemporalUpsert:
+    """A new version of a temporal key, valid from ``valid_from_ms``."""
+
+    key: bytes
+    value: bytes
+    valid_from_ms: int
+    system_from_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class GraphMutation:
+    """A change to a graph node or edge; ``valid_to_ms`` closes its validity when set."""
+
+    entity_id: bytes
+    entity_kind: EntityKind
+    valid_to_ms: int | None
+    system_from_ms: int
+    properties: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A marker that everything up to ``checkpoint_lsn`` is covered by ``label``."""
+
+    checkpoint_lsn: int
+    label: str
+
+
+Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint
+
+
+def _blob(value: bytes) -> bytes:
+    return _U32.pack(len(value)) + value
+
+
+def encode_payload(record: Record) -> tuple[RecordType, bytes]:
+    """Encode ``record`` as (frame type, payload bytes).
+
+    Raises:
+        ValueError: a field is out of range (db above 65535, key_pos outside argv, empty argv).
+    """
+    if isinstance(record, KvCommand):
+        if not record.argv:
+            raise ValueError("a kv command needs at least the command name")
+        if not 0 <= record.db <= MAX_DB:
+            raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
+        if not 0 <= record.key_pos < len(record.argv):
+            raise ValueError(f"key_pos {record.key_pos} is outside argv of {len(record.argv)}")
+        head = _KV_HEAD.pack(record.db, record.key_pos, len(record.argv))
+        return RecordType.KV, head + b"".join(_blob(arg) for arg in record.argv)
+    if isinstance(record, TemporalUpsert):
+        head = _TEMPORAL_HEAD.pack(record.valid_from_ms, record.system_from_ms)
+        return RecordType.TEMPORAL, head + _blob(record.key) + _blob(record.value)
+    if isinstance(record, GraphMutation):
+        has_valid_to = record.valid_to_ms is not None
+        head = _GRAPH_HEAD.pack(
+            int(record.entity_kind), has_valid_to, 0, record.valid_to_ms or 0, record.system_from_ms
+        )
+        return RecordType.GRAPH, head + _blob(record.entity_id) + _blob(record.properties)
+    if isinstance(record, Checkpoint):
+        head = _CHECKPOINT_HEAD.pack(record.checkpoint_lsn)
+        return RecordType.CHECKPOINT, head + _blob(record.label.encode())
+    raise TypeError(f"not a moonish record: {record!r}")
+
+
+def _read_blob(payload: bytes, pos: int) -> tuple[bytes, int]:
+    (length,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    end = pos + length
+    if end > len(payload):
+        raise PayloadError(f"field of {length} bytes at payload offset {pos} overruns the payload")
+    return payload[pos:end], end
+
+
+def decode_kv(payload: bytes) -> KvCommand:
+    """Decode a kv payload. Raises PayloadError when it does not follow the grammar."""
+    try:
+        db, key_pos, argc = _KV_HEAD.unpack_from(payload, 0)
+        pos = _KV_HEAD.size
+        argv = []
+        unpack_len = _U32.unpack_from
+        size = len(payload)
+        for _ in range(argc):
+            (length,) = unpack_len(payload, pos)
+            pos += 4
+            end = pos + length
+            if end > size:
+                raise PayloadError(f"argument overruns the payload at payload offset {pos}")
+            argv.append(payload[pos:end])
+            pos = end
+    except struct.error as exc:
+        raise PayloadError(f"truncated kv payload: {exc}") from None
+    if pos != size:
+        raise PayloadError(f"{size - pos} unexpected bytes after the last argument")
+    if argc == 0 or key_pos >= argc:
+        raise PayloadError(f"key_pos {key_pos} is outside argv of {argc}")
+    return KvCommand(db, tuple(argv), key_pos)
+
+
+def _decode_other(record_type: int, payload: bytes) -> Record:
+    if record_type == RecordType.TEMPORAL:
+        valid_from_ms, system_from_ms = _TEMPORAL_HEAD.unpack_from(payload, 0)
+        key, pos = _read_blob(payload, _TEMPORAL_HEAD.size)
+        value, pos = _read_blob(payload, pos)
+        record: Record = TemporalUpsert(key, value, valid_from_ms, system_from_ms)
+    elif record_type == RecordType.GRAPH:
+        kind, has_valid_to, _, valid_to_ms, system_from_ms = _GRAPH_HEAD.unpack_from(payload, 0)
+        entity_id, pos = _read_blob(payload, _GRAPH_HEAD.size)
+        properties, pos = _read_blob(payload, pos)
+        try:
+            entity_kind = EntityKind(kind)
+        except ValueError:
+            raise PayloadError(f"unknown graph entity kind {kind}") from None
+        record = GraphMutation(
+            entity_id, entity_kind, valid_to_ms if has_valid_to else None, system_from_ms, properties
+        )
+    elif record_type == RecordType.CHECKPOINT:
+        (checkpoint_lsn,) = _CHECKPOINT_HEAD.unpack_from(payload, 0)
+        label, pos = _read_blob(payload, _CHECKPOINT_HEAD.size)
+        try:
+            record = Checkpoint(checkpoint_lsn, label.decode())
+        except UnicodeDecodeError:
+            raise PayloadError("checkpoint label is not UTF-8") from None
+    else:
+        raise PayloadError(f"unknown record type {record_type}")
+    if pos != len(payload):
+        raise PayloadError(f"{len(payload) - pos} unexpected bytes after the last field")
+    return record
+
+
+def decode_payload(record_type: int, payload: bytes) -> Record:
+    """Decode the payload of a frame of type ``record_type`` into its typed record.
+
+    Raises:
+        PayloadError: unknown type, or the payload does not follow its grammar.
+    """
+    if record_type == RecordType.KV:
+        return decode_kv(payload)
+    try:
+        return _decode_other(record_type, payload)
+    except struct.error as exc:
+        raise PayloadError(f"truncated payload: {exc}") from None

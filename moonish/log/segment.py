@@ -1,0 +1,148 @@
+"""Segment files: header encode/decode, listing a shard directory, the sparse index sidecar."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import crc32c
+
+from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
+from moonish.log.format import (
+    FORMAT_VERSION,
+    INDEX_ENTRY,
+    MAGIC,
+    SEGMENT_HEADER,
+    SEGMENT_HEADER_BYTES,
+    SEGMENT_HEADER_CRC,
+    SUPPORTED_VERSIONS,
+    index_name,
+    parse_segment_name,
+    segment_name,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class SegmentHeader:
+    """The decoded 40-byte header at the start of every segment."""
+
+    version: int
+    shard_id: int
+    base_lsn: int
+    created_us: int
+
+
+def encode_segment_header(shard_id: int, base_lsn: int, created_us: int) -> bytes:
+    """The header bytes of a new segment, in the latest format version."""
+    head = SEGMENT_HEADER.pack(
+        MAGIC, FORMAT_VERSION, SEGMENT_HEADER_BYTES, shard_id, base_lsn, created_us, 0
+    )
+    return head + SEGMENT_HEADER_CRC.pack(crc32c.crc32c(head))
+
+
+def decode_segment_header(data: bytes, path: str, expected_base_lsn: int) -> SegmentHeader:
+    """Decode and check a segment header read from ``path``.
+
+    Args:
+        data: at least the first 40 bytes of the segment (fewer means a truncated header).
+        path: the segment file, for error messages.
+        expected_base_lsn: the base LSN the file name promises.
+
+    Raises:
+        CorruptionError: short header, bad magic, bad header CRC, or a base LSN that differs
+            from the file name.
+        UnsupportedFormatError: a version this build does not read.
+    """
+    if len(data) < SEGMENT_HEADER_BYTES:
+        raise CorruptionError(
+            f"segment header is truncated: {len(data)} of {SEGMENT_HEADER_BYTES} bytes",
+            path=path,
+            offset=0,
+        )
+    magic, version, header_bytes, shard_id, base_lsn, created_us, _ = SEGMENT_HEADER.unpack_from(
+        data
+    )
+    if magic != MAGIC:
+        raise CorruptionError(f"bad segment magic {magic!r}, expected {MAGIC!r}", path=path, offset=0)
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedFormatError(
+            f"segment format version {version} is not supported (this build reads "
+            f"{', '.join(map(str, SUPPORTED_VERSIONS))})",
+            path=path,
+            offset=8,
+        )
+    (stored_crc,) = SEGMENT_HEADER_CRC.unpack_from(data, SEGMENT_HEADER.size)
+    if crc32c.crc32c(data[: SEGMENT_HEADER.size]) != stored_crc or header_bytes != len(
+        data[:SEGMENT_HEADER_BYTES]
+    ):
+        raise CorruptionError("segment header checksum mismatch", path=path, offset=0)
+    if base_lsn != expected_base_lsn:
+        raise CorruptionError(
+            f"segment header says base LSN {base_lsn} but the file name says {expected_base_lsn}",
+            path=path,
+            offset=16,
+            lsn=base_lsn,
+        )
+    return SegmentHeader(version, shard_id, base_lsn, created_us)
+
+
+def require_shard_dir(shard_dir: str | os.PathLike[str]) -> str:
+    """``shard_dir`` as a string, checked to be an existing directory.
+
+    Raises:
+        InvalidArgumentError: it does not exist, is not a directory, or is a data directory of
+            several shards (``shard-<k>`` subdirectories) rather than one shard.
+    """
+    path = os.fspath(shard_dir)
+    if not os.path.isdir(path):
+        raise InvalidArgumentError("WAL directory does not exist or is not a directory", path=path)
+    shards = sorted(name for name in os.listdir(path) if name.startswith("shard-"))
+    if shards and not list_segments(path):
+        raise InvalidArgumentError(
+            f"this is a data directory of {len(shards)} shards; pass one shard's directory, "
+            f"for example {os.path.join(path, shards[0])}",
+            path=path,
+        )
+    return path
+
+
+def list_segments(shard_dir: str) -> list[int]:
+    """Base LSNs of the segments in ``shard_dir``, ascending. Other files are ignored.
+
+    Raises:
+        InvalidArgumentError: ``shard_dir`` is not an existing directory.
+    """
+    try:
+        names = os.listdir(shard_dir)
+    except (FileNotFoundError, NotADirectoryError):
+        raise InvalidArgumentError(
+            "WAL directory does not exist or is not a directory", path=shard_dir
+        ) from None
+    bases = [base for base in map(parse_segment_name, names) if base is not None]
+    bases.sort()
+    return bases
+
+
+def segment_path(shard_dir: str, base_lsn: int) -> str:
+    """Path of the segment with ``base_lsn`` in ``shard_dir``."""
+    return os.path.join(shard_dir, segment_name(base_lsn))
+
+
+def index_path(shard_dir: str, base_lsn: int) -> str:
+    """Path of the sparse index of the segment with ``base_lsn`` in ``shard_dir``."""
+    return os.path.join(shard_dir, index_name(base_lsn))
+
+
+def read_index(path: str) -> list[tuple[int, int]]:
+    """Entries ``(lsn, offset)`` of an index file, ascending; ``[]`` if it does not exist.
+
+    A trailing partial entry (a torn write) is ignored: the index is advisory and every entry is
+    verified against the segment before use.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return []
+    usable = len(data) - len(data) % INDEX_ENTRY.size
+    return [entry for entry in INDEX_ENTRY.iter_unpack(data[:usable])]

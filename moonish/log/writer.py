@@ -1,0 +1,333 @@
+"""The shard writer: appends records and atomic batches, rotates segments, recovers after a crash.
+
+Contract:
+
+- One writer per shard. The writer takes an exclusive ``flock`` on ``<shard_dir>/LOCK``; a second
+  writer (in this or another process) gets :class:`~moonish.errors.WriterLockedError`.
+- LSNs start at 1, are dense and strictly increasing. ``append`` returns the record's LSN,
+  ``append_batch`` the LSNs of its records.
+- A batch is written with one ``write`` call and never spans segments; readers see all of it or
+  none of it, even if the process dies in the middle.
+- On open, an incomplete tail of the newest segment (a torn record or batch) is cut off and the
+  next LSN follows the last complete record. Damage that is not a torn tail raises
+  :class:`~moonish.errors.CorruptionError`: the writer never truncates valid data away.
+- Durability follows Redis's ``appendfsync``: ``always`` (fdatasync after every append),
+  ``every`` (a background thread syncs every ``fsync_interval_ms``), ``never`` (the OS decides;
+  ``sync()`` and ``close()`` still sync).
+
+Example::
+
+    with WalWriter("data/shard-0") as writer:
+        lsn = writer.append(KvCommand(0, (b"SET", b"k", b"v")))
+        lsns = writer.append_batch([KvCommand(0, (b"DEL", b"a")), KvCommand(0, (b"DEL", b"b"))])
+"""
+
+from __future__ import annotations
+
+import enum
+import fcntl
+import os
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.errors import CorruptionError, InvalidArgumentError, WriterLockedError
+from moonish.log.format import INDEX_ENTRY, LOCK_NAME, SEGMENT_HEADER_BYTES
+from moonish.log.frames import encode_frame, is_torn_tail, scan_frames
+from moonish.log.records import Record, encode_payload
+from moonish.log.segment import (
+    decode_segment_header,
+    encode_segment_header,
+    index_path,
+    list_segments,
+    read_index,
+    segment_path,
+)
+
+DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+DEFAULT_INDEX_INTERVAL_BYTES = 64 * 1024
+
+
+class FsyncPolicy(enum.Enum):
+    """When appended bytes are forced to stable storage (Redis ``appendfsync``)."""
+
+    ALWAYS = "always"
+    EVERY = "every"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class WriterOptions:
+    """How a :class:`WalWriter` writes.
+
+    Attributes:
+        shard_id: the shard's id, stored in every segment header. ``None`` takes it from the
+            existing segments (0 for a new shard); a value that differs from them is an error.
+        segment_bytes: rotate to a new segment before a write would make the current one larger
+            than this (a single batch larger than this gets a segment of its own).
+        fsync: the durability policy.
+        fsync_interval_ms: sync period under ``FsyncPolicy.EVERY``.
+        index_interval_bytes: write a sparse index entry about every this many bytes of frames.
+    """
+
+    shard_id: int | None = None
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES
+    fsync: FsyncPolicy = FsyncPolicy.EVERY
+    fsync_interval_ms: int = 1000
+    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes <= SEGMENT_HEADER_BYTES:
+            raise InvalidArgumentError(f"segment_bytes must exceed {SEGMENT_HEADER_BYTES}")
+        if self.fsync_interval_ms <= 0 or self.index_interval_bytes <= 0:
+            raise InvalidArgumentError("fsync_interval_ms and index_interval_bytes must be > 0")
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What opening the writer found at the end of the newest segment."""
+
+    segment: str
+    truncated_bytes: int
+    """Bytes of torn tail cut off (0 when the log ended cleanly)."""
+    next_lsn: int
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class WalWriter:
+    """Appends records to one shard's log. See the module docstring for the contract.
+
+    Args:
+        shard_dir: the shard's directory; created if missing.
+        options: see :class:`WriterOptions`.
+        clock: stamps each append's commit time (``commit_us``).
+
+    Raises:
+        WriterLockedError: another writer holds the shard.
+        CorruptionError: the newest segment is damaged in a way that is not a torn tail.
+        InvalidArgumentError: ``options.shard_id`` differs from the existing segments'.
+    """
+
+    def __init__(
+        self,
+        shard_dir: str | os.PathLike[str],
+        options: WriterOptions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.shard_dir = os.fspath(shard_dir)
+        self.options = options or WriterOptions()
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._fd = -1
+        self._dirty = False
+        os.makedirs(self.shard_dir, exist_ok=True)
+        self._lock_fd = self._take_lock()
+        try:
+            self.recovery = self._recover()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+        self._stop = threading.Event()
+        self._syncer: threading.Thread | None = None
+        if self.options.fsync is FsyncPolicy.EVERY:
+            self._syncer = threading.Thread(target=self._sync_loop, name="moonish-fsync", daemon=True)
+            self._syncer.start()
+
+    # -- opening ---------------------------------------------------------------------------
+
+    def _take_lock(self) -> int:
+        path = os.path.join(self.shard_dir, LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+            os.close(fd)
+            raise WriterLockedError(path, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid={os.getpid()}\n".encode(), 0)
+        return fd
+
+    def _recover(self) -> Recovery:
+        bases = list_segments(self.shard_dir)
+        if not bases:
+            self.shard_id = self.options.shard_id or 0
+            self._create_segment(1)
+            return Recovery(segment_path(self.shard_dir, 1), 0, 1)
+        base = bases[-1]
+        path = segment_path(self.shard_dir, base)
+        with open(path, "rb") as handle:
+            data = handle.read()
+        header = decode_segment_header(data, path, base)
+        if self.options.shard_id is not None and self.options.shard_id != header.shard_id:
+            raise InvalidArgumentError(
+                f"shard id {self.options.shard_id} was asked for, but the log is shard "
+                f"{header.shard_id}",
+                path=path,
+            )
+        self.shard_id = header.shard_id
+        frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data))
+        if stop is not None and not is_torn_tail(data, stop):
+            raise CorruptionError(
+                f"cannot open the writer: {stop.describe()}",
+                path=path,
+                offset=stop.offset,
+                lsn=stop.lsn,
+            )
+        next_lsn = frames[-1].lsn + 1 if frames else base
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        if end < len(data):
+            os.ftruncate(self._fd, end)
+            os.fsync(self._fd)
+        self._base_lsn = base
+        self._size = end
+        self._next_lsn = next_lsn
+        self._recover_index(base, end)
+        return Recovery(path, len(data) - end, next_lsn)
+
+    def _recover_index(self, base: int, segment_end: int) -> None:
+        entries = read_index(index_path(self.shard_dir, base))
+        keep = [entry for entry in entries if entry[1] < segment_end]
+        self._index_fd = os.open(index_path(self.shard_dir, base), os.O_WRONLY | os.O_CREAT, 0o644)
+        os.ftruncate(self._index_fd, len(keep) * INDEX_ENTRY.size)
+        os.lseek(self._index_fd, 0, os.SEEK_END)
+        self._last_indexed = keep[-1][1] if keep else -self.options.index_interval_bytes
+
+    def _create_segment(self, base_lsn: int) -> None:
+        path = segment_path(self.shard_dir, base_lsn)
+        tmp = path + ".tmp"
+        header = encode_segment_header(self.shard_id, base_lsn, self._clock.now_us())
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            _write_all(fd, header)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(self.shard_dir)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        self._base_lsn = base_lsn
+        self._size = SEGMENT_HEADER_BYTES
+        self._next_lsn = base_lsn
+        self._index_fd = os.open(
+            index_path(self.shard_dir, base_lsn), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
+        )
+        self._last_indexed = -self.options.index_interval_bytes
+
+    # -- appending -------------------------------------------------------------------------
+
+    @property
+    def next_lsn(self) -> int:
+        """The LSN the next appended record will get."""
+        return self._next_lsn
+
+    def append(self, record: Record) -> int:
+        """Append one record; returns its LSN.
+
+        Raises:
+            ValueError: the record cannot be encoded (see ``encode_payload``).
+            InvalidArgumentError: the writer is closed.
+        """
+        return self.append_batch((record,))[0]
+
+    def append_batch(self, records: Sequence[Record]) -> list[int]:
+        """Append records as one atomic batch (all visible to readers, or none).
+
+        Returns:
+            The LSNs of ``records``, in order (consecutive).
+
+        Raises:
+            ValueError: ``records`` is empty or a record cannot be encoded.
+            InvalidArgumentError: the writer is closed.
+        """
+        if not records:
+            raise ValueError("an atomic batch needs at least one record")
+        commit_us = self._clock.now_us()
+        count = len(records)
+        with self._lock:
+            if self._fd < 0:
+                raise InvalidArgumentError("the writer is closed", path=self.shard_dir)
+            first = self._next_lsn
+            data = b"".join(
+                encode_frame(first + i, *encode_payload(record), commit_us, i, count)
+                for i, record in enumerate(records)
+            )
+            if self._size > SEGMENT_HEADER_BYTES and self._size + len(data) > self.options.segment_bytes:
+                self._rotate()  # the new segment's base is ``first``: the frames stay valid
+            offset = self._size
+            _write_all(self._fd, data)
+            self._size += len(data)
+            self._next_lsn = first + count
+            if offset - self._last_indexed >= self.options.index_interval_bytes:
+                _write_all(self._index_fd, INDEX_ENTRY.pack(first, offset))
+                self._last_indexed = offset
+            if self.options.fsync is FsyncPolicy.ALWAYS:
+                os.fdatasync(self._fd)
+            else:
+                self._dirty = True
+        return list(range(first, first + count))
+
+    def _rotate(self) -> None:
+        if self.options.fsync is not FsyncPolicy.NEVER:
+            os.fdatasync(self._fd)
+        os.close(self._fd)
+        os.close(self._index_fd)
+        self._dirty = False
+        self._create_segment(self._next_lsn)
+
+    # -- durability and closing ------------------------------------------------------------
+
+    def sync(self) -> None:
+        """Force everything appended so far to stable storage (fdatasync)."""
+        with self._lock:
+            if self._fd >= 0:
+                os.fdatasync(self._fd)
+                self._dirty = False
+
+    def _sync_loop(self) -> None:
+        interval_s = self.options.fsync_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            with self._lock:
+                if not self._dirty or self._fd < 0:
+                    continue
+                fd = os.dup(self._fd)
+                self._dirty = False
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Sync, close the segment and release the shard lock. Idempotent."""
+        self._stop.set()
+        if self._syncer is not None:
+            self._syncer.join()
+        with self._lock:
+            if self._fd < 0:
+                return
+            os.fdatasync(self._fd)
+            os.close(self._fd)
+            os.close(self._index_fd)
+            self._fd = -1
+            os.close(self._lock_fd)
+
+    def __enter__(self) -> WalWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -133,10 +133,9 @@ class Tail:
     def __iter__(self) -> Iterator[ChangeEvent]:
         return self
 
-    def __next__(self) -> ChangeEvent:
-        while not self._pending:
-            if self._closed:
-                raise StopIteration
+    def _next_batch(self) -> list[ChangeEvent]:
+        """The next non-empty batch of events; [] when done (end of log, or closed)."""
+        while not self._closed:
             if self._signal is not None:
                 self._signal.clear()
             frames = self._reader.poll(TAIL_BATCH_RECORDS)
@@ -145,14 +144,30 @@ class Tail:
                     self._encoder = EnvelopeEncoder(
                         self._reader.shard_id or 0, self._name, self._clock, self._reader.shard_dir
                     )
-                self._pending.extend(self._encoder.encode(frames))
-            elif self._signal is None:
+                return self._encoder.encode(frames)
+            if self._signal is None:
+                return []
+            self._signal.wait()
+        return []
+
+    def __next__(self) -> ChangeEvent:
+        if not self._pending:
+            self._pending.extend(self._next_batch())
+            if not self._pending:
                 raise StopIteration
-            else:
-                self._signal.wait()
         event = self._pending.popleft()
         self._cursor = Cursor(event.lsn + 1)
         return event
+
+    def batches(self) -> Iterator[list[ChangeEvent]]:
+        """Events a poll at a time (up to 1024 per list), for callers that write in bulk.
+
+        Yields non-empty lists in LSN order; the cursor moves past each list as it is yielded.
+        Do not mix with ``next()`` on the same iterator.
+        """
+        while batch := self._next_batch():
+            self._cursor = Cursor(batch[-1].lsn + 1)
+            yield batch
 
     def close(self) -> None:
         """Stop the iteration (also from another thread) and release files and watches."""

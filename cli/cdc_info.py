@@ -1,0 +1,28 @@
+"""``moonish cdc info``: oldest/latest LSN, segments and bytes of a shard (or all shards)."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+import moonish.api
+
+
+@click.command("info")
+@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
+def info(wal_dir: str) -> None:
+    """Print JSON facts about a shard: oldest_lsn, latest_lsn, next_lsn, segments, bytes.
+
+    Given a data directory (with shard-<k> subdirectories) it prints
+    {"data_dir": ..., "shards": [...]} with one object per shard.
+
+    Example:
+
+        moonish cdc info data/shard-0
+    """
+    shards = moonish.api.shard_dirs(wal_dir)
+    if len(shards) == 1 and shards[0] == wal_dir:
+        report = moonish.api.info(wal_dir)
+    else:
+        report = {"data_dir": wal_dir, "shards": [moonish.api.info(path) for path in shards]}
+    click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

@@ -1,0 +1,38 @@
+"""``moonish cdc read``: one batch of envelopes from a cursor (Moon's CDC.READ)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+import moonish.api
+from cli.params import LSN
+
+
+@click.command("read")
+@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("from_lsn", type=LSN)
+@click.option(
+    "--limit", type=click.IntRange(1, moonish.api.MAX_LIMIT), default=moonish.api.DEFAULT_LIMIT,
+    show_default=True, help="Most envelopes to print (1..10000).",
+)
+@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+def read(wal_dir: str, from_lsn: int, limit: int, name: str) -> None:
+    """Print the next cursor, then up to LIMIT envelopes with LSN >= FROM_LSN, one per line.
+
+    WAL_DIR is one shard's directory. The first line is the cursor to pass back as FROM_LSN
+    to continue; when nothing is new it equals FROM_LSN and no envelope follows. 0 reads from
+    the start of the shard.
+
+    Example:
+
+        moonish cdc read data/shard-0 0 --limit 10
+    """
+    result = moonish.api.read(wal_dir, from_lsn, limit, name=name)
+    out = sys.stdout.buffer
+    out.write(f"{result.cursor}\n".encode())
+    if result.events:
+        out.write(b"\n".join(event.envelope for event in result.events))
+        out.write(b"\n")
+    out.flush()

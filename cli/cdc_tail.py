@@ -1,0 +1,41 @@
+"""``moonish cdc tail``: envelopes as NDJSON to the end of the log, or forever."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+import moonish.api
+from cli.params import LSN
+
+
+@click.command("tail")
+@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--from-lsn", type=LSN, default=0, show_default=True,
+              help="First LSN to print (0: the start of the shard).")
+@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (Ctrl-C stops).")
+@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@click.option("--poll-ms", type=click.IntRange(1, 60_000), default=1000, show_default=True,
+              help="With --follow: longest wait without a file-system event before re-checking.")
+def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> None:
+    """Print envelopes from FROM_LSN as NDJSON, in LSN order.
+
+    Without --follow, stops at the current end of the log. With --follow, waits for new
+    records, woken by file-system events (watchdog) with a polling fallback, until Ctrl-C,
+    which exits with status 0 after flushing what was printed.
+
+    Example:
+
+        moonish cdc tail data/shard-0 --from-lsn 100 --follow
+    """
+    out = sys.stdout.buffer
+    with moonish.api.tail(wal_dir, from_lsn, follow=follow, name=name,
+                          fallback_poll_ms=poll_ms) as stream:
+        try:
+            for batch in stream.batches():
+                out.write(b"\n".join(event.envelope for event in batch))
+                out.write(b"\n")
+                out.flush()
+        except KeyboardInterrupt:
+            out.flush()

@@ -1,0 +1,85 @@
+"""The ``moonish`` command: groups ``cdc`` and ``wal``, and error handling by kind."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from cli.cdc_info import info
+from cli.cdc_read import read
+from cli.cdc_tail import tail
+from cli.errors import CliError
+from cli.wal_dump import dump
+from cli.wal_import_aof import import_aof_command
+from cli.wal_verify import verify
+from moonish import __version__
+from moonish.errors import MoonishError
+
+
+@click.group()
+@click.version_option(__version__, prog_name="moonish")
+def moonish() -> None:
+    """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
+
+    Example:
+
+        moonish cdc read data/shard-0 0 --limit 10
+    """
+
+
+@moonish.group()
+def cdc() -> None:
+    """Read changes: one batch (read), a stream (tail), facts (info).
+
+    Example:
+
+        moonish cdc tail data/shard-0 --follow
+    """
+
+
+@moonish.group()
+def wal() -> None:
+    """Manage logs: import a Redis AOF, verify, dump.
+
+    Example:
+
+        moonish wal verify data
+    """
+
+
+cdc.add_command(read)
+cdc.add_command(tail)
+cdc.add_command(info)
+wal.add_command(import_aof_command)
+wal.add_command(verify)
+wal.add_command(dump)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; returns (and, as a console script, exits with) the status."""
+    try:
+        try:
+            moonish.main(args=argv, prog_name="moonish", standalone_mode=False)
+        except MoonishError as error:
+            raise CliError(error) from error
+    except click.UsageError as error:
+        where = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+        click.echo(f"moonish: usage: {error.format_message()}{where}", err=True)
+        return 2
+    except click.ClickException as error:
+        click.echo(f"moonish: {error.format_message()}", err=True)
+        return error.exit_code
+    except (click.Abort, KeyboardInterrupt):
+        return 130  # interrupted (cdc tail --follow handles Ctrl-C itself and exits 0)
+    except BrokenPipeError:  # `moonish cdc read ... | head`: the reader went away, not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
+    return 0
+
+
+def entry() -> None:
+    """Console-script entry point."""
+    sys.exit(main())

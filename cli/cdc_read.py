@@ -14,8 +14,11 @@ from cli.params import LSN
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("from_lsn", type=LSN)
 @click.option(
-    "--limit", type=click.IntRange(1, moonish.api.MAX_LIMIT), default=moonish.api.DEFAULT_LIMIT,
-    show_default=True, help="Most envelopes to print (1..10000).",
+    "--limit",
+    type=click.IntRange(1, moonish.api.MAX_LIMIT),
+    default=moonish.api.DEFAULT_LIMIT,
+    show_default=True,
+    help="Most envelopes to print (1..10000).",
 )
 @click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
 def read(wal_dir: str, from_lsn: int, limit: int, name: str) -> None:

@@ -12,12 +12,22 @@ from cli.params import LSN
 
 @click.command("tail")
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--from-lsn", type=LSN, default=0, show_default=True,
-              help="First LSN to print (0: the start of the shard).")
+@click.option(
+    "--from-lsn",
+    type=LSN,
+    default=0,
+    show_default=True,
+    help="First LSN to print (0: the start of the shard).",
+)
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (Ctrl-C stops).")
 @click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
-@click.option("--poll-ms", type=click.IntRange(1, 60_000), default=1000, show_default=True,
-              help="With --follow: longest wait without a file-system event before re-checking.")
+@click.option(
+    "--poll-ms",
+    type=click.IntRange(1, 60_000),
+    default=1000,
+    show_default=True,
+    help="With --follow: longest wait without a file-system event before re-checking.",
+)
 def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> None:
     """Print envelopes from FROM_LSN as NDJSON, in LSN order.
 
@@ -30,8 +40,9 @@ def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> 
         moonish cdc tail data/shard-0 --from-lsn 100 --follow
     """
     out = sys.stdout.buffer
-    with moonish.api.tail(wal_dir, from_lsn, follow=follow, name=name,
-                          fallback_poll_ms=poll_ms) as stream:
+    with moonish.api.tail(
+        wal_dir, from_lsn, follow=follow, name=name, fallback_poll_ms=poll_ms
+    ) as stream:
         try:
             for batch in stream.batches():
                 out.write(b"\n".join(event.envelope for event in batch))

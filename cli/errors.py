@@ -32,5 +32,5 @@ class CliError(click.ClickException):
 
     def __init__(self, error: MoonishError) -> None:
         super().__init__(f"{error.kind}: {error}")
-        self.exit_code = EXIT_CODES.get(error.kind, 1)
+        self.exit_code = EXIT_CODES.get(error.kind, 1)  # type: ignore[misc]
         self.error = error

@@ -10,7 +10,7 @@ from moonish.cursor import Cursor
 from moonish.errors import InvalidArgumentError
 
 
-class LsnParam(click.ParamType):
+class LsnParam(click.ParamType):  # type: ignore[type-arg]
     """A cursor LSN: a decimal integer in [0, 2**64)."""
 
     name = "lsn"

@@ -10,8 +10,7 @@ from moonish.log.verify import dump_lines
 
 @click.command("dump")
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--from-lsn", type=LSN, default=0, show_default=True,
-              help="First LSN to show.")
+@click.option("--from-lsn", type=LSN, default=0, show_default=True, help="First LSN to show.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Most records to show.")
 def dump(wal_dir: str, from_lsn: int, limit: int | None) -> None:
     """Print one line per record: LSN, segment, offset, size, type, batch, commit time, content.

@@ -15,8 +15,12 @@ from moonish.redis.importer import MAX_SHARDS, import_aof
 @click.command("import-aof")
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
 @click.argument("data_dir", type=click.Path(file_okay=False))
-@click.option("--shards", type=click.IntRange(1, MAX_SHARDS), required=True,
-              help="Number of shards; keys go to shard slot * N // 16384.")
+@click.option(
+    "--shards",
+    type=click.IntRange(1, MAX_SHARDS),
+    required=True,
+    help="Number of shards; keys go to shard slot * N // 16384.",
+)
 def import_aof_command(appendonlydir: str, data_dir: str, shards: int) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -36,9 +40,13 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int) -> None:
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
     summary = {
-        "files": report.files, "bytes": report.bytes, "commands": report.commands,
-        "transactions": report.transactions, "records": report.records,
-        "per_shard": report.per_shard, "lsn_ranges": report.lsn_ranges,
+        "files": report.files,
+        "bytes": report.bytes,
+        "commands": report.commands,
+        "transactions": report.transactions,
+        "records": report.records,
+        "per_shard": report.per_shard,
+        "lsn_ranges": report.lsn_ranges,
         "per_command": dict(sorted(report.per_command.items())),
         "truncated_tail": report.truncated_tail,
     }

@@ -205,8 +205,13 @@ def tail(
             before it has been returned).
     """
     return Tail(
-        wal_dir, from_lsn, follow=follow, name=name, clock=clock,
-        fallback_poll_ms=fallback_poll_ms, watch=watch,
+        wal_dir,
+        from_lsn,
+        follow=follow,
+        name=name,
+        clock=clock,
+        fallback_poll_ms=fallback_poll_ms,
+        watch=watch,
     )
 
 

@@ -24,7 +24,9 @@ class Cursor:
 
     def __post_init__(self) -> None:
         if not 0 <= self.lsn <= MAX_LSN:
-            raise InvalidArgumentError(f"cursor LSN must be between 0 and {MAX_LSN}, got {self.lsn}")
+            raise InvalidArgumentError(
+                f"cursor LSN must be between 0 and {MAX_LSN}, got {self.lsn}"
+            )
 
     @classmethod
     def parse(cls, text: str) -> Cursor:

@@ -117,7 +117,10 @@ class EnvelopeEncoder:
                 record = decode_kv(payload) if rtype == kv_type else decode_payload(rtype, payload)
             except PayloadError as exc:
                 raise CorruptionError(
-                    f"undecodable record payload: {exc}", path=self.path, offset=frame.offset, lsn=lsn
+                    f"undecodable record payload: {exc}",
+                    path=self.path,
+                    offset=frame.offset,
+                    lsn=lsn,
                 ) from None
             source = {
                 "version": SOURCE_VERSION,
@@ -132,9 +135,13 @@ class EnvelopeEncoder:
                 "lsn": lsn,
             }
             transaction = (
-                {"id": f"{shard}:{lsn - bidx}", "total_order": bidx + 1,
-                 "data_collection_order": bidx + 1}
-                if bsize > 1 else None
+                {
+                    "id": f"{shard}:{lsn - bidx}",
+                    "total_order": bidx + 1,
+                    "data_collection_order": bidx + 1,
+                }
+                if bsize > 1
+                else None
             )
             if rtype == kv_type:
                 argv = record.argv  # type: ignore[union-attr]

@@ -60,6 +60,6 @@ class ChangeSignal:
         """Stop watching. Idempotent."""
         self._event.set()
         if self._observer is not None:
-            self._observer.stop()  # type: ignore[attr-defined]
-            self._observer.join()  # type: ignore[attr-defined]
+            self._observer.stop()
+            self._observer.join()
             self._observer = None

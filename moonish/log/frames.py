@@ -19,7 +19,6 @@ from moonish.log.format import (
     FRAME_BODY_MIN_BYTES,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
-    FRAME_PREFIX,
     KNOWN_FLAGS,
     MAX_BODY_BYTES,
     MAX_PAYLOAD_BYTES,
@@ -139,7 +138,9 @@ def scan_frames(
             break
         crc, body, lsn, rtype, flags, _, bidx, bsize, commit_us = unpack(buf, pos)
         if body < FRAME_BODY_MIN_BYTES or body > MAX_BODY_BYTES:
-            stop = Stop(StopKind.BAD_LENGTH, file_offset + pos, next_lsn, None, f"{body} body bytes")
+            stop = Stop(
+                StopKind.BAD_LENGTH, file_offset + pos, next_lsn, None, f"{body} body bytes"
+            )
             break
         frame_end = pos + 8 + body
         if frame_end > end:
@@ -149,26 +150,54 @@ def scan_frames(
             stop = Stop(StopKind.BAD_CRC, file_offset + pos, next_lsn, file_offset + frame_end)
             break
         if lsn != next_lsn:
-            stop = Stop(StopKind.BAD_LSN, file_offset + pos, next_lsn, file_offset + frame_end, f"found LSN {lsn}")
+            stop = Stop(
+                StopKind.BAD_LSN,
+                file_offset + pos,
+                next_lsn,
+                file_offset + frame_end,
+                f"found LSN {lsn}",
+            )
             break
         if flags & ~KNOWN_FLAGS:
-            stop = Stop(StopKind.BAD_FLAGS, file_offset + pos, lsn, file_offset + frame_end, f"flags 0x{flags:02x}")
+            stop = Stop(
+                StopKind.BAD_FLAGS,
+                file_offset + pos,
+                lsn,
+                file_offset + frame_end,
+                f"flags 0x{flags:02x}",
+            )
             break
         if open_size:
             if bidx != expect_index or bsize != open_size:
                 stop = Stop(
-                    StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
+                    StopKind.BAD_BATCH,
+                    file_offset + pos,
+                    lsn,
+                    file_offset + frame_end,
                     f"expected record {expect_index} of a batch of {open_size}, "
                     f"found {bidx} of {bsize}",
                 )
                 break
         elif bsize == 0 or bidx >= bsize or (bidx and not (mid_batch_start and not frames)):
             stop = Stop(
-                StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
+                StopKind.BAD_BATCH,
+                file_offset + pos,
+                lsn,
+                file_offset + frame_end,
                 f"record {bidx} of a batch of {bsize} where a batch must begin",
             )
             break
-        append(Frame(lsn, rtype, bidx, bsize, commit_us, buf[pos + header_bytes : frame_end], file_offset + pos))
+        append(
+            Frame(
+                lsn,
+                rtype,
+                bidx,
+                bsize,
+                commit_us,
+                buf[pos + header_bytes : frame_end],
+                file_offset + pos,
+            )
+        )
         pos = frame_end
         next_lsn += 1
         if bidx + 1 == bsize:
@@ -183,7 +212,9 @@ def scan_frames(
     if open_size and stop is None:
         stop = Stop(StopKind.OPEN_BATCH, file_offset + committed_pos, frames[committed].lsn)
     elif open_size and stop is not None and stop.kind is StopKind.SHORT:
-        stop = Stop(StopKind.SHORT, file_offset + committed_pos, frames[committed].lsn, stop.frame_end)
+        stop = Stop(
+            StopKind.SHORT, file_offset + committed_pos, frames[committed].lsn, stop.frame_end
+        )
     if committed != len(frames):
         del frames[committed:]
     return frames, committed_pos, stop

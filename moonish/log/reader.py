@@ -184,7 +184,12 @@ class ShardReader:
         """
         frames: list[Frame] = []
         while len(frames) < max_records:
-            got = self._fetch(max_records - len(frames)) if self._fd >= 0 else []
+            try:
+                got = self._fetch(max_records - len(frames)) if self._fd >= 0 else []
+            except CorruptionError:
+                if frames:
+                    break  # hand out the valid frames first; the next poll raises again
+                raise
             if got:
                 frames.extend(got)
             elif not self._next_segment():
@@ -200,8 +205,12 @@ class ShardReader:
             length = min(want, size - offset)
             buf = os.pread(fd, length, offset)
             frames, end, stop = scan_frames(
-                buf, 0, self._next_lsn, max_records,
-                mid_batch_start=self._mid_batch, file_offset=offset,
+                buf,
+                0,
+                self._next_lsn,
+                max_records,
+                mid_batch_start=self._mid_batch,
+                file_offset=offset,
             )
             if frames:
                 if len(frames) > max_records:
@@ -209,7 +218,11 @@ class ShardReader:
                     del frames[max_records:]
                     self._offset, self._next_lsn, self._mid_batch = rest.offset, rest.lsn, True
                 else:
-                    self._offset, self._next_lsn, self._mid_batch = offset + end, frames[-1].lsn + 1, False
+                    self._offset, self._next_lsn, self._mid_batch = (
+                        offset + end,
+                        frames[-1].lsn + 1,
+                        False,
+                    )
                 return frames
             if stop is None:
                 return []
@@ -222,8 +235,13 @@ class ShardReader:
             if new_size != size:
                 size = new_size
                 continue
+            sealed = (
+                " in a sealed segment (a newer one exists)"
+                if is_torn_tail(buf, stop, offset)
+                else ""
+            )
             raise CorruptionError(
-                stop.describe(), path=self._path, offset=stop.offset, lsn=stop.lsn
+                stop.describe() + sealed, path=self._path, offset=stop.offset, lsn=stop.lsn
             )
         return []
 
@@ -232,15 +250,16 @@ class ShardReader:
         return [base for base in list_segments(self.shard_dir) if base > current]
 
     def _sealed(self) -> bool:
-        return os.path.exists(segment_path(self.shard_dir, self._next_lsn)) or bool(
-            self._newer_segments()
-        )
+        """Whether a newer segment exists, so the current one is final (torn = damage)."""
+        return bool(self._newer_segments())
 
     def _next_segment(self) -> bool:
         """Move to the next segment if the current one is finished; False when idle."""
         if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
             return False  # data we could not take yet (torn tail): stay
-        if not os.path.exists(segment_path(self.shard_dir, self._next_lsn)):
+        if self._next_lsn == self._base or not os.path.exists(
+            segment_path(self.shard_dir, self._next_lsn)
+        ):
             newer = self._newer_segments()
             if not newer:
                 return False

@@ -42,8 +42,7 @@ _GRAPH_HEAD = struct.Struct(
     "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
 )
 _CHECKPOINT_HEAD = struct.Struct(
-    "<"
-    "Q"  # checkpoint_lsn: last LSN the checkpoint covers
+    "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
 MAX_DB = 0xFFFF
 
@@ -199,7 +198,11 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
         except ValueError:
             raise PayloadError(f"unknown graph entity kind {kind}") from None
         record = GraphMutation(
-            entity_id, entity_kind, valid_to_ms if has_valid_to else None, system_from_ms, properties
+            entity_id,
+            entity_kind,
+            valid_to_ms if has_valid_to else None,
+            system_from_ms,
+            properties,
         )
     elif record_type == RecordType.CHECKPOINT:
         (checkpoint_lsn,) = _CHECKPOINT_HEAD.unpack_from(payload, 0)

@@ -63,7 +63,9 @@ def decode_segment_header(data: bytes, path: str, expected_base_lsn: int) -> Seg
         data
     )
     if magic != MAGIC:
-        raise CorruptionError(f"bad segment magic {magic!r}, expected {MAGIC!r}", path=path, offset=0)
+        raise CorruptionError(
+            f"bad segment magic {magic!r}, expected {MAGIC!r}", path=path, offset=0
+        )
     if version not in SUPPORTED_VERSIONS:
         raise UnsupportedFormatError(
             f"segment format version {version} is not supported (this build reads "

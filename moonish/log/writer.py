@@ -145,7 +145,9 @@ class WalWriter:
         self._stop = threading.Event()
         self._syncer: threading.Thread | None = None
         if self.options.fsync is FsyncPolicy.EVERY:
-            self._syncer = threading.Thread(target=self._sync_loop, name="moonish-fsync", daemon=True)
+            self._syncer = threading.Thread(
+                target=self._sync_loop, name="moonish-fsync", daemon=True
+            )
             self._syncer.start()
 
     # -- opening ---------------------------------------------------------------------------
@@ -267,7 +269,10 @@ class WalWriter:
                 encode_frame(first + i, *encode_payload(record), commit_us, i, count)
                 for i, record in enumerate(records)
             )
-            if self._size > SEGMENT_HEADER_BYTES and self._size + len(data) > self.options.segment_bytes:
+            if (
+                self._size > SEGMENT_HEADER_BYTES
+                and self._size + len(data) > self.options.segment_bytes
+            ):
                 self._rotate()  # the new segment's base is ``first``: the frames stay valid
             offset = self._size
             _write_all(self._fd, data)

@@ -133,7 +133,9 @@ class AofCommands:
                     handle.seek(pos)
                     line = handle.readline()
                     if not line.startswith(b"#") or not line.endswith(b"\n"):
-                        raise AofFormatError(f"not a RESP command: {exc}", path=self.path, offset=pos) from None
+                        raise AofFormatError(
+                            f"not a RESP command: {exc}", path=self.path, offset=pos
+                        ) from None
                     pos = fed = pos + len(line)  # an annotation (#TS:...): Redis skips it too
                     reader = hiredis.Reader()
                     continue
@@ -144,8 +146,10 @@ class AofCommands:
                     reader.feed(chunk)
                     fed += len(chunk)
                     continue
-                if not isinstance(item, list) or not item or not all(
-                    isinstance(arg, bytes) for arg in item
+                if (
+                    not isinstance(item, list)
+                    or not item
+                    or not all(isinstance(arg, bytes) for arg in item)
                 ):
                     raise AofFormatError(
                         f"expected a command (an array of bulk strings), got {item!r:.60}",

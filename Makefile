@@ -1,0 +1,51 @@
+# moonish: `make demo` and `make test` work on a fresh machine (Python 3.11+ with venv).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: install demo test lint format bench golden clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
+demo: install
+	rm -rf demo-data
+	$(BIN)/moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir demo-data --shards 4
+	$(BIN)/moonish wal verify demo-data
+	$(BIN)/moonish cdc info demo-data/shard-0
+	@echo '--- moonish cdc read demo-data/shard-0 0 --limit 3'
+	$(BIN)/moonish cdc read demo-data/shard-0 0 --limit 3 | tee demo-data/batch-1.ndjson
+	@cursor=$$(head -n 1 demo-data/batch-1.ndjson); \
+	  echo "--- resuming from cursor $$cursor: moonish cdc read demo-data/shard-0 $$cursor --limit 3"; \
+	  $(BIN)/moonish cdc read demo-data/shard-0 $$cursor --limit 3
+	@echo '--- the end of shard 3: binary keys ({"_b64": ...}) and non-ASCII keys'
+	$(BIN)/moonish cdc read demo-data/shard-3 12279 --limit 3
+
+test: install lint
+	$(BIN)/python -m pytest
+
+lint: install
+	$(BIN)/ruff check moonish cli tests bench
+	$(BIN)/ruff format --check moonish cli tests bench
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format moonish cli tests bench
+	$(BIN)/ruff check --fix moonish cli tests bench
+
+bench: install
+	$(BIN)/python -m bench.run
+
+# Rebuild fixtures/wal/<scenario>/ and fixtures/golden/<scenario>.ndjson (review the diff!).
+golden: install
+	$(BIN)/python -m tests.golden
+
+clean:
+	rm -rf $(VENV) demo-data bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -31,7 +31,7 @@ from moonish import __version__
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
 from moonish.events import ChangeEvent, kv_op
-from moonish.log.format import RecordType
+from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
     Checkpoint,
@@ -112,7 +112,7 @@ class EnvelopeEncoder:
         append = events.append
         kv_type = RecordType.KV
         for frame in frames:
-            lsn, rtype, bidx, bsize, commit_us, payload, _ = frame
+            lsn, rtype, flags, bidx, _, commit_us, payload, _ = frame
             try:
                 record = decode_kv(payload) if rtype == kv_type else decode_payload(rtype, payload)
             except PayloadError as exc:
@@ -140,7 +140,7 @@ class EnvelopeEncoder:
                     "total_order": bidx + 1,
                     "data_collection_order": bidx + 1,
                 }
-                if bsize > 1
+                if flags & FLAG_BATCH
                 else None
             )
             if rtype == kv_type:

@@ -24,10 +24,11 @@ Frame (one record; 36-byte header, little-endian)::
 ``crc`` is crc32c of every byte of the frame after the ``crc`` field itself: ``body_bytes``, the
 rest of the header and the payload, i.e. frame bytes ``[4, 8 + body_bytes)``.
 
-A record that is not part of a multi-record batch has ``batch_index = 0, batch_size = 1``. The
-records of an atomic batch of ``n`` records have consecutive LSNs, ``batch_index`` ``0 .. n-1`` and
-``batch_size = n``, and never span two segments. Readers expose a batch only once its last record
-is present and valid, which makes the batch all-or-nothing even when the writer dies mid-batch.
+A record appended on its own has ``flags = 0, batch_index = 0, batch_size = 1``. The records of
+an atomic batch of ``n`` records (``n >= 1``) have ``FLAG_BATCH`` set, consecutive LSNs,
+``batch_index`` ``0 .. n-1`` and ``batch_size = n``, and never span two segments. Readers
+expose a batch only once its last record is present and valid, which makes the batch
+all-or-nothing even when the writer dies mid-batch.
 
 Index entry (16 bytes, little-endian)::
 
@@ -78,7 +79,7 @@ FRAME_HEADER = struct.Struct(
     "I"  # body_bytes
     "Q"  # lsn: dense, strictly increasing, starts at 1 in every shard
     "B"  # type: RecordType
-    "B"  # flags: no bits defined in version 1; readers reject unknown bits
+    "B"  # flags: bit 0 FLAG_BATCH (appended in an atomic batch); readers reject unknown bits
     "H"  # reserved: zero
     "I"  # batch_index: position of this record in its atomic batch, 0-based
     "I"  # batch_size: records in the batch (1 for a record on its own)
@@ -89,7 +90,9 @@ FRAME_BODY_MIN_BYTES = FRAME_HEADER_BYTES - FRAME_PREFIX.size
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 """Largest payload accepted (Redis's own proto-max-bulk-len default)."""
 MAX_BODY_BYTES = FRAME_BODY_MIN_BYTES + MAX_PAYLOAD_BYTES
-KNOWN_FLAGS = 0
+FLAG_BATCH = 0x01
+"""Flag bit 0: the record was appended as part of an atomic batch (even a batch of one)."""
+KNOWN_FLAGS = FLAG_BATCH
 
 INDEX_ENTRY = struct.Struct(
     "<"

@@ -16,6 +16,7 @@ from typing import NamedTuple
 import crc32c
 
 from moonish.log.format import (
+    FLAG_BATCH,
     FRAME_BODY_MIN_BYTES,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
@@ -30,6 +31,7 @@ class Frame(NamedTuple):
 
     lsn: int
     record_type: int
+    flags: int
     batch_index: int
     batch_size: int
     commit_us: int
@@ -79,13 +81,14 @@ def encode_frame(
     commit_us: int,
     batch_index: int = 0,
     batch_size: int = 1,
+    flags: int = 0,
 ) -> bytes:
     """The bytes of one frame. Raises ValueError if the payload exceeds 512 MiB."""
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
     body_bytes = FRAME_BODY_MIN_BYTES + len(payload)
     head = FRAME_HEADER.pack(
-        0, body_bytes, lsn, record_type, 0, 0, batch_index, batch_size, commit_us
+        0, body_bytes, lsn, record_type, flags, 0, batch_index, batch_size, commit_us
     )
     body = head[4:] + payload
     return crc32c.crc32c(body).to_bytes(4, "little") + body
@@ -178,7 +181,12 @@ def scan_frames(
                     f"found {bidx} of {bsize}",
                 )
                 break
-        elif bsize == 0 or bidx >= bsize or (bidx and not (mid_batch_start and not frames)):
+        elif (
+            bsize == 0
+            or bidx >= bsize
+            or (bidx and not (mid_batch_start and not frames))
+            or (bsize > 1 and not flags & FLAG_BATCH)
+        ):
             stop = Stop(
                 StopKind.BAD_BATCH,
                 file_offset + pos,
@@ -191,6 +199,7 @@ def scan_frames(
             Frame(
                 lsn,
                 rtype,
+                flags,
                 bidx,
                 bsize,
                 commit_us,

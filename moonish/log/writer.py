@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError, InvalidArgumentError, WriterLockedError
-from moonish.log.format import INDEX_ENTRY, LOCK_NAME, SEGMENT_HEADER_BYTES
+from moonish.log.format import FLAG_BATCH, INDEX_ENTRY, LOCK_NAME, SEGMENT_HEADER_BYTES
 from moonish.log.frames import encode_frame, is_torn_tail, scan_frames
 from moonish.log.records import Record, encode_payload
 from moonish.log.segment import (
@@ -239,16 +239,19 @@ class WalWriter:
         return self._next_lsn
 
     def append(self, record: Record) -> int:
-        """Append one record; returns its LSN.
+        """Append one record on its own; returns its LSN.
 
         Raises:
             ValueError: the record cannot be encoded (see ``encode_payload``).
             InvalidArgumentError: the writer is closed.
         """
-        return self.append_batch((record,))[0]
+        return self._append((record,), 0)[0]
 
     def append_batch(self, records: Sequence[Record]) -> list[int]:
         """Append records as one atomic batch (all visible to readers, or none).
+
+        Every record carries ``FLAG_BATCH``, so even a batch of one is reported as a
+        transaction (Debezium's ``transaction`` block) by readers.
 
         Returns:
             The LSNs of ``records``, in order (consecutive).
@@ -257,6 +260,9 @@ class WalWriter:
             ValueError: ``records`` is empty or a record cannot be encoded.
             InvalidArgumentError: the writer is closed.
         """
+        return self._append(records, FLAG_BATCH)
+
+    def _append(self, records: Sequence[Record], flags: int) -> list[int]:
         if not records:
             raise ValueError("an atomic batch needs at least one record")
         commit_us = self._clock.now_us()
@@ -266,7 +272,7 @@ class WalWriter:
                 raise InvalidArgumentError("the writer is closed", path=self.shard_dir)
             first = self._next_lsn
             data = b"".join(
-                encode_frame(first + i, *encode_payload(record), commit_us, i, count)
+                encode_frame(first + i, *encode_payload(record), commit_us, i, count, flags)
                 for i, record in enumerate(records)
             )
             if (

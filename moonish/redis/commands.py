@@ -27,6 +27,10 @@ SOURCE_AND_DESTINATION = frozenset(
 KEY_AT_2 = frozenset({b"BITOP", b"XGROUP"})
 KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL"})
 NOT_WRITES = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
+NOT_ROUTABLE = frozenset(
+    {b"SWAPDB", b"FUNCTION", b"SCRIPT", b"EVAL", b"EVALSHA", b"FCALL", b"PUBLISH", b"SPUBLISH"}
+)
+"""Commands whose first argument is not a key: they cannot be routed to one shard."""
 
 Part = tuple[bytes | None, tuple[bytes, ...], int]
 """(key or None, argv of the record, key_pos)."""
@@ -51,7 +55,7 @@ def split_command(argv: list[bytes] | tuple[bytes, ...]) -> list[Part]:
         return [(args[2], args, 2)]
     if command in KEYLESS:
         return [(None, args, 0)]
-    if len(args) >= 2 and command not in NOT_WRITES:
+    if len(args) >= 2 and command not in NOT_WRITES and command not in NOT_ROUTABLE:
         return [(args[1], args, 1)]
     raise UnsupportedFormatError(
         f"cannot import {command.decode(errors='replace')} with {len(args) - 1} argument(s): "

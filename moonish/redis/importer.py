@@ -82,7 +82,9 @@ class _Router:
         self.report = report
         self.first_lsn: list[int | None] = [None] * len(writers)
 
-    def apply(self, entries: list[tuple[int, list[bytes]]]) -> None:
+    def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
+        """Route ``entries`` (db, argv) to shards. They form an atomic batch per shard when
+        they come from MULTI/EXEC or make more than one record; otherwise a plain append."""
         shards = len(self.writers)
         per_shard: list[list[KvCommand]] = [[] for _ in range(shards)]
         for db, argv in entries:
@@ -93,10 +95,12 @@ class _Router:
                         records.append(record)
                 else:
                     per_shard[shard_of_key(key, shards)].append(record)
+        atomic = transaction or sum(map(len, per_shard)) > 1
         for shard, records in enumerate(per_shard):
             if not records:
                 continue
-            lsns = self.writers[shard].append_batch(records)
+            writer = self.writers[shard]
+            lsns = writer.append_batch(records) if atomic else [writer.append(records[0])]
             if self.first_lsn[shard] is None:
                 self.first_lsn[shard] = lsns[0]
             self.report.per_shard[shard] += len(records)
@@ -182,7 +186,7 @@ def _replay_file(
         elif name == b"EXEC":
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            router.apply(transaction)
+            router.apply(transaction, transaction=True)
             report.transactions += 1
             transaction = None
         else:
@@ -191,7 +195,7 @@ def _replay_file(
             if transaction is not None:
                 transaction.append((db, argv))
             else:
-                router.apply([(db, argv)])
+                router.apply([(db, argv)], transaction=False)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:

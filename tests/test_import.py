@@ -120,7 +120,9 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
 
     envelopes = all_envelopes(tmp_path, 4)
     for shard, shard_envelopes in enumerate(envelopes):
-        assert [e["source"]["lsn"] for e in shard_envelopes] == list(range(1, len(shard_envelopes) + 1))
+        assert [e["source"]["lsn"] for e in shard_envelopes] == list(
+            range(1, len(shard_envelopes) + 1)
+        )
         for e in shard_envelopes:
             image = e["after"] or e["before"]
             assert crc16_xmodem(key_bytes(image["key"])) % 16384 * 4 // 16384 == shard
@@ -130,7 +132,11 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
 
 def test_binary_and_non_ascii_keys_survive(tmp_path: Path) -> None:
     import_aof(SLICE, tmp_path, 2)
-    keys = {key_bytes((e["after"] or e["before"])["key"]) for es in all_envelopes(tmp_path, 2) for e in es}
+    keys = {
+        key_bytes((e["after"] or e["before"])["key"])
+        for es in all_envelopes(tmp_path, 2)
+        for e in es
+    }
     expected = {key for c in aof_commands(SLICE) if c[0] == b"SET" for key in [c[1]]}
     binary = {k for k in expected if not _utf8(k)}
     assert binary and binary <= keys
@@ -235,7 +241,9 @@ def test_garbage_in_the_middle_is_an_error_with_its_offset(tmp_path: Path) -> No
 def test_annotations_are_skipped_like_redis_does(tmp_path: Path) -> None:
     data = (SLICE / INCR).read_bytes()
     aof = copy_aof(tmp_path, b"#TS:1795264137\r\n" + data)
-    assert import_aof(aof, tmp_path / "a", 1).records == import_aof(SLICE, tmp_path / "b", 1).records
+    assert (
+        import_aof(aof, tmp_path / "a", 1).records == import_aof(SLICE, tmp_path / "b", 1).records
+    )
 
 
 def test_rdb_preamble_is_refused(tmp_path: Path) -> None:

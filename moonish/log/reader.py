@@ -257,19 +257,21 @@ class ShardReader:
         """Move to the next segment if the current one is finished; False when idle."""
         if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
             return False  # data we could not take yet (torn tail): stay
-        if self._next_lsn == self._base or not os.path.exists(
-            segment_path(self.shard_dir, self._next_lsn)
-        ):
+        nxt = self._next_lsn
+        if nxt != self._base and os.path.exists(segment_path(self.shard_dir, nxt)):
+            newer = [nxt]  # the common case: one stat, no listing
+        else:
             newer = self._newer_segments()
             if not newer:
                 return False
+        if newer[0] != nxt:
             raise CorruptionError(
-                f"no segment starts at LSN {self._next_lsn}; the next one starts at {newer[0]}",
+                f"no segment starts at LSN {nxt}; the next one starts at {newer[0]}",
                 path=self.shard_dir,
-                lsn=self._next_lsn,
+                lsn=nxt,
             )
         if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
             return True  # the writer finished this segment after our last read: read the rest
         self._close_segment()
-        self._open_segment(self._next_lsn)
+        self._open_segment(nxt)
         return True

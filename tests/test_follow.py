@@ -1,0 +1,111 @@
+"""Following a live log: in-process iterator, close from another thread, and a writer process
+with a follower process running at once across segment rotations."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+import moonish.api
+from moonish.events import ChangeEvent
+from tests.conftest import kv, open_writer
+
+WRITER = """
+import sys, time
+from moonish.log.records import KvCommand
+from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
+options = WriterOptions(segment_bytes=2000, fsync=FsyncPolicy.NEVER)
+with WalWriter(sys.argv[1], options) as writer:
+    for i in range(int(sys.argv[2])):
+        if i % 5 == 0:
+            pair = [KvCommand(0, (b"DEL", b"a%d" % i)), KvCommand(0, (b"DEL", b"b%d" % i))]
+            writer.append_batch(pair)
+        else:
+            writer.append(KvCommand(0, (b"SET", b"k%d" % i, b"v" * (i % 50))))
+        if i % 20 == 0:
+            time.sleep(0.002)
+"""
+
+
+def collect(stream: moonish.api.Tail, count: int, into: list[ChangeEvent]) -> None:
+    for event in stream:
+        into.append(event)
+        if len(into) == count:
+            return
+
+
+@pytest.mark.parametrize("watch", [True, False])
+def test_follow_sees_appends_and_rotations(shard: Path, watch: bool) -> None:
+    with open_writer(shard, segment_bytes=400) as writer:
+        writer.append(kv(b"first"))
+        got: list[ChangeEvent] = []
+        with moonish.api.tail(shard, 0, follow=True, watch=watch, fallback_poll_ms=20) as stream:
+            consumer = threading.Thread(target=collect, args=(stream, 41, got))
+            consumer.start()
+            for i in range(40):
+                writer.append(kv(b"key-%d" % i))
+                time.sleep(0.001)
+            consumer.join(timeout=20)
+            assert not consumer.is_alive()
+            assert stream.cursor.lsn == 42
+    assert [e.lsn for e in got] == list(range(1, 42))
+    assert len(list(shard.glob("*.seg"))) > 3
+
+
+def test_close_from_another_thread_ends_a_blocked_follow_promptly(shard: Path) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"only"))
+    stream = moonish.api.tail(shard, 2, follow=True, fallback_poll_ms=60_000)
+    finished = threading.Event()
+
+    def consume() -> None:
+        for _ in stream:
+            pass
+        finished.set()
+
+    consumer = threading.Thread(target=consume)
+    consumer.start()
+    time.sleep(0.2)
+    assert not finished.is_set()  # blocked waiting for records
+    started = time.monotonic()
+    stream.close()
+    assert finished.wait(5)
+    assert time.monotonic() - started < 2
+    consumer.join()
+
+
+def test_without_follow_the_iterator_ends_at_the_end(shard: Path) -> None:
+    with open_writer(shard) as writer:
+        writer.append_batch([kv(b"a"), kv(b"b")])
+    with moonish.api.tail(shard, 0) as stream:
+        assert [e.lsn for e in stream] == [1, 2]
+        assert stream.cursor.lsn == 3
+
+
+def test_writer_process_and_follower_process_at_once(tmp_path: Path) -> None:
+    shard, total_commands = tmp_path / "shard-0", 400
+    expected = total_commands + total_commands // 5  # every fifth command is a batch of two
+    shard.mkdir()
+    follower = subprocess.Popen(
+        [sys.executable, "-c", "from cli.main import entry; entry()",
+         "cdc", "tail", str(shard), "--follow", "--poll-ms", "50"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    with follower:
+        time.sleep(0.3)
+        writer = subprocess.run(
+            [sys.executable, "-c", WRITER, str(shard), str(total_commands)], timeout=60, check=True
+        )
+        assert writer.returncode == 0
+        assert follower.stdout is not None
+        lsns = [orjson.loads(follower.stdout.readline())["source"]["lsn"] for _ in range(expected)]
+        follower.terminate()
+        follower.communicate(timeout=10)
+    assert lsns == list(range(1, expected + 1))
+    assert len(list(shard.glob("*.seg"))) > 5

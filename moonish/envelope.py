@@ -22,6 +22,7 @@ docs/envelopes.md has every field, with examples.
 from __future__ import annotations
 
 import base64
+import gc
 from collections.abc import Iterable
 from typing import Any
 
@@ -30,16 +31,18 @@ import orjson
 from moonish import __version__
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
-from moonish.events import ChangeEvent, kv_op
+from moonish.events import SPECIAL_COMMANDS, ChangeEvent, kv_op, op_of
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
+    KV_HEAD,
     Checkpoint,
     GraphMutation,
+    KvCommand,
     PayloadError,
     TemporalUpsert,
-    decode_kv,
     decode_payload,
+    lengths_struct,
 )
 
 CONNECTOR = "moonish"
@@ -78,8 +81,26 @@ def _image(record: TemporalUpsert | GraphMutation) -> dict[str, Any]:
     }
 
 
+def _kv_image(record: KvCommand) -> dict[str, Any]:
+    return {
+        "record_type": "kv",
+        "command": record.command.decode(errors="replace"),
+        "db": record.db,
+        "key": text_or_b64(record.argv[record.key_pos]) if record.key_pos else None,
+        "args": [text_or_b64(arg) for arg in record.argv[1:]],
+    }
+
+
 class EnvelopeEncoder:
     """Decodes frames of one shard and encodes them as Debezium envelopes.
+
+    Two paths give the same bytes (tests/test_envelope_model.py holds them to a reference):
+
+    - the fast path, for kv records whose argument bytes are printable ASCII without ``"`` or
+      ``\\`` (no JSON escaping needed, by far the common case): the envelope is one f-string
+      of per-call constant pieces and the record's fields;
+    - the general path for everything else: decode the typed record, build the envelope as
+      a dict, ``orjson.dumps`` it.
 
     Args:
         shard: the shard id (``source.shard``).
@@ -105,87 +126,153 @@ class EnvelopeEncoder:
                 CRC was valid, so the writer that made it is broken or incompatible).
         """
         now_us = self.clock.now_us()
-        now_ms, now_ns = now_us // 1000, now_us * 1000
-        shard, name = self.shard, self.name
-        dumps = orjson.dumps
         events: list[ChangeEvent] = []
-        append = events.append
-        kv_type = RecordType.KV
-        for frame in frames:
-            lsn, rtype, flags, bidx, _, commit_us, payload, _ = frame
-            try:
-                record = decode_kv(payload) if rtype == kv_type else decode_payload(rtype, payload)
-            except PayloadError as exc:
-                raise CorruptionError(
-                    f"undecodable record payload: {exc}",
-                    path=self.path,
-                    offset=frame.offset,
-                    lsn=lsn,
-                ) from None
-            source = {
-                "version": SOURCE_VERSION,
-                "connector": CONNECTOR,
-                "name": name,
-                "ts_ms": commit_us // 1000,
-                "ts_us": commit_us,
-                "ts_ns": commit_us * 1000,
-                "snapshot": "false",
-                "db": None,
-                "shard": shard,
-                "lsn": lsn,
-            }
-            transaction = (
-                {
-                    "id": f"{shard}:{lsn - bidx}",
-                    "total_order": bidx + 1,
-                    "data_collection_order": bidx + 1,
-                }
-                if flags & FLAG_BATCH
-                else None
-            )
-            if rtype == kv_type:
-                argv = record.argv  # type: ignore[union-attr]
-                command = argv[0].upper()
-                db = record.db  # type: ignore[union-attr]
-                key_pos = record.key_pos  # type: ignore[union-attr]
-                source["db"] = None if command == b"FLUSHALL" else db
-                op = kv_op(command, key_pos)
-                if op == "t":
-                    before = after = None
-                else:
-                    image = {
-                        "record_type": "kv",
-                        "command": command.decode(errors="replace"),
-                        "db": db,
-                        "key": text_or_b64(argv[key_pos]) if key_pos else None,
-                        "args": [text_or_b64(arg) for arg in argv[1:]],
-                    }
-                    before, after = (image, None) if op == "d" else (None, image)
-            elif isinstance(record, Checkpoint):
-                content = dumps({"checkpoint_lsn": record.checkpoint_lsn, "label": record.label})
-                envelope = {
-                    "op": "m",
-                    "ts_ms": now_ms,
-                    "source": source,
-                    "transaction": transaction,
-                    "message": {
-                        "prefix": CHECKPOINT_PREFIX,
-                        "content": _b64encode(content).decode("ascii"),
-                    },
-                }
-                append(ChangeEvent(shard, lsn, "m", record, commit_us, dumps(envelope)))
-                continue
-            else:
-                op, before, after = "u", None, _image(record)  # type: ignore[arg-type]
-            envelope = {
-                "before": before,
-                "after": after,
-                "source": source,
-                "transaction": transaction,
-                "op": op,
-                "ts_ms": now_ms,
-                "ts_us": now_us,
-                "ts_ns": now_ns,
-            }
-            append(ChangeEvent(shard, lsn, op, record, commit_us, dumps(envelope)))
+        gc_was_enabled = gc.isenabled()
+        gc.disable()  # the loop makes no reference cycles; collections only slow it down
+        try:
+            self._encode(frames, events, now_us)
+        finally:
+            if gc_was_enabled:
+                gc.enable()
         return events
+
+    def _pieces(self, now_us: int) -> dict[str, str]:
+        """The constant text between the fields of a fast-path envelope (ops ``u``, ``d``)."""
+        source = (
+            ',"source":{"version":' + orjson.dumps(SOURCE_VERSION).decode()
+            + ',"connector":"' + CONNECTOR + '","name":' + orjson.dumps(self.name).decode()
+            + ',"ts_ms":'
+        )  # fmt: skip
+        tail = f'"ts_ms":{now_us // 1000},"ts_us":{now_us},"ts_ns":{now_us * 1000}}}'
+        return {
+            "head_u": '{"before":null,"after":{"record_type":"kv","command":"',
+            "head_d": '{"before":{"record_type":"kv","command":"',
+            "db": '","db":',
+            "key": ',"key":"',
+            "args": '","args":["',
+            "mid_u": '"]}' + source,
+            "mid_d": '"]},"after":null' + source,
+            "us": ',"ts_us":',
+            "ns": ',"ts_ns":',
+            "source_db": ',"snapshot":"false","db":',
+            "lsn": f',"shard":{self.shard},"lsn":',
+            "transaction": '},"transaction":',
+            "tail_u": ',"op":"u",' + tail,
+            "tail_d": ',"op":"d",' + tail,
+            "txn_id": f'{{"id":"{self.shard}:',
+            "txn_total": '","total_order":',
+            "txn_order": ',"data_collection_order":',
+        }
+
+    def _encode(self, frames: Iterable[Frame], events: list[ChangeEvent], now_us: int) -> None:
+        # Everything the loop touches is a local: this is the read path's hot loop.
+        pieces = self._pieces(now_us)
+        head_u, head_d, mid_u, mid_d = (pieces[k] for k in ("head_u", "head_d", "mid_u", "mid_d"))
+        end_u, end_d = pieces["tail_u"], pieces["tail_d"]
+        p_db, p_key, p_args, p_us, p_ns = (pieces[k] for k in ("db", "key", "args", "us", "ns"))
+        p_sdb, p_lsn, p_txn = pieces["source_db"], pieces["lsn"], pieces["transaction"]
+        t_id, t_total, t_order = pieces["txn_id"], pieces["txn_total"], pieces["txn_order"]
+        shard, general = self.shard, self._general
+        new, append = tuple.__new__, events.append
+        kv_type, kv_head, special = RecordType.KV, KV_HEAD.unpack_from, SPECIAL_COMMANDS
+        for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
+            envelope = None
+            if rtype == kv_type and len(payload) >= 8:
+                db, key_pos, argc = kv_head(payload, 0)
+                data = payload[8 + 4 * argc :]
+                if 0 < key_pos < argc and data.isascii():
+                    text = data.decode("ascii")
+                    if text.isprintable() and '"' not in text and "\\" not in text:
+                        lengths = lengths_struct(argc).unpack_from(payload, 8)
+                        first = lengths[0]
+                        if argc == 2:  # INCR k, DEL k, LPOP k (unrolled: a loop costs more)
+                            args = [text[first:]]
+                            pos = first + lengths[1]
+                        elif argc == 3:  # SET k v, LPUSH k v, SADD k m
+                            pos = first + lengths[1]
+                            args = [text[first:pos], text[pos:]]
+                            pos += lengths[2]
+                        else:
+                            args, pos = [], first
+                            for length in lengths[1:]:
+                                args.append(text[pos : pos + length])
+                                pos += length
+                        if pos == len(data):  # else: the general path names the damage
+                            command = text[:first].upper()
+                            op = kv_op(command, key_pos) if command in special else "u"
+                            if op == "u":
+                                head, mid, end = head_u, mid_u, end_u
+                            else:
+                                head, mid, end = head_d, mid_d, end_d
+                            us = str(commit_us)
+                            if commit_us >= 1000:  # ms and ns from the digits of us
+                                ms, ns = us[:-3], us + "000"
+                            else:
+                                ms, ns = str(commit_us // 1000), str(commit_us * 1000)
+                            if flags & FLAG_BATCH:
+                                order = bidx + 1
+                                txn = f"{t_id}{lsn - bidx}{t_total}{order}{t_order}{order}}}"
+                            else:
+                                txn = "null"
+                            key, joined = args[key_pos - 1], '","'.join(args)
+                            source_db = "null" if command == "FLUSHALL" else db
+                            envelope = (
+                                f"{head}{command}{p_db}{db}{p_key}{key}{p_args}{joined}{mid}{ms}"
+                                f"{p_us}{us}{p_ns}{ns}{p_sdb}{source_db}{p_lsn}{lsn}{p_txn}"
+                                f"{txn}{end}"
+                            ).encode()
+            if envelope is None:
+                op, envelope = general(lsn, rtype, flags, bidx, commit_us, payload, offset, now_us)
+            append(new(ChangeEvent, (shard, lsn, op, commit_us, envelope, rtype, payload)))
+
+    def _general(
+        self, lsn: int, rtype: int, flags: int, bidx: int, commit_us: int, payload: bytes,
+        offset: int, now_us: int,
+    ) -> tuple[str, bytes]:  # fmt: skip
+        """(op, envelope) of any record: typed decode, a dict, ``orjson.dumps``."""
+        try:
+            record = decode_payload(rtype, payload)
+        except PayloadError as exc:
+            raise CorruptionError(
+                f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
+            ) from None
+        op = op_of(record)
+        db = record.db if isinstance(record, KvCommand) else None
+        if isinstance(record, KvCommand) and record.command == b"FLUSHALL":
+            db = None
+        source = {
+            "version": SOURCE_VERSION,
+            "connector": CONNECTOR,
+            "name": self.name,
+            "ts_ms": commit_us // 1000,
+            "ts_us": commit_us,
+            "ts_ns": commit_us * 1000,
+            "snapshot": "false",
+            "db": db,
+            "shard": self.shard,
+            "lsn": lsn,
+        }
+        transaction = (
+            {"id": f"{self.shard}:{lsn - bidx}", "total_order": bidx + 1,
+             "data_collection_order": bidx + 1}
+            if flags & FLAG_BATCH else None
+        )  # fmt: skip
+        if isinstance(record, Checkpoint):
+            content = orjson.dumps({"checkpoint_lsn": record.checkpoint_lsn, "label": record.label})
+            message = {"prefix": CHECKPOINT_PREFIX, "content": _b64encode(content).decode("ascii")}
+            envelope = {"op": op, "ts_ms": now_us // 1000, "source": source,
+                        "transaction": transaction, "message": message}  # fmt: skip
+            return op, orjson.dumps(envelope)
+        image = _kv_image(record) if isinstance(record, KvCommand) else _image(record)
+        before, after = {"u": (None, image), "d": (image, None)}.get(op, (None, None))
+        envelope = {
+            "before": before,
+            "after": after,
+            "source": source,
+            "transaction": transaction,
+            "op": op,
+            "ts_ms": now_us // 1000,
+            "ts_us": now_us,
+            "ts_ns": now_us * 1000,
+        }
+        return op, orjson.dumps(envelope)

@@ -12,41 +12,49 @@ Op rules (docs/envelopes.md explains them):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
-from moonish.log.records import Checkpoint, KvCommand, Record
+from moonish.log.records import Checkpoint, KvCommand, Record, decode_payload
 
-DELETE_COMMANDS = frozenset({b"DEL", b"UNLINK", b"GETDEL"})
+DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
 """Commands that remove the key they name."""
-SOURCE_DELETE_COMMANDS = frozenset({b"RENAME", b"RENAMENX"})
+SOURCE_DELETE_COMMANDS = frozenset({"RENAME", "RENAMENX"})
 """Commands that remove their first key (the source) and write their second."""
-TRUNCATE_COMMANDS = frozenset({b"FLUSHDB", b"FLUSHALL"})
+TRUNCATE_COMMANDS = frozenset({"FLUSHDB", "FLUSHALL"})
 """Commands that empty a whole database (or all of them)."""
+SPECIAL_COMMANDS = DELETE_COMMANDS | SOURCE_DELETE_COMMANDS | TRUNCATE_COMMANDS
+"""Every command whose op is not ``u`` for some key position."""
 
 
-@dataclass(frozen=True, slots=True)
-class ChangeEvent:
+class ChangeEvent(NamedTuple):
     """One record of a shard as a change event.
 
     Attributes:
         shard: the shard id.
         lsn: the record's LSN.
         op: the Debezium op: ``u``, ``d``, ``t`` or ``m`` (see the module docstring).
-        record: the typed record (``KvCommand``, ``TemporalUpsert``, ``GraphMutation``,
-            ``Checkpoint``).
         commit_us: commit time, microseconds since the Unix epoch.
         envelope: the payload-only Debezium JSON envelope, UTF-8, no trailing newline.
+        record_type: the frame's record type (``RecordType``).
+        payload: the record's payload bytes as stored.
     """
 
     shard: int
     lsn: int
     op: str
-    record: Record
     commit_us: int
     envelope: bytes
+    record_type: int
+    payload: bytes
+
+    @property
+    def record(self) -> Record:
+        """The typed record (``KvCommand``, ``TemporalUpsert``, ``GraphMutation`` or
+        ``Checkpoint``), decoded on each access."""
+        return decode_payload(self.record_type, self.payload)
 
 
-def kv_op(command: bytes, key_pos: int) -> str:
+def kv_op(command: str, key_pos: int) -> str:
     """The Debezium op for a kv command (upper-cased name) about ``argv[key_pos]``."""
     if command in DELETE_COMMANDS:
         return "d"
@@ -60,7 +68,7 @@ def kv_op(command: bytes, key_pos: int) -> str:
 def op_of(record: Record) -> str:
     """The Debezium op code for ``record`` (see the module docstring)."""
     if isinstance(record, KvCommand):
-        return kv_op(record.command, record.key_pos)
+        return kv_op(record.command.decode(errors="replace"), record.key_pos)
     if isinstance(record, Checkpoint):
         return "m"
     return "u"

@@ -170,3 +170,15 @@ def test_envelopes_are_compact_single_lines() -> None:
     frame = Frame(1, rtype, 0, 0, 1, 0, payload, 40)
     raw = EnvelopeEncoder(0).encode([frame])[0].envelope
     assert b"\n" not in raw and orjson.loads(raw)["source"]["lsn"] == 1
+
+
+@pytest.mark.parametrize("commit_us", [0, 999, 1000, -1, -1500, 1_795_000_000_000_001])
+def test_source_timestamps_for_any_commit_time(commit_us: int) -> None:
+    rtype, payload = encode_payload(SET)
+    frame = Frame(1, rtype, 0, 0, 1, commit_us, payload, 40)
+    source = orjson.loads(EnvelopeEncoder(0).encode([frame])[0].envelope)["source"]
+    assert (source["ts_ms"], source["ts_us"], source["ts_ns"]) == (
+        commit_us // 1000,
+        commit_us,
+        commit_us * 1000,
+    )

@@ -125,6 +125,7 @@ def scan_frames(
     """
     frames: list[Frame] = []
     append = frames.append
+    new = tuple.__new__  # builds the Frame without NamedTuple's slower __new__
     unpack = FRAME_HEADER.unpack_from
     crc_of = crc32c.crc32c
     view = memoryview(buf)
@@ -196,17 +197,14 @@ def scan_frames(
             )
             break
         append(
-            Frame(
-                lsn,
-                rtype,
-                flags,
-                bidx,
-                bsize,
-                commit_us,
-                buf[pos + header_bytes : frame_end],
-                file_offset + pos,
+            new(
+                Frame,
+                (
+                    lsn, rtype, flags, bidx, bsize, commit_us,
+                    buf[pos + header_bytes : frame_end], file_offset + pos,
+                ),
             )
-        )
+        )  # fmt: skip
         pos = frame_end
         next_lsn += 1
         if bidx + 1 == bsize:

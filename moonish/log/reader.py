@@ -39,6 +39,7 @@ from moonish.log.segment import (
 )
 
 READ_CHUNK_BYTES = 1024 * 1024
+_NEEDS_MORE = (StopKind.SHORT, StopKind.OPEN_BATCH)
 
 
 class ShardReader:
@@ -60,6 +61,7 @@ class ShardReader:
         self._offset = 0
         self._next_lsn = 1
         self._mid_batch = False
+        self._buf, self._buf_start = b"", 0
 
     @property
     def next_lsn(self) -> int:
@@ -161,12 +163,14 @@ class ShardReader:
             )
         self.shard_id = header.shard_id
         self._fd, self._base, self._path = fd, base, path
+        self._buf, self._buf_start = b"", 0
         self._offset, self._next_lsn, self._mid_batch = SEGMENT_HEADER_BYTES, base, False
 
     def _close_segment(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
         self._fd, self._base = -1, None
+        self._buf, self._buf_start = b"", 0
 
     def close(self) -> None:
         """Release the open segment file. The reader can be re-positioned with ``seek``."""
@@ -197,47 +201,50 @@ class ShardReader:
         return frames
 
     def _fetch(self, max_records: int) -> list[Frame]:
-        """Committed frames from the current position in the current segment (one read)."""
+        """Committed frames from the current position in the current segment.
+
+        Reads through a read-ahead buffer of ``READ_CHUNK_BYTES`` (more for a large frame or
+        batch), so consecutive polls do not re-read the file; the buffer is refreshed whenever
+        it ends before the file does, and decisions about a torn tail are only taken on a
+        buffer that runs to the current end of the file.
+        """
         fd, offset = self._fd, self._offset
         size = os.fstat(fd).st_size
         want = READ_CHUNK_BYTES
         while offset < size:
-            length = min(want, size - offset)
-            buf = os.pread(fd, length, offset)
+            buf, start = self._buf, self._buf_start
+            if not start <= offset < start + len(buf):
+                buf, start = os.pread(fd, min(want, size - offset), offset), offset
+                self._buf, self._buf_start = buf, start
             frames, end, stop = scan_frames(
-                buf,
-                0,
-                self._next_lsn,
-                max_records,
-                mid_batch_start=self._mid_batch,
-                file_offset=offset,
-            )
+                buf, offset - start, self._next_lsn, max_records,
+                mid_batch_start=self._mid_batch, file_offset=start,
+            )  # fmt: skip
             if frames:
                 if len(frames) > max_records:
                     rest = frames[max_records]
                     del frames[max_records:]
                     self._offset, self._next_lsn, self._mid_batch = rest.offset, rest.lsn, True
                 else:
-                    self._offset, self._next_lsn, self._mid_batch = (
-                        offset + end,
-                        frames[-1].lsn + 1,
-                        False,
-                    )
+                    self._offset, self._next_lsn = start + end, frames[-1].lsn + 1
+                    self._mid_batch = False
                 return frames
+            if (stop is None or stop.kind in _NEEDS_MORE) and start + len(buf) < size:
+                if start == offset and stop is not None:  # one frame or batch outgrew the buffer
+                    want = max(want * 2, (stop.frame_end or 0) - offset)
+                self._buf = b""
+                continue
             if stop is None:
                 return []
-            if length < size - offset and stop.kind in (StopKind.SHORT, StopKind.OPEN_BATCH):
-                want = max(want * 2, (stop.frame_end or 0) - offset)
-                continue
-            if is_torn_tail(buf, stop, offset) and not self._sealed():
+            if is_torn_tail(buf, stop, start) and not self._sealed():
                 return []
             new_size = os.fstat(fd).st_size
             if new_size != size:
-                size = new_size
+                size, self._buf = new_size, b""
                 continue
             sealed = (
                 " in a sealed segment (a newer one exists)"
-                if is_torn_tail(buf, stop, offset)
+                if is_torn_tail(buf, stop, start)
                 else ""
             )
             raise CorruptionError(

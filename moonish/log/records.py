@@ -2,13 +2,15 @@
 
 Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``len`` bytes::
 
-    kv         := db:u16 key_pos:u16 argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
+    kv         := db:u16 key_pos:u16 argc:u32 len:u32[argc] argv[0] .. argv[argc-1]
     temporal   := valid_from_ms:i64 system_from_ms:i64 bytes(key) bytes(value)
     graph      := entity_kind:u8 has_valid_to:u8 reserved:u16 valid_to_ms:i64
                   system_from_ms:i64 bytes(entity_id) bytes(properties)
     checkpoint := checkpoint_lsn:u64 bytes(label, UTF-8)
 
-``key_pos`` is the index in ``argv`` of the key this record is about, 0 when the command has no
+A kv payload lists all argument lengths before the argument bytes, so a reader gets every length
+with one ``struct`` call. ``key_pos`` is the index in ``argv`` of the key this record is about, 0
+when the command has no
 key (FLUSHDB). A command that touches several keys is written as one record per key, as an
 atomic batch, so every record says what happened to exactly one key.
 """
@@ -16,13 +18,14 @@ atomic batch, so every record says what happened to exactly one key.
 from __future__ import annotations
 
 import enum
+import functools
 import struct
 from dataclasses import dataclass
 
 from moonish.log.format import RecordType
 
 _U32 = struct.Struct("<I")
-_KV_HEAD = struct.Struct(
+KV_HEAD = struct.Struct(
     "<"
     "H"  # db: Redis database index
     "H"  # key_pos: index in argv of this record's key, 0 = none
@@ -45,6 +48,12 @@ _CHECKPOINT_HEAD = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
 MAX_DB = 0xFFFF
+
+
+@functools.lru_cache(maxsize=256)
+def lengths_struct(argc: int) -> struct.Struct:
+    """The ``struct.Struct`` of ``argc`` little-endian u32 argument lengths (cached)."""
+    return struct.Struct(f"<{argc}I")
 
 
 class PayloadError(ValueError):
@@ -132,8 +141,10 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
             raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
         if not 0 <= record.key_pos < len(record.argv):
             raise ValueError(f"key_pos {record.key_pos} is outside argv of {len(record.argv)}")
-        head = _KV_HEAD.pack(record.db, record.key_pos, len(record.argv))
-        return RecordType.KV, head + b"".join(_blob(arg) for arg in record.argv)
+        argc = len(record.argv)
+        head = KV_HEAD.pack(record.db, record.key_pos, argc)
+        lengths = lengths_struct(argc).pack(*map(len, record.argv))
+        return RecordType.KV, head + lengths + b"".join(record.argv)
     if isinstance(record, TemporalUpsert):
         head = _TEMPORAL_HEAD.pack(record.valid_from_ms, record.system_from_ms)
         return RecordType.TEMPORAL, head + _blob(record.key) + _blob(record.value)
@@ -158,28 +169,30 @@ def _read_blob(payload: bytes, pos: int) -> tuple[bytes, int]:
     return payload[pos:end], end
 
 
-def decode_kv(payload: bytes) -> KvCommand:
-    """Decode a kv payload. Raises PayloadError when it does not follow the grammar."""
+def kv_arguments(payload: bytes) -> tuple[int, int, list[bytes]]:
+    """``(db, key_pos, argv)`` of a kv payload. Raises PayloadError if it breaks the grammar."""
     try:
-        db, key_pos, argc = _KV_HEAD.unpack_from(payload, 0)
-        pos = _KV_HEAD.size
-        argv = []
-        unpack_len = _U32.unpack_from
-        size = len(payload)
-        for _ in range(argc):
-            (length,) = unpack_len(payload, pos)
-            pos += 4
-            end = pos + length
-            if end > size:
-                raise PayloadError(f"argument overruns the payload at payload offset {pos}")
-            argv.append(payload[pos:end])
-            pos = end
+        db, key_pos, argc = KV_HEAD.unpack_from(payload, 0)
+        lengths = lengths_struct(argc).unpack_from(payload, KV_HEAD.size)
     except struct.error as exc:
         raise PayloadError(f"truncated kv payload: {exc}") from None
-    if pos != size:
-        raise PayloadError(f"{size - pos} unexpected bytes after the last argument")
+    pos = KV_HEAD.size + 4 * argc
+    argv = []
+    for length in lengths:
+        argv.append(payload[pos : pos + length])
+        pos += length
+    if pos != len(payload):
+        raise PayloadError(
+            f"argument lengths add up to {pos} bytes, the payload has {len(payload)}"
+        )
     if argc == 0 or key_pos >= argc:
         raise PayloadError(f"key_pos {key_pos} is outside argv of {argc}")
+    return db, key_pos, argv
+
+
+def decode_kv(payload: bytes) -> KvCommand:
+    """Decode a kv payload. Raises PayloadError when it does not follow the grammar."""
+    db, key_pos, argv = kv_arguments(payload)
     return KvCommand(db, tuple(argv), key_pos)
 
 

@@ -1,0 +1,265 @@
+"""moonish benchmarks (``make bench``). Prints a markdown report; docs/benchmarks.md quotes it.
+
+1. read: read + decode + encode over a WAL of >= 1M records made by importing the real Redis
+   AOF fixture repeatedly into one shard, against a bare loop that only reads the file, checks
+   each frame's CRC and calls ``orjson.dumps`` once per record. Rounds alternate the two; the
+   report gives medians and the median of the per-round ratios.
+2. position: ``read`` of 10 records at the end of a 10 MB and of a 1 GB WAL (in process, and
+   the whole ``moonish cdc read`` command), beside a full scan of each WAL (what a reader that
+   rescans the log per poll, like Moon's CDC.READ, pays).
+3. writer: records/s for single appends and batches of 10 under each fsync policy.
+4. follow: latency from append (commit time) in a writer process to the envelope read from
+   ``moonish cdc tail --follow`` in another process: p50 and p99.
+
+The benchmark process pins itself to one core. Data goes to bench-data/ (reused across runs).
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import crc32c
+import orjson
+
+import moonish.api
+from moonish.log.format import FRAME_PREFIX, SEGMENT_HEADER_BYTES
+from moonish.log.reader import ShardReader
+from moonish.log.records import KvCommand
+from moonish.log.segment import list_segments, segment_path
+from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
+from moonish.redis.importer import import_aof
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "bench-data"
+AOF = ROOT / "fixtures" / "redis-aof" / "mixed" / "appendonlydir"
+MOONISH = [sys.executable, "-c", "from cli.main import entry; entry()"]
+READ_RECORDS = 1_000_000
+ROUNDS = 5
+
+
+def median_of(runs: int, measure: Callable[[], float]) -> float:
+    return statistics.median(measure() for _ in range(runs))
+
+
+# -- 1. read throughput ----------------------------------------------------------------------
+
+
+def read_wal() -> Path:
+    data_dir = DATA / "read"
+    shard = data_dir / "shard-0"
+    if shard.exists() and moonish.api.info(shard)["next_lsn"] > READ_RECORDS:
+        return shard
+    shutil.rmtree(data_dir, ignore_errors=True)
+    while not shard.exists() or moonish.api.info(shard)["next_lsn"] <= READ_RECORDS:
+        import_aof(AOF, data_dir, 1)
+    return shard
+
+
+def moonish_read(shard: Path) -> tuple[int, float]:
+    started = time.perf_counter()
+    count = 0
+    with moonish.api.tail(shard, 0) as stream:
+        for batch in stream.batches():
+            count += len(batch)
+    return count, time.perf_counter() - started
+
+
+def bare_loop(shard: Path) -> tuple[int, float]:
+    """Read each segment in 1 MiB chunks, check every frame's CRC, orjson.dumps once each."""
+    started = time.perf_counter()
+    count = 0
+    dumps, crc_of, prefix = orjson.dumps, crc32c.crc32c, FRAME_PREFIX.unpack_from
+    for base in list_segments(str(shard)):
+        with open(segment_path(str(shard), base), "rb") as handle:
+            buf = handle.read(1 << 20)[SEGMENT_HEADER_BYTES:]
+            while buf:
+                view, pos, end = memoryview(buf), 0, len(buf)
+                while end - pos >= 8:
+                    crc, body = prefix(buf, pos)
+                    if pos + 8 + body > end:
+                        break
+                    if crc_of(view[pos + 4 : pos + 8 + body]) != crc:
+                        raise SystemExit("bad CRC in the benchmark WAL")
+                    dumps({"offset": pos, "bytes": body})
+                    pos += 8 + body
+                    count += 1
+                more = handle.read(1 << 20)
+                buf = buf[pos:] + more if more else b""
+    return count, time.perf_counter() - started
+
+
+def bench_read() -> list[str]:
+    shard = read_wal()
+    ours, bare, ratios = [], [], []
+    for _ in range(ROUNDS):
+        count, seconds = moonish_read(shard)
+        bare_count, bare_seconds = bare_loop(shard)
+        assert bare_count == count
+        ours.append(count / seconds)
+        bare.append(count / bare_seconds)
+        ratios.append((count / seconds) / (count / bare_seconds))
+    return [
+        f"records: {count:,} (the real AOF fixture imported {count // 79945} times into 1 shard)",
+        f"moonish read + decode + encode: median {statistics.median(ours):,.0f} events/s "
+        f"(rounds: {', '.join(f'{x:,.0f}' for x in ours)})",
+        f"bare loop (read, CRC, orjson.dumps): median {statistics.median(bare):,.0f} records/s",
+        f"ratio moonish / bare loop: median {statistics.median(ratios):.2f}",
+    ]
+
+
+# -- 2. positioning ---------------------------------------------------------------------------
+
+
+def sized_wal(name: str, size_bytes: int) -> Path:
+    shard = DATA / name / "shard-0"
+    if shard.exists() and moonish.api.info(shard)["bytes"] >= size_bytes:
+        return shard
+    shutil.rmtree(shard.parent, ignore_errors=True)
+    value = b"v" * 200
+    with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
+        written, i = 0, 0
+        while written < size_bytes:
+            batch = [KvCommand(0, (b"SET", b"key:%012d" % (i + j), value)) for j in range(1000)]
+            writer.append_batch(batch)
+            i += 1000
+            written += 1000 * 260
+    return shard
+
+
+def bench_position() -> list[str]:
+    lines = []
+    results = {}
+    for name, size in (("10MB", 10 * 1024 * 1024), ("1GB", 1024 * 1024 * 1024)):
+        shard = sized_wal(f"position-{name}", size)
+        facts = moonish.api.info(shard)
+        start = facts["latest_lsn"] - 9
+
+        def in_process(shard: Path = shard, start: int = start) -> float:
+            began = time.perf_counter()
+            assert len(moonish.api.read(shard, start, 10).events) == 10
+            return time.perf_counter() - began
+
+        def command(shard: Path = shard, start: int = start) -> float:
+            began = time.perf_counter()
+            subprocess.run([*MOONISH, "cdc", "read", str(shard), str(start), "--limit", "10"],
+                           check=True, capture_output=True)  # fmt: skip
+            return time.perf_counter() - began
+
+        def full_scan(shard: Path = shard) -> float:
+            began = time.perf_counter()
+            reader = ShardReader(shard)
+            reader.seek(1)
+            while reader.poll(65536):
+                pass
+            reader.close()
+            return time.perf_counter() - began
+
+        results[name] = (median_of(50, in_process), median_of(10, command))
+        scan = median_of(3, full_scan)
+        lines.append(
+            f"{name} WAL ({facts['bytes'] / 2**20:,.0f} MiB, {facts['segments']} segments, "
+            f"{facts['latest_lsn']:,} records): read of the last 10 in process median "
+            f"{results[name][0] * 1000:.2f} ms, `moonish cdc read` median "
+            f"{results[name][1] * 1000:.0f} ms; a full scan takes {scan * 1000:,.0f} ms"
+        )
+    small, large = results["10MB"], results["1GB"]
+    lines.append(
+        f"ratio 1 GB / 10 MB: in process {large[0] / small[0]:.2f}, command {large[1] / small[1]:.2f}"
+    )
+    return lines
+
+
+# -- 3. writer --------------------------------------------------------------------------------
+
+
+def bench_writer() -> list[str]:
+    lines = []
+    for policy in FsyncPolicy:
+        singles = 2_000 if policy is FsyncPolicy.ALWAYS else 200_000
+        for batch_size in (1, 10):
+            path = DATA / "writer" / f"{policy.value}-{batch_size}"
+            shutil.rmtree(path, ignore_errors=True)
+            records = [KvCommand(0, (b"SET", b"key:%012d" % i, b"v" * 100)) for i in range(10)]
+            writer = WalWriter(path, WriterOptions(fsync=policy))
+            began = time.perf_counter()
+            if batch_size == 1:
+                for i in range(singles):
+                    writer.append(records[i % 10])
+            else:
+                for _ in range(singles // 10):
+                    writer.append_batch(records)
+            writer.close()
+            seconds = time.perf_counter() - began
+            kind = "single appends" if batch_size == 1 else "batches of 10"
+            lines.append(f"fsync {policy.value}, {kind}: {singles / seconds:,.0f} records/s "
+                         f"({singles:,} records, close included)")  # fmt: skip
+            shutil.rmtree(path)
+    return lines
+
+
+# -- 4. follow latency ------------------------------------------------------------------------
+
+FOLLOW_WRITER = """
+import sys, time
+from moonish.log.records import KvCommand
+from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
+with WalWriter(sys.argv[1], WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
+    for i in range(int(sys.argv[2])):
+        writer.append(KvCommand(0, (b"SET", b"key:%d" % i, b"value")))
+        time.sleep(0.002)
+"""
+
+
+def bench_follow(samples: int = 2000) -> list[str]:
+    shard = DATA / "follow" / "shard-0"
+    shutil.rmtree(shard.parent, ignore_errors=True)
+    shard.mkdir(parents=True)
+    follower = subprocess.Popen([*MOONISH, "cdc", "tail", str(shard), "--follow"],
+                                stdout=subprocess.PIPE)  # fmt: skip
+    latencies_ms = []
+    with follower:
+        time.sleep(1.0)
+        writer = subprocess.Popen([sys.executable, "-c", FOLLOW_WRITER, str(shard), str(samples)])
+        assert follower.stdout is not None
+        for _ in range(samples):
+            line = follower.stdout.readline()
+            received_us = time.time_ns() // 1000
+            latencies_ms.append((received_us - orjson.loads(line)["source"]["ts_us"]) / 1000)
+        writer.wait()
+        follower.terminate()
+    latencies_ms.sort()
+    p50 = latencies_ms[len(latencies_ms) // 2]
+    p99 = latencies_ms[int(len(latencies_ms) * 0.99)]
+    return [
+        f"{samples} appends 2 ms apart, writer and `moonish cdc tail --follow` in separate "
+        f"processes: p50 {p50:.2f} ms, p99 {p99:.2f} ms, max {latencies_ms[-1]:.2f} ms"
+    ]
+
+
+def main() -> None:
+    os.sched_setaffinity(0, {0})
+    DATA.mkdir(exist_ok=True)
+    print(f"# moonish benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+          f", benchmark process pinned to one core")  # fmt: skip
+    sections = [("read", bench_read), ("position", bench_position), ("writer", bench_writer),
+                ("follow", bench_follow)]  # fmt: skip
+    only = sys.argv[1:]
+    for title, bench in sections:
+        if only and title not in only:
+            continue
+        print(f"\n## {title}")
+        for line in bench():
+            print(f"- {line}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

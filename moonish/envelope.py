@@ -36,13 +36,13 @@ from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
     KV_HEAD,
+    LENGTHS_STRUCTS,
     Checkpoint,
     GraphMutation,
     KvCommand,
     PayloadError,
     TemporalUpsert,
     decode_payload,
-    lengths_struct,
 )
 
 CONNECTOR = "moonish"
@@ -175,52 +175,62 @@ class EnvelopeEncoder:
         shard, general = self.shard, self._general
         new, append = tuple.__new__, events.append
         kv_type, kv_head, special = RecordType.KV, KV_HEAD.unpack_from, SPECIAL_COMMANDS
+        small_lengths, few = LENGTHS_STRUCTS, len(LENGTHS_STRUCTS)
+        last_commit_us, us, ms, ns = None, "", "", ""
         for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
             envelope = None
             if rtype == kv_type and len(payload) >= 8:
                 db, key_pos, argc = kv_head(payload, 0)
-                data = payload[8 + 4 * argc :]
-                if 0 < key_pos < argc and data.isascii():
-                    text = data.decode("ascii")
-                    if text.isprintable() and '"' not in text and "\\" not in text:
-                        lengths = lengths_struct(argc).unpack_from(payload, 8)
-                        first = lengths[0]
-                        if argc == 2:  # INCR k, DEL k, LPOP k (unrolled: a loop costs more)
-                            args = [text[first:]]
-                            pos = first + lengths[1]
-                        elif argc == 3:  # SET k v, LPUSH k v, SADD k m
-                            pos = first + lengths[1]
-                            args = [text[first:pos], text[pos:]]
-                            pos += lengths[2]
+                try:
+                    text = payload[8 + 4 * argc :].decode("ascii")
+                except UnicodeDecodeError:
+                    text = ""  # not ASCII: the general path
+                if (
+                    0 < key_pos < argc < few
+                    and text  # empty: too short for its length table, or all-empty argv
+                    and text.isprintable()
+                    and '"' not in text
+                    and "\\" not in text
+                ):
+                    lengths = small_lengths[argc].unpack_from(payload, 8)
+                    first = lengths[0]
+                    if argc == 2:  # INCR k, DEL k, LPOP k (unrolled: a loop costs more)
+                        args = [text[first:]]
+                        pos = first + lengths[1]
+                    elif argc == 3:  # SET k v, LPUSH k v, SADD k m
+                        pos = first + lengths[1]
+                        args = [text[first:pos], text[pos:]]
+                        pos += lengths[2]
+                    else:
+                        args, pos = [], first
+                        for length in lengths[1:]:
+                            args.append(text[pos : pos + length])
+                            pos += length
+                    if pos == len(text):  # else: the general path names the damage
+                        command = text[:first].upper()
+                        op = kv_op(command, key_pos) if command in special else "u"
+                        if op == "u":
+                            head, mid, end = head_u, mid_u, end_u
                         else:
-                            args, pos = [], first
-                            for length in lengths[1:]:
-                                args.append(text[pos : pos + length])
-                                pos += length
-                        if pos == len(data):  # else: the general path names the damage
-                            command = text[:first].upper()
-                            op = kv_op(command, key_pos) if command in special else "u"
-                            if op == "u":
-                                head, mid, end = head_u, mid_u, end_u
-                            else:
-                                head, mid, end = head_d, mid_d, end_d
-                            us = str(commit_us)
+                            head, mid, end = head_d, mid_d, end_d
+                        if commit_us != last_commit_us:  # a batch shares one commit time
+                            last_commit_us, us = commit_us, str(commit_us)
                             if commit_us >= 1000:  # ms and ns from the digits of us
                                 ms, ns = us[:-3], us + "000"
                             else:
                                 ms, ns = str(commit_us // 1000), str(commit_us * 1000)
-                            if flags & FLAG_BATCH:
-                                order = bidx + 1
-                                txn = f"{t_id}{lsn - bidx}{t_total}{order}{t_order}{order}}}"
-                            else:
-                                txn = "null"
-                            key, joined = args[key_pos - 1], '","'.join(args)
-                            source_db = "null" if command == "FLUSHALL" else db
-                            envelope = (
-                                f"{head}{command}{p_db}{db}{p_key}{key}{p_args}{joined}{mid}{ms}"
-                                f"{p_us}{us}{p_ns}{ns}{p_sdb}{source_db}{p_lsn}{lsn}{p_txn}"
-                                f"{txn}{end}"
-                            ).encode()
+                        if flags & FLAG_BATCH:
+                            order = bidx + 1
+                            txn = f"{t_id}{lsn - bidx}{t_total}{order}{t_order}{order}}}"
+                        else:
+                            txn = "null"
+                        key, joined = args[key_pos - 1], '","'.join(args)
+                        source_db = "null" if command == "FLUSHALL" else db
+                        envelope = (
+                            f"{head}{command}{p_db}{db}{p_key}{key}{p_args}{joined}{mid}{ms}"
+                            f"{p_us}{us}{p_ns}{ns}{p_sdb}{source_db}{p_lsn}{lsn}{p_txn}"
+                            f"{txn}{end}"
+                        ).encode()
             if envelope is None:
                 op, envelope = general(lsn, rtype, flags, bidx, commit_us, payload, offset, now_us)
             append(new(ChangeEvent, (shard, lsn, op, commit_us, envelope, rtype, payload)))

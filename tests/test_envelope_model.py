@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import base64
+import struct
 from typing import Any
 
 import orjson
@@ -13,9 +14,10 @@ from hypothesis import strategies as st
 from moonish import __version__
 from moonish.clock import FixedClock
 from moonish.envelope import EnvelopeEncoder
-from moonish.log.format import FLAG_BATCH
+from moonish.errors import CorruptionError
+from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import KvCommand, encode_payload
+from moonish.log.records import KvCommand, decode_payload, encode_payload
 
 NOW_US = 1_796_000_000_123_456
 
@@ -114,3 +116,18 @@ def test_optimised_encoder_equals_the_reference(
     event = encoder.encode([frame])[0]
     assert event.envelope == reference(record, lsn + index, commit_us, batch)
     assert event.record == record
+
+
+@settings(max_examples=400, deadline=None)
+@given(payload=st.binary(max_size=40), head=st.tuples(st.integers(0, 3), st.integers(0, 4)))
+def test_any_kv_payload_encodes_or_raises_corruption(payload: bytes, head: tuple[int, int]) -> None:
+    key_pos, argc = head
+    data = struct.pack("<HHI", 0, key_pos, argc) + payload
+    frame = Frame(1, RecordType.KV, 0, 0, 1, 1000, data, 40)
+    try:
+        event = EnvelopeEncoder(0).encode([frame])[0]
+    except CorruptionError as error:
+        assert (error.lsn, error.offset) == (1, 40)
+    else:
+        assert event.record == decode_payload(RecordType.KV, data)
+        assert orjson.loads(event.envelope)["source"]["lsn"] == 1

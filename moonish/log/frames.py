@@ -135,76 +135,54 @@ def scan_frames(
     open_size = 0  # size of the batch being collected, 0 when none is open
     expect_index = 0
     header_bytes = FRAME_HEADER_BYTES
+    min_body, max_body, unknown_flags = FRAME_BODY_MIN_BYTES, MAX_BODY_BYTES, ~KNOWN_FLAGS
     stop: Stop | None = None
     while pos < end:
         if end - pos < header_bytes:
             stop = Stop(StopKind.SHORT, file_offset + pos, next_lsn)
             break
         crc, body, lsn, rtype, flags, _, bidx, bsize, commit_us = unpack(buf, pos)
-        if body < FRAME_BODY_MIN_BYTES or body > MAX_BODY_BYTES:
-            stop = Stop(
-                StopKind.BAD_LENGTH, file_offset + pos, next_lsn, None, f"{body} body bytes"
-            )
-            break
         frame_end = pos + 8 + body
-        if frame_end > end:
-            stop = Stop(StopKind.SHORT, file_offset + pos, next_lsn, file_offset + frame_end)
+        if (
+            frame_end > end
+            or body < min_body
+            or body > max_body
+            or lsn != next_lsn
+            or flags & unknown_flags
+            or crc_of(view[pos + 4 : frame_end]) != crc
+        ):
+            stop = _diagnose(view, pos, end, next_lsn, file_offset)
             break
-        if crc_of(view[pos + 4 : frame_end]) != crc:
-            stop = Stop(StopKind.BAD_CRC, file_offset + pos, next_lsn, file_offset + frame_end)
-            break
-        if lsn != next_lsn:
-            stop = Stop(
-                StopKind.BAD_LSN,
-                file_offset + pos,
-                next_lsn,
-                file_offset + frame_end,
-                f"found LSN {lsn}",
-            )
-            break
-        if flags & ~KNOWN_FLAGS:
-            stop = Stop(
-                StopKind.BAD_FLAGS,
-                file_offset + pos,
-                lsn,
-                file_offset + frame_end,
-                f"flags 0x{flags:02x}",
-            )
-            break
+        if bsize == 1 and not open_size and not bidx:  # a record on its own: the usual case
+            payload = buf[pos + header_bytes : frame_end]
+            append(new(Frame, (lsn, rtype, flags, 0, 1, commit_us, payload, file_offset + pos)))
+            pos = committed_pos = frame_end
+            next_lsn += 1
+            committed += 1
+            if committed >= max_records:
+                break
+            continue
         if open_size:
             if bidx != expect_index or bsize != open_size:
                 stop = Stop(
-                    StopKind.BAD_BATCH,
-                    file_offset + pos,
-                    lsn,
-                    file_offset + frame_end,
+                    StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
                     f"expected record {expect_index} of a batch of {open_size}, "
                     f"found {bidx} of {bsize}",
-                )
+                )  # fmt: skip
                 break
         elif (
             bsize == 0
             or bidx >= bsize
             or (bidx and not (mid_batch_start and not frames))
-            or (bsize > 1 and not flags & FLAG_BATCH)
+            or not flags & FLAG_BATCH
         ):
             stop = Stop(
-                StopKind.BAD_BATCH,
-                file_offset + pos,
-                lsn,
-                file_offset + frame_end,
+                StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
                 f"record {bidx} of a batch of {bsize} where a batch must begin",
-            )
+            )  # fmt: skip
             break
-        append(
-            new(
-                Frame,
-                (
-                    lsn, rtype, flags, bidx, bsize, commit_us,
-                    buf[pos + header_bytes : frame_end], file_offset + pos,
-                ),
-            )
-        )  # fmt: skip
+        append(new(Frame, (lsn, rtype, flags, bidx, bsize, commit_us,
+                           buf[pos + header_bytes : frame_end], file_offset + pos)))  # fmt: skip
         pos = frame_end
         next_lsn += 1
         if bidx + 1 == bsize:
@@ -225,6 +203,23 @@ def scan_frames(
     if committed != len(frames):
         del frames[committed:]
     return frames, committed_pos, stop
+
+
+def _diagnose(view: memoryview, pos: int, end: int, next_lsn: int, file_offset: int) -> Stop:
+    """Why the frame at ``pos`` failed the scanner's combined check, in this precedence:
+    length out of range, cut short, checksum, LSN, flags."""
+    crc, body, lsn, _, flags, *_ = FRAME_HEADER.unpack_from(view, pos)
+    at = file_offset + pos
+    if body < FRAME_BODY_MIN_BYTES or body > MAX_BODY_BYTES:
+        return Stop(StopKind.BAD_LENGTH, at, next_lsn, None, f"{body} body bytes")
+    frame_end = pos + 8 + body
+    if frame_end > end:
+        return Stop(StopKind.SHORT, at, next_lsn, file_offset + frame_end)
+    if crc32c.crc32c(view[pos + 4 : frame_end]) != crc:
+        return Stop(StopKind.BAD_CRC, at, next_lsn, file_offset + frame_end)
+    if lsn != next_lsn:
+        return Stop(StopKind.BAD_LSN, at, next_lsn, file_offset + frame_end, f"found LSN {lsn}")
+    return Stop(StopKind.BAD_FLAGS, at, lsn, file_offset + frame_end, f"flags 0x{flags:02x}")
 
 
 def is_torn_tail(buf: bytes, stop: Stop, file_offset: int = 0) -> bool:

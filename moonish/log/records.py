@@ -50,10 +50,18 @@ _CHECKPOINT_HEAD = struct.Struct(
 MAX_DB = 0xFFFF
 
 
+LENGTHS_STRUCTS = tuple(struct.Struct(f"<{argc}I") for argc in range(64))
+"""``LENGTHS_STRUCTS[argc]``: the lengths of ``argc`` arguments, for argc < 64."""
+
+
 @functools.lru_cache(maxsize=256)
+def _large_lengths_struct(argc: int) -> struct.Struct:
+    return struct.Struct(f"<{argc}I")
+
+
 def lengths_struct(argc: int) -> struct.Struct:
     """The ``struct.Struct`` of ``argc`` little-endian u32 argument lengths (cached)."""
-    return struct.Struct(f"<{argc}I")
+    return LENGTHS_STRUCTS[argc] if argc < 64 else _large_lengths_struct(argc)
 
 
 class PayloadError(ValueError):

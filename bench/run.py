@@ -172,7 +172,8 @@ def bench_position() -> list[str]:
         )
     small, large = results["10MB"], results["1GB"]
     lines.append(
-        f"ratio 1 GB / 10 MB: in process {large[0] / small[0]:.2f}, command {large[1] / small[1]:.2f}"
+        f"ratio 1 GB / 10 MB: in process {large[0] / small[0]:.2f}, "
+        f"command {large[1] / small[1]:.2f}"
     )
     return lines
 
@@ -248,8 +249,8 @@ def main() -> None:
     os.sched_setaffinity(0, {0})
     DATA.mkdir(exist_ok=True)
     print(f"# moonish benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-          f", benchmark process pinned to one core")  # fmt: skip
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
+          f"Python {platform.python_version()}, benchmark process pinned to one core")  # fmt: skip
     sections = [("read", bench_read), ("position", bench_position), ("writer", bench_writer),
                 ("follow", bench_follow)]  # fmt: skip
     only = sys.argv[1:]

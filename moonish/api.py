@@ -34,6 +34,7 @@ from moonish.envelope import CONNECTOR, EnvelopeEncoder
 from moonish.errors import InvalidArgumentError
 from moonish.events import ChangeEvent
 from moonish.follow import ChangeSignal
+from moonish.hotloop import paused_gc
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, require_shard_dir, segment_path
 
@@ -89,9 +90,10 @@ def read(
     reader = ShardReader(wal_dir)
     try:
         reader.seek(start)
-        frames = reader.poll(limit)
-        encoder = EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
-        events = encoder.encode(frames)
+        with paused_gc():
+            frames = reader.poll(limit)
+            encoder = EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
+            events = encoder.encode(frames)
         return ReadResult(Cursor(reader.next_lsn) if frames else Cursor(start), events)
     finally:
         reader.close()
@@ -138,13 +140,17 @@ class Tail:
         while not self._closed:
             if self._signal is not None:
                 self._signal.clear()
-            frames = self._reader.poll(TAIL_BATCH_RECORDS)
-            if frames:
-                if self._encoder is None:
-                    self._encoder = EnvelopeEncoder(
-                        self._reader.shard_id or 0, self._name, self._clock, self._reader.shard_dir
-                    )
-                return self._encoder.encode(frames)
+            with paused_gc():
+                frames = self._reader.poll(TAIL_BATCH_RECORDS)
+                if frames:
+                    if self._encoder is None:
+                        self._encoder = EnvelopeEncoder(
+                            self._reader.shard_id or 0,
+                            self._name,
+                            self._clock,
+                            self._reader.shard_dir,
+                        )
+                    return self._encoder.encode(frames)
             if self._signal is None:
                 return []
             self._signal.wait()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from cli.params import LSN
-from moonish.log.verify import dump_lines
 
 
 @click.command("dump")
@@ -19,5 +18,7 @@ def dump(wal_dir: str, from_lsn: int, limit: int | None) -> None:
 
         moonish wal dump data/shard-0 --from-lsn 100 --limit 20
     """
+    from moonish.log.verify import dump_lines
+
     for line in dump_lines(wal_dir, from_lsn, limit):
         click.echo(line)

@@ -8,8 +8,7 @@ import sys
 import click
 import orjson
 
-from moonish.redis.aof import read_manifest
-from moonish.redis.importer import MAX_SHARDS, import_aof
+from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at least one slot
 
 
 @click.command("import-aof")
@@ -32,6 +31,9 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int) -> None:
 
         moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir data --shards 4
     """
+    from moonish.redis.aof import read_manifest
+    from moonish.redis.importer import import_aof
+
     total = sum(
         os.path.getsize(os.path.join(appendonlydir, f.name)) for f in read_manifest(appendonlydir)
     )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 import moonish.api
-from moonish.log.verify import verify_shard
 
 
 @click.command("verify")
@@ -21,6 +20,8 @@ def verify(wal_dir: str) -> None:
 
         moonish wal verify data
     """
+    from moonish.log.verify import verify_shard
+
     for path in moonish.api.shard_dirs(wal_dir):
         r = verify_shard(path)
         span = f"LSN {r.first_lsn}..{r.last_lsn}" if r.records else "empty"

@@ -7,17 +7,7 @@ nothing, so an append that lands between the poll and the wait still wakes it at
 from __future__ import annotations
 
 import threading
-
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
-from watchdog.observers import Observer
-
-
-class _Signal(FileSystemEventHandler):
-    def __init__(self, event: threading.Event) -> None:
-        self._event = event
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        self._event.set()
+from typing import Any
 
 
 class ChangeSignal:
@@ -33,11 +23,21 @@ class ChangeSignal:
     def __init__(self, directory: str, fallback_ms: int = 1000, watch: bool = True) -> None:
         self._event = threading.Event()
         self._fallback_s = fallback_ms / 1000
-        self._observer: Observer | None = None  # type: ignore[valid-type]
+        self._observer: Any = None
         self.watching = False
         if watch:
+            # watchdog is imported here, not at module load: only followers need it.
+            from watchdog.events import FileSystemEventHandler
+            from watchdog.observers import Observer
+
+            event = self._event
+
+            class Signal(FileSystemEventHandler):
+                def on_any_event(self, _: object) -> None:
+                    event.set()
+
             observer = Observer()
-            observer.schedule(_Signal(self._event), directory, recursive=False)
+            observer.schedule(Signal(), directory, recursive=False)
             try:
                 observer.start()
             except OSError:  # inotify watches exhausted, unsupported file system: poll instead

@@ -29,9 +29,10 @@ from moonish.log.records import MAX_DB, KvCommand
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.redis.aof import AofCommands, AofFormatError, read_manifest
 from moonish.redis.commands import split_command
-from moonish.redis.slots import shard_of_key
+from moonish.redis.slots import SLOT_COUNT, shard_of_key
 
-MAX_SHARDS = 16384
+MAX_SHARDS = SLOT_COUNT
+"""Every shard owns at least one hash slot."""
 
 
 @dataclass

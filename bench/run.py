@@ -42,7 +42,7 @@ DATA = ROOT / "bench-data"
 AOF = ROOT / "fixtures" / "redis-aof" / "mixed" / "appendonlydir"
 MOONISH = [sys.executable, "-c", "from cli.main import entry; entry()"]
 READ_RECORDS = 1_000_000
-ROUNDS = 5
+ROUNDS = 7
 
 
 def median_of(runs: int, measure: Callable[[], float]) -> float:

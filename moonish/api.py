@@ -23,6 +23,7 @@ Example::
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -122,7 +123,9 @@ class Tail:
         self._name, self._clock = name, clock
         self._encoder: EnvelopeEncoder | None = None
         self._pending: deque[ChangeEvent] = deque()
-        self._closed = False
+        self._closed = False  # set by close(), from any thread
+        self._released = False
+        self._lock = threading.Lock()  # held while polling; close() releases files under it
         self._signal = (
             ChangeSignal(self._reader.shard_dir, fallback_poll_ms, watch) if follow else None
         )
@@ -137,24 +140,26 @@ class Tail:
 
     def _next_batch(self) -> list[ChangeEvent]:
         """The next non-empty batch of events; [] when done (end of log, or closed)."""
-        while not self._closed:
-            if self._signal is not None:
-                self._signal.clear()
-            with paused_gc():
-                frames = self._reader.poll(TAIL_BATCH_RECORDS)
-                if frames:
-                    if self._encoder is None:
-                        self._encoder = EnvelopeEncoder(
-                            self._reader.shard_id or 0,
-                            self._name,
-                            self._clock,
-                            self._reader.shard_dir,
-                        )
-                    return self._encoder.encode(frames)
+        while True:
+            with self._lock:
+                if self._closed:
+                    return []
+                if self._signal is not None:
+                    self._signal.clear()
+                with paused_gc():
+                    frames = self._reader.poll(TAIL_BATCH_RECORDS)
+                    if frames:
+                        if self._encoder is None:
+                            self._encoder = EnvelopeEncoder(
+                                self._reader.shard_id or 0,
+                                self._name,
+                                self._clock,
+                                self._reader.shard_dir,
+                            )
+                        return self._encoder.encode(frames)
             if self._signal is None:
                 return []
-            self._signal.wait()
-        return []
+            self._signal.wait()  # not under the lock: close() must get it meanwhile
 
     def __next__(self) -> ChangeEvent:
         if not self._pending:
@@ -176,11 +181,19 @@ class Tail:
             yield batch
 
     def close(self) -> None:
-        """Stop the iteration (also from another thread) and release files and watches."""
+        """Stop the iteration and release files and watches. Idempotent; may be called from
+        another thread: a blocked ``follow`` iteration wakes and ends at once, and a poll in
+        progress finishes before the files are closed."""
         self._closed = True
         if self._signal is not None:
-            self._signal.close()
-        self._reader.close()
+            self._signal.wake()
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            if self._signal is not None:
+                self._signal.close()
+            self._reader.close()
 
     def __enter__(self) -> Tail:
         return self

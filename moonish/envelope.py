@@ -189,18 +189,24 @@ class EnvelopeEncoder:
                 ):
                     lengths = small_lengths[argc].unpack_from(payload, 8)
                     first = lengths[0]
-                    if argc == 2:  # INCR k, DEL k, LPOP k (unrolled: a loop costs more)
-                        args = [text[first:]]
+                    # key and the arguments joined by '","', sliced from text; the usual
+                    # arities are unrolled (INCR k / DEL k; SET k v / LPUSH k v / SADD k m)
+                    if argc == 2:
+                        key = joined = text[first:]
                         pos = first + lengths[1]
-                    elif argc == 3:  # SET k v, LPUSH k v, SADD k m
+                    elif argc == 3:
                         pos = first + lengths[1]
-                        args = [text[first:pos], text[pos:]]
+                        key, second = text[first:pos], text[pos:]
+                        joined = f'{key}","{second}'
+                        if key_pos == 2:
+                            key = second
                         pos += lengths[2]
                     else:
                         args, pos = [], first
                         for length in lengths[1:]:
                             args.append(text[pos : pos + length])
                             pos += length
+                        key, joined = args[key_pos - 1], '","'.join(args)
                     if pos == len(text):  # else: the general path names the damage
                         command = text[:first].upper()
                         op = kv_op(command, key_pos) if command in special else "u"
@@ -219,7 +225,6 @@ class EnvelopeEncoder:
                             txn = f"{t_id}{lsn - bidx}{t_total}{order}{t_order}{order}}}"
                         else:
                             txn = "null"
-                        key, joined = args[key_pos - 1], '","'.join(args)
                         source_db = "null" if command == "FLUSHALL" else db
                         envelope = (
                             f"{head}{command}{p_db}{db}{p_key}{key}{p_args}{joined}{mid}{ms}"

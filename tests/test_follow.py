@@ -109,3 +109,15 @@ def test_writer_process_and_follower_process_at_once(tmp_path: Path) -> None:
         follower.communicate(timeout=10)
     assert lsns == list(range(1, expected + 1))
     assert len(list(shard.glob("*.seg"))) > 5
+
+
+def test_close_from_another_thread_and_the_with_block_release_once(shard: Path) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"only"))
+    for _ in range(25):  # a race shows up as an unhandled thread exception (an error here)
+        with moonish.api.tail(shard, 0, follow=True, fallback_poll_ms=5) as stream:
+            closer = threading.Timer(0.01, stream.close)
+            closer.start()
+            assert [e.lsn for e in stream] == [1]
+        closer.join()
+        stream.close()

@@ -36,6 +36,6 @@ def read(wal_dir: str, from_lsn: int, limit: int, name: str) -> None:
     out = sys.stdout.buffer
     out.write(f"{result.cursor}\n".encode())
     if result.events:
-        out.write(b"\n".join(event.envelope for event in result.events))
+        out.write(b"\n".join(result.events.envelopes))
         out.write(b"\n")
     out.flush()

@@ -45,7 +45,7 @@ def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> 
     ) as stream:
         try:
             for batch in stream.batches():
-                out.write(b"\n".join(event.envelope for event in batch))
+                out.write(b"\n".join(batch.envelopes))
                 out.write(b"\n")
                 out.flush()
         except KeyboardInterrupt:

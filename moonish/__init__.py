@@ -19,11 +19,12 @@ from moonish.errors import (
     UnsupportedFormatError,
     WriterLockedError,
 )
-from moonish.events import ChangeEvent
+from moonish.events import ChangeEvent, EventBatch
 
 __all__ = [
     "ChangeEvent",
     "CorruptionError",
+    "EventBatch",
     "Cursor",
     "InvalidArgumentError",
     "LsnNotRetainedError",

@@ -33,7 +33,7 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.cursor import Cursor
 from moonish.envelope import CONNECTOR, EnvelopeEncoder
 from moonish.errors import InvalidArgumentError
-from moonish.events import ChangeEvent
+from moonish.events import ChangeEvent, EventBatch
 from moonish.follow import ChangeSignal
 from moonish.hotloop import paused_gc
 from moonish.log.reader import ShardReader
@@ -51,11 +51,12 @@ class ReadResult:
     Attributes:
         cursor: where to resume: the LSN after the last event, or the requested cursor when
             there was nothing new.
-        events: the events, in LSN order (at most ``limit``).
+        events: the events, in LSN order (at most ``limit``); a sequence of
+            :class:`ChangeEvent` whose ``envelopes`` attribute lists the envelope bytes.
     """
 
     cursor: Cursor
-    events: list[ChangeEvent]
+    events: EventBatch
 
 
 def _as_lsn(position: int | Cursor) -> int:
@@ -138,12 +139,12 @@ class Tail:
     def __iter__(self) -> Iterator[ChangeEvent]:
         return self
 
-    def _next_batch(self) -> list[ChangeEvent]:
-        """The next non-empty batch of events; [] when done (end of log, or closed)."""
+    def _next_batch(self) -> EventBatch | None:
+        """The next non-empty batch of events; None when done (end of log, or closed)."""
         while True:
             with self._lock:
                 if self._closed:
-                    return []
+                    return None
                 if self._signal is not None:
                     self._signal.clear()
                 with paused_gc():
@@ -158,26 +159,28 @@ class Tail:
                             )
                         return self._encoder.encode(frames)
             if self._signal is None:
-                return []
+                return None
             self._signal.wait()  # not under the lock: close() must get it meanwhile
 
     def __next__(self) -> ChangeEvent:
         if not self._pending:
-            self._pending.extend(self._next_batch())
-            if not self._pending:
+            batch = self._next_batch()
+            if batch is None:
                 raise StopIteration
+            self._pending.extend(batch)
         event = self._pending.popleft()
         self._cursor = Cursor(event.lsn + 1)
         return event
 
-    def batches(self) -> Iterator[list[ChangeEvent]]:
-        """Events a poll at a time (up to 1024 per list), for callers that write in bulk.
+    def batches(self) -> Iterator[EventBatch]:
+        """Events a poll at a time (up to 1024 per batch), for callers that write in bulk.
 
-        Yields non-empty lists in LSN order; the cursor moves past each list as it is yielded.
-        Do not mix with ``next()`` on the same iterator.
+        Yields non-empty :class:`EventBatch` es in LSN order (``batch.envelopes`` is the list
+        of envelope bytes); the cursor moves past each batch as it is yielded. Do not mix with
+        ``next()`` on the same iterator.
         """
         while batch := self._next_batch():
-            self._cursor = Cursor(batch[-1].lsn + 1)
+            self._cursor = Cursor(batch.frames[-1].lsn + 1)
             yield batch
 
     def close(self) -> None:

@@ -22,7 +22,6 @@ docs/envelopes.md has every field, with examples.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
 from typing import Any
 
 import orjson
@@ -30,7 +29,7 @@ import orjson
 from moonish import __version__
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
-from moonish.events import SPECIAL_COMMANDS, ChangeEvent, kv_op, op_of
+from moonish.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of
 from moonish.hotloop import paused_gc
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
@@ -60,7 +59,16 @@ def text_or_b64(value: bytes) -> str | dict[str, str]:
         return {"_b64": _b64encode(value).decode("ascii")}
 
 
-def _image(record: TemporalUpsert | GraphMutation) -> dict[str, Any]:
+def _image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[str, Any]:
+    """The ``after``/``before`` image of a data record (docs/envelopes.md, "Images")."""
+    if isinstance(record, KvCommand):
+        return {
+            "record_type": "kv",
+            "command": record.command.decode(errors="replace"),
+            "db": record.db,
+            "key": text_or_b64(record.argv[record.key_pos]) if record.key_pos else None,
+            "args": [text_or_b64(arg) for arg in record.argv[1:]],
+        }
     if isinstance(record, TemporalUpsert):
         return {
             "record_type": "temporal",
@@ -78,16 +86,6 @@ def _image(record: TemporalUpsert | GraphMutation) -> dict[str, Any]:
         "valid_to_ms": record.valid_to_ms,
         "system_from_ms": record.system_from_ms,
         "properties": text_or_b64(record.properties),
-    }
-
-
-def _kv_image(record: KvCommand) -> dict[str, Any]:
-    return {
-        "record_type": "kv",
-        "command": record.command.decode(errors="replace"),
-        "db": record.db,
-        "key": text_or_b64(record.argv[record.key_pos]) if record.key_pos else None,
-        "args": [text_or_b64(arg) for arg in record.argv[1:]],
     }
 
 
@@ -118,7 +116,7 @@ class EnvelopeEncoder:
         self.clock = clock
         self.path = path
 
-    def encode(self, frames: Iterable[Frame]) -> list[ChangeEvent]:
+    def encode(self, frames: list[Frame]) -> EventBatch:
         """Change events for ``frames`` (in the order given), envelopes included.
 
         Raises:
@@ -126,10 +124,11 @@ class EnvelopeEncoder:
                 CRC was valid, so the writer that made it is broken or incompatible).
         """
         now_us = self.clock.now_us()
-        events: list[ChangeEvent] = []
+        ops: list[str] = []
+        envelopes: list[bytes] = []
         with paused_gc():
-            self._encode(frames, events, now_us)
-        return events
+            self._encode(frames, ops, envelopes, now_us)
+        return EventBatch(self.shard, frames, ops, envelopes)
 
     def _pieces(self, now_us: int) -> dict[str, str]:
         """The constant text between the fields of a fast-path envelope (ops ``u``, ``d``)."""
@@ -159,7 +158,9 @@ class EnvelopeEncoder:
             "txn_order": ',"data_collection_order":',
         }
 
-    def _encode(self, frames: Iterable[Frame], events: list[ChangeEvent], now_us: int) -> None:
+    def _encode(
+        self, frames: list[Frame], ops: list[str], envelopes: list[bytes], now_us: int
+    ) -> None:
         # Everything the loop touches is a local: this is the read path's hot loop.
         pieces = self._pieces(now_us)
         head_u, head_d, mid_u, mid_d = (pieces[k] for k in ("head_u", "head_d", "mid_u", "mid_d"))
@@ -167,8 +168,7 @@ class EnvelopeEncoder:
         p_db, p_key, p_args, p_us, p_ns = (pieces[k] for k in ("db", "key", "args", "us", "ns"))
         p_sdb, p_lsn, p_txn = pieces["source_db"], pieces["lsn"], pieces["transaction"]
         t_id, t_total, t_order = pieces["txn_id"], pieces["txn_total"], pieces["txn_order"]
-        shard, general = self.shard, self._general
-        new, append = tuple.__new__, events.append
+        general, add_op, add_envelope = self._general, ops.append, envelopes.append
         kv_type, kv_head, special = RecordType.KV, KV_HEAD.unpack_from, SPECIAL_COMMANDS
         small_lengths, few = LENGTHS_STRUCTS, len(LENGTHS_STRUCTS)
         last_commit_us, us, ms, ns = None, "", "", ""
@@ -233,7 +233,8 @@ class EnvelopeEncoder:
                         ).encode()
             if envelope is None:
                 op, envelope = general(lsn, rtype, flags, bidx, commit_us, payload, offset, now_us)
-            append(new(ChangeEvent, (shard, lsn, op, commit_us, envelope, rtype, payload)))
+            add_op(op)
+            add_envelope(envelope)
 
     def _general(
         self, lsn: int, rtype: int, flags: int, bidx: int, commit_us: int, payload: bytes,
@@ -273,7 +274,7 @@ class EnvelopeEncoder:
             envelope = {"op": op, "ts_ms": now_us // 1000, "source": source,
                         "transaction": transaction, "message": message}  # fmt: skip
             return op, orjson.dumps(envelope)
-        image = _kv_image(record) if isinstance(record, KvCommand) else _image(record)
+        image = _image(record)
         before, after = {"u": (None, image), "d": (image, None)}.get(op, (None, None))
         envelope = {
             "before": before,

@@ -12,8 +12,10 @@ Op rules (docs/envelopes.md explains them):
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple, overload
 
+from moonish.log.frames import Frame
 from moonish.log.records import Checkpoint, KvCommand, Record, decode_payload
 
 DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
@@ -52,6 +54,52 @@ class ChangeEvent(NamedTuple):
         """The typed record (``KvCommand``, ``TemporalUpsert``, ``GraphMutation`` or
         ``Checkpoint``), decoded on each access."""
         return decode_payload(self.record_type, self.payload)
+
+
+class EventBatch(Sequence[ChangeEvent]):
+    """The events of one read, in LSN order, stored by column.
+
+    ``envelopes`` (bytes, one per event) is what NDJSON output needs; :class:`ChangeEvent`
+    objects are built only when the batch is indexed or iterated, so writing envelopes costs
+    no per-event object.
+    """
+
+    __slots__ = ("envelopes", "frames", "ops", "shard")
+
+    def __init__(self, shard: int, frames: list[Frame], ops: list[str], envelopes: list[bytes]):
+        self.shard = shard
+        self.frames = frames
+        self.ops = ops
+        self.envelopes = envelopes
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    @overload
+    def __getitem__(self, index: int) -> ChangeEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ChangeEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> ChangeEvent | list[ChangeEvent]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        frame = self.frames[index]
+        return ChangeEvent(
+            self.shard, frame.lsn, self.ops[index], frame.commit_us, self.envelopes[index],
+            frame.record_type, frame.payload,
+        )  # fmt: skip
+
+    def __iter__(self) -> Iterator[ChangeEvent]:
+        shard = self.shard
+        for frame, op, envelope in zip(self.frames, self.ops, self.envelopes, strict=True):
+            yield ChangeEvent(
+                shard, frame.lsn, op, frame.commit_us, envelope, frame.record_type, frame.payload
+            )
+
+    def __repr__(self) -> str:
+        span = f"LSN {self.frames[0].lsn}..{self.frames[-1].lsn}" if self.frames else "empty"
+        return f"EventBatch(shard={self.shard}, {span})"
 
 
 def kv_op(command: str, key_pos: int) -> str:

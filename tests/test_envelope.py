@@ -182,3 +182,15 @@ def test_source_timestamps_for_any_commit_time(commit_us: int) -> None:
         commit_us,
         commit_us * 1000,
     )
+
+
+def test_an_event_batch_is_a_sequence_of_events_over_its_envelopes() -> None:
+    frames = []
+    for lsn, record in enumerate([SET, DEL, Checkpoint(1, "c")], start=1):
+        rtype, payload = encode_payload(record)
+        frames.append(Frame(lsn, rtype, 0, 0, 1, 5_000, payload, 40))
+    batch = EnvelopeEncoder(0).encode(frames)
+    assert len(batch) == 3 and [e.op for e in batch] == ["u", "d", "m"]
+    assert [e.envelope for e in batch] == batch.envelopes == [e.envelope for e in batch[:]]
+    assert batch[-1].record == Checkpoint(1, "c") and batch[1].lsn == 2
+    assert "LSN 1..3" in repr(batch)

@@ -49,7 +49,7 @@ def test_from_lsn_filters(shard: Path) -> None:
 def test_idle_returns_only_the_cursor(shard: Path) -> None:
     fill(shard, 3)
     result = moonish.api.read(shard, 4)
-    assert result.events == [] and result.cursor == Cursor(4)
+    assert len(result.events) == 0 and result.cursor == Cursor(4)
 
 
 def test_empty_shard_is_idle_at_zero_and_one(shard: Path) -> None:
@@ -66,7 +66,7 @@ def test_limit_caps_the_batch_even_inside_an_atomic_batch(shard: Path) -> None:
     assert lsns(first) == [1, 2, 3] and first.cursor == Cursor(4)
     rest = moonish.api.read(shard, first.cursor, limit=3)
     assert lsns(rest) == [4, 5]
-    tx = [orjson.loads(e.envelope)["transaction"] for e in first.events + rest.events]
+    tx = [orjson.loads(e.envelope)["transaction"] for e in [*first.events, *rest.events]]
     assert [t["total_order"] for t in tx] == [1, 2, 3, 4, 5]
     assert {t["id"] for t in tx} == {"0:1"}
 
@@ -118,7 +118,7 @@ def test_torn_tail_is_nothing_yet_and_the_cursor_does_not_move(shard: Path) -> N
     with open(seg, "ab") as handle:
         handle.write(b"\x01\x02\x03")  # the start of a frame that never finished
     result = moonish.api.read(shard, 4)
-    assert result.events == [] and result.cursor == Cursor(4)
+    assert len(result.events) == 0 and result.cursor == Cursor(4)
     assert moonish.api.info(shard)["torn_tail_bytes"] == 3
     with open_writer(shard) as writer:  # the next writer cuts it and continues
         writer.append(kv(b"new"))

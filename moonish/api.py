@@ -102,9 +102,29 @@ def read(
 
 
 class Tail:
-    """Iterator over a shard's events from a cursor; see :func:`tail`. Use as a context manager
-    or call :meth:`close`; ``close`` may be called from another thread and ends a blocked
-    ``follow`` iteration promptly."""
+    """Iterate a shard's events from ``from_lsn`` in LSN order.
+
+    Without ``follow`` the iterator ends at the current end of the log. With ``follow`` it
+    blocks for new records, woken by file-system events (watchdog) and, as a fallback, every
+    ``fallback_poll_ms``; ``close()`` ends it promptly.
+
+    Use as a context manager or call :meth:`close`; ``close`` may be called from another
+    thread and ends a blocked ``follow`` iteration promptly.
+
+    Args:
+        wal_dir: a shard directory.
+        from_lsn: the first LSN wanted (0: the start of the shard).
+        follow: keep waiting for new records instead of ending at the end of the log.
+        name: ``source.name`` in the envelopes.
+        clock: processing time for the envelopes' top-level ``ts_*``.
+        fallback_poll_ms: with ``follow``, longest wait without a file-system event.
+        watch: with ``follow``, use file-system events (watchdog); ``False`` polls only.
+
+    Raises:
+        InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation.
+        CorruptionError: while iterating, when damage is reached (after every valid event
+            before it has been returned).
+    """
 
     def __init__(
         self,
@@ -205,36 +225,8 @@ class Tail:
         self.close()
 
 
-def tail(
-    wal_dir: str | os.PathLike[str],
-    from_lsn: int | Cursor = 0,
-    *,
-    follow: bool = False,
-    name: str = CONNECTOR,
-    clock: Clock = SYSTEM_CLOCK,
-    fallback_poll_ms: int = 1000,
-    watch: bool = True,
-) -> Tail:
-    """Iterate a shard's events from ``from_lsn`` in LSN order.
-
-    Without ``follow`` the iterator ends at the current end of the log. With ``follow`` it
-    blocks for new records, woken by file-system events (watchdog) and, as a fallback, every
-    ``fallback_poll_ms``; ``close()`` ends it promptly.
-
-    Raises:
-        InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation.
-        CorruptionError: while iterating, when damage is reached (after every valid event
-            before it has been returned).
-    """
-    return Tail(
-        wal_dir,
-        from_lsn,
-        follow=follow,
-        name=name,
-        clock=clock,
-        fallback_poll_ms=fallback_poll_ms,
-        watch=watch,
-    )
+tail = Tail
+"""``moonish.tail(wal_dir, from_lsn=0, *, follow=False, ...)``: see :class:`Tail`."""
 
 
 def shard_dirs(path: str | os.PathLike[str]) -> list[str]:

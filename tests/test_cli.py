@@ -111,20 +111,31 @@ def test_tail_prints_ndjson_to_the_end(filled: Path) -> None:
     assert [orjson.loads(x)["source"]["lsn"] for x in out.stdout.splitlines()] == [10, 11, 12]
 
 
+def default_sigint() -> None:
+    """In the child: take Ctrl-C as a terminal delivers it, even when this test runs from a
+    background job, whose children inherit SIGINT as ignored."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def test_tail_follow_prints_new_records_and_ctrl_c_exits_cleanly(filled: Path) -> None:
     with subprocess.Popen(
         [*MOONISH, "cdc", "tail", str(filled), "--from-lsn", "12", "--follow"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        preexec_fn=default_sigint,
     ) as proc:
-        assert proc.stdout is not None
-        assert orjson.loads(proc.stdout.readline())["source"]["lsn"] == 12
-        with open_writer(filled) as writer:
-            writer.append(kv(b"late"))
-        assert orjson.loads(proc.stdout.readline())["after"]["key"] == "late"
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=10)
-        assert proc.returncode == 0 and b"Traceback" not in err
+        try:
+            assert proc.stdout is not None
+            assert orjson.loads(proc.stdout.readline())["source"]["lsn"] == 12
+            with open_writer(filled) as writer:
+                writer.append(kv(b"late"))
+            assert orjson.loads(proc.stdout.readline())["after"]["key"] == "late"
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=10)
+            assert proc.returncode == 0 and b"Traceback" not in err
+        finally:
+            if proc.poll() is None:  # a failed assertion must not leave the test waiting
+                proc.kill()
 
 
 def test_info_and_verify_and_dump(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import crc32c
 import orjson
 import pytest
 
@@ -187,3 +188,26 @@ def test_info_reports_the_shard(shard: Path) -> None:
     assert facts["bytes"] == sum(seg.stat().st_size for seg in segments(shard))
     assert facts["active_segment"] == segments(shard)[-1].name
     assert segment_name(1) == segments(shard)[0].name
+
+
+@pytest.mark.parametrize(
+    ("offset", "fix_crc", "message"),
+    [
+        (12, False, "checksum mismatch"),  # shard id changed, header CRC not: damage
+        (16, True, "file name says 1"),  # base LSN rewritten consistently: wrong file
+        (0, False, "bad segment magic"),
+    ],
+)
+def test_a_bad_segment_header_is_corruption(
+    shard: Path, offset: int, fix_crc: bool, message: str
+) -> None:
+    fill(shard, 3)
+    seg = segments(shard)[0]
+    data = bytearray(seg.read_bytes())
+    data[offset] ^= 0x04
+    if fix_crc:
+        data[36:40] = crc32c.crc32c(bytes(data[:36])).to_bytes(4, "little")
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptionError, match=message) as info:
+        moonish.api.read(shard, 0)
+    assert info.value.path == str(seg)

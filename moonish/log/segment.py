@@ -74,8 +74,8 @@ def decode_segment_header(data: bytes, path: str, expected_base_lsn: int) -> Seg
             offset=8,
         )
     (stored_crc,) = SEGMENT_HEADER_CRC.unpack_from(data, SEGMENT_HEADER.size)
-    if crc32c.crc32c(data[: SEGMENT_HEADER.size]) != stored_crc or header_bytes != len(
-        data[:SEGMENT_HEADER_BYTES]
+    if crc32c.crc32c(data[: SEGMENT_HEADER.size]) != stored_crc or (
+        header_bytes != SEGMENT_HEADER_BYTES
     ):
         raise CorruptionError("segment header checksum mismatch", path=path, offset=0)
     if base_lsn != expected_base_lsn:

@@ -10,7 +10,8 @@ import moonish.api
 from cli.params import LSN
 
 
-@click.command("read")
+# A negative FROM_LSN ("-1") must reach the LSN type and get its message, not "no such option".
+@click.command("read", context_settings={"ignore_unknown_options": True})
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
 @click.argument("from_lsn", type=LSN)
 @click.option(

@@ -204,3 +204,17 @@ def test_console_script_is_installed() -> None:
     out = subprocess.run([str(script), "--version"], capture_output=True, timeout=30, check=False)
     assert out.returncode == 0 and b"moonish" in out.stdout
     assert os.access(script, os.X_OK)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-1"], b"non-negative integer LSN, got '-1'"),
+        (["abc"], b"non-negative integer LSN, got 'abc'"),
+        (["0", "--limit", "0"], b"0 is not in the range 1<=x<=10000"),
+        (["99"], b"beyond the end of the log; the next LSN is 13"),
+    ],
+)
+def test_usage_errors_say_what_is_wrong(filled: Path, args: list[str], says: bytes) -> None:
+    out = run("cdc", "read", str(filled), *args)
+    assert out.returncode == 2 and says in out.stderr, out.stderr

@@ -63,6 +63,10 @@ def _as_lsn(position: int | Cursor) -> int:
     return (position if isinstance(position, Cursor) else Cursor(position)).lsn
 
 
+def _encoder_for(reader: ShardReader, name: str, clock: Clock) -> EnvelopeEncoder:
+    return EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
+
+
 def read(
     wal_dir: str | os.PathLike[str],
     from_lsn: int | Cursor,
@@ -94,8 +98,7 @@ def read(
         reader.seek(start)
         with paused_gc():
             frames = reader.poll(limit)
-            encoder = EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
-            events = encoder.encode(frames)
+            events = _encoder_for(reader, name, clock).encode(frames)
         return ReadResult(Cursor(reader.next_lsn) if frames else Cursor(start), events)
     finally:
         reader.close()
@@ -137,10 +140,10 @@ class Tail:
         fallback_poll_ms: int = 1000,
         watch: bool = True,
     ) -> None:
+        start = _as_lsn(from_lsn)
         self._reader = ShardReader(wal_dir)
-        self._reader.seek(_as_lsn(from_lsn))
-        self._cursor = Cursor(_as_lsn(from_lsn))
-        self._follow = follow
+        self._reader.seek(start)
+        self._cursor = Cursor(start)
         self._name, self._clock = name, clock
         self._encoder: EnvelopeEncoder | None = None
         self._pending: deque[ChangeEvent] = deque()
@@ -171,12 +174,7 @@ class Tail:
                     frames = self._reader.poll(TAIL_BATCH_RECORDS)
                     if frames:
                         if self._encoder is None:
-                            self._encoder = EnvelopeEncoder(
-                                self._reader.shard_id or 0,
-                                self._name,
-                                self._clock,
-                                self._reader.shard_dir,
-                            )
+                            self._encoder = _encoder_for(self._reader, self._name, self._clock)
                         return self._encoder.encode(frames)
             if self._signal is None:
                 return None

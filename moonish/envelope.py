@@ -29,7 +29,7 @@ import orjson
 from moonish import __version__
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
-from moonish.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of
+from moonish.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.hotloop import paused_gc
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
@@ -96,7 +96,7 @@ class EnvelopeEncoder:
 
     - the fast path, for kv records whose argument bytes are printable ASCII without ``"`` or
       ``\\`` (no JSON escaping needed, by far the common case): the envelope is one f-string
-      of per-call constant pieces and the record's fields;
+      of constant pieces (per encoder, and the processing time per call) and the record's fields;
     - the general path for everything else: decode the typed record, build the envelope as
       a dict, ``orjson.dumps`` it.
 
@@ -115,6 +115,7 @@ class EnvelopeEncoder:
         self.name = name
         self.clock = clock
         self.path = path
+        self._pieces = self._constant_pieces()
 
     def encode(self, frames: list[Frame]) -> EventBatch:
         """Change events for ``frames`` (in the order given), envelopes included.
@@ -130,14 +131,14 @@ class EnvelopeEncoder:
             self._encode(frames, ops, envelopes, now_us)
         return EventBatch(self.shard, frames, ops, envelopes)
 
-    def _pieces(self, now_us: int) -> dict[str, str]:
-        """The constant text between the fields of a fast-path envelope (ops ``u``, ``d``)."""
+    def _constant_pieces(self) -> dict[str, str]:
+        """The text between the fields of a fast-path envelope (ops ``u``, ``d``) that is the
+        same for every envelope of this encoder; the tails (processing time) come per call."""
         source = (
             ',"source":{"version":' + orjson.dumps(SOURCE_VERSION).decode()
             + ',"connector":"' + CONNECTOR + '","name":' + orjson.dumps(self.name).decode()
             + ',"ts_ms":'
         )  # fmt: skip
-        tail = f'"ts_ms":{now_us // 1000},"ts_us":{now_us},"ts_ns":{now_us * 1000}}}'
         return {
             "head_u": '{"before":null,"after":{"record_type":"kv","command":"',
             "head_d": '{"before":{"record_type":"kv","command":"',
@@ -151,8 +152,6 @@ class EnvelopeEncoder:
             "source_db": ',"snapshot":"false","db":',
             "lsn": f',"shard":{self.shard},"lsn":',
             "transaction": '},"transaction":',
-            "tail_u": ',"op":"u",' + tail,
-            "tail_d": ',"op":"d",' + tail,
             "txn_id": f'{{"id":"{self.shard}:',
             "txn_total": '","total_order":',
             "txn_order": ',"data_collection_order":',
@@ -162,9 +161,10 @@ class EnvelopeEncoder:
         self, frames: list[Frame], ops: list[str], envelopes: list[bytes], now_us: int
     ) -> None:
         # Everything the loop touches is a local: this is the read path's hot loop.
-        pieces = self._pieces(now_us)
+        pieces = self._pieces
         head_u, head_d, mid_u, mid_d = (pieces[k] for k in ("head_u", "head_d", "mid_u", "mid_d"))
-        end_u, end_d = pieces["tail_u"], pieces["tail_d"]
+        tail = f'"ts_ms":{now_us // 1000},"ts_us":{now_us},"ts_ns":{now_us * 1000}}}'
+        end_u, end_d = ',"op":"u",' + tail, ',"op":"d",' + tail
         p_db, p_key, p_args, p_us, p_ns = (pieces[k] for k in ("db", "key", "args", "us", "ns"))
         p_sdb, p_lsn, p_txn = pieces["source_db"], pieces["lsn"], pieces["transaction"]
         t_id, t_total, t_order = pieces["txn_id"], pieces["txn_total"], pieces["txn_order"]
@@ -209,7 +209,13 @@ class EnvelopeEncoder:
                         key, joined = args[key_pos - 1], '","'.join(args)
                     if pos == len(text):  # else: the general path names the damage
                         command = text[:first].upper()
-                        op = kv_op(command, key_pos) if command in special else "u"
+                        source_db: int | str = db
+                        if command in special:
+                            op = kv_op(command, key_pos)
+                            if source_db_of(command, db) is None:
+                                source_db = "null"
+                        else:
+                            op = "u"
                         if op == "u":
                             head, mid, end = head_u, mid_u, end_u
                         else:
@@ -225,7 +231,6 @@ class EnvelopeEncoder:
                             txn = f"{t_id}{lsn - bidx}{t_total}{order}{t_order}{order}}}"
                         else:
                             txn = "null"
-                        source_db = "null" if command == "FLUSHALL" else db
                         envelope = (
                             f"{head}{command}{p_db}{db}{p_key}{key}{p_args}{joined}{mid}{ms}"
                             f"{p_us}{us}{p_ns}{ns}{p_sdb}{source_db}{p_lsn}{lsn}{p_txn}"
@@ -248,9 +253,9 @@ class EnvelopeEncoder:
                 f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
             ) from None
         op = op_of(record)
-        db = record.db if isinstance(record, KvCommand) else None
-        if isinstance(record, KvCommand) and record.command == b"FLUSHALL":
-            db = None
+        db = None
+        if isinstance(record, KvCommand):
+            db = source_db_of(record.command.decode(errors="replace"), record.db)
         source = {
             "version": SOURCE_VERSION,
             "connector": CONNECTOR,

@@ -25,7 +25,7 @@ SOURCE_DELETE_COMMANDS = frozenset({"RENAME", "RENAMENX"})
 TRUNCATE_COMMANDS = frozenset({"FLUSHDB", "FLUSHALL"})
 """Commands that empty a whole database (or all of them)."""
 SPECIAL_COMMANDS = DELETE_COMMANDS | SOURCE_DELETE_COMMANDS | TRUNCATE_COMMANDS
-"""Every command whose op is not ``u`` for some key position."""
+"""Every command whose op (or ``source.db``) is not the default for some key position."""
 
 
 class ChangeEvent(NamedTuple):
@@ -111,6 +111,11 @@ def kv_op(command: str, key_pos: int) -> str:
     if key_pos == 0 and command in TRUNCATE_COMMANDS:
         return "t"
     return "u"
+
+
+def source_db_of(command: str, db: int) -> int | None:
+    """``source.db`` of a kv record: its db, or ``None`` for ``FLUSHALL`` (all databases)."""
+    return None if command == "FLUSHALL" else db
 
 
 def op_of(record: Record) -> str:

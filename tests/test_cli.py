@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -218,3 +219,11 @@ def test_console_script_is_installed() -> None:
 def test_usage_errors_say_what_is_wrong(filled: Path, args: list[str], says: bytes) -> None:
     out = run("cdc", "read", str(filled), *args)
     assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+def test_dump_prints_exact_commit_microseconds() -> None:
+    out = run("wal", "dump", str(FIXTURES / "wal" / "mixed-records"), "--limit", "1")
+    commit_us = 1_795_000_000_001_000  # tests/golden.py: START_US, then a 1 ms step per read
+    seconds, micros = divmod(commit_us, 1_000_000)
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}Z"
+    assert out.returncode == 0 and f"commit: {stamp}," in out.stdout.decode()

@@ -13,7 +13,7 @@ import pytest
 
 from moonish.clock import FixedClock
 from moonish.envelope import EnvelopeEncoder, text_or_b64
-from moonish.log.format import FLAG_BATCH, RecordType
+from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
 from moonish.log.records import (
     Checkpoint,
@@ -162,7 +162,6 @@ def test_temporal_and_graph_records() -> None:
     assert graph["after"]["entity_kind"] == "edge" and graph["after"]["valid_to_ms"] == 99
     assert graph["after"]["properties"] == {"_b64": "/w=="}
     assert graph["source"]["db"] is None
-    assert RecordType.GRAPH == 3
 
 
 def test_envelopes_are_compact_single_lines() -> None:

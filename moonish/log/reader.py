@@ -236,17 +236,14 @@ class ShardReader:
                 continue
             if stop is None:
                 return []
-            if is_torn_tail(buf, stop, start) and not self._sealed():
+            torn = is_torn_tail(buf, stop, start)
+            if torn and not self._sealed():
                 return []
             new_size = os.fstat(fd).st_size
             if new_size != size:
                 size, self._buf = new_size, b""
                 continue
-            sealed = (
-                " in a sealed segment (a newer one exists)"
-                if is_torn_tail(buf, stop, start)
-                else ""
-            )
+            sealed = " in a sealed segment (a newer one exists)" if torn else ""
             raise CorruptionError(
                 stop.describe() + sealed, path=self._path, offset=stop.offset, lsn=stop.lsn
             )

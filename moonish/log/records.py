@@ -177,8 +177,8 @@ def _read_blob(payload: bytes, pos: int) -> tuple[bytes, int]:
     return payload[pos:end], end
 
 
-def kv_arguments(payload: bytes) -> tuple[int, int, list[bytes]]:
-    """``(db, key_pos, argv)`` of a kv payload. Raises PayloadError if it breaks the grammar."""
+def decode_kv(payload: bytes) -> KvCommand:
+    """Decode a kv payload. Raises PayloadError when it does not follow the grammar."""
     try:
         db, key_pos, argc = KV_HEAD.unpack_from(payload, 0)
         lengths = lengths_struct(argc).unpack_from(payload, KV_HEAD.size)
@@ -195,12 +195,6 @@ def kv_arguments(payload: bytes) -> tuple[int, int, list[bytes]]:
         )
     if argc == 0 or key_pos >= argc:
         raise PayloadError(f"key_pos {key_pos} is outside argv of {argc}")
-    return db, key_pos, argv
-
-
-def decode_kv(payload: bytes) -> KvCommand:
-    """Decode a kv payload. Raises PayloadError when it does not follow the grammar."""
-    db, key_pos, argv = kv_arguments(payload)
     return KvCommand(db, tuple(argv), key_pos)
 
 

@@ -31,6 +31,7 @@ from moonish.log.segment import (
 )
 
 SCAN_BATCH_RECORDS = 65536
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,7 +185,7 @@ def dump_lines(
             for frame in frames:
                 base = bases[bisect.bisect_right(bases, frame.lsn) - 1]
                 record = _decode(frame, segment_path(reader.shard_dir, base))
-                commit = datetime.datetime.fromtimestamp(frame.commit_us / 1e6, datetime.UTC)
+                commit = EPOCH + datetime.timedelta(microseconds=frame.commit_us)  # exact, no float
                 yield (
                     f"lsn: {frame.lsn}, segment: {segment_name(base)}, offset: {frame.offset}, "
                     f"bytes: {FRAME_HEADER_BYTES + len(frame.payload)}, "

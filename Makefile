@@ -9,6 +9,9 @@ STAMP   = $(VENV)/.installed
 install: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
+	command -v redis-server >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -8,6 +8,7 @@ import click
 
 import moonish.api
 from cli.params import LSN
+from moonish.cursor import Cursor
 
 
 @click.command("tail")
@@ -28,7 +29,12 @@ from cli.params import LSN
     show_default=True,
     help="With --follow: longest wait without a file-system event before re-checking.",
 )
-def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> None:
+@click.option("--snapshot", is_flag=True, help='Start with the newest snapshot\'s keys (op "r").')
+@click.option("--transactions", is_flag=True, help="Also print BEGIN/END records.")
+def tail(
+    wal_dir: str, from_lsn: Cursor, follow: bool, name: str, poll_ms: int, snapshot: bool,
+    transactions: bool,
+) -> None:  # fmt: skip
     """Print envelopes from FROM_LSN as NDJSON, in LSN order.
 
     Without --follow, stops at the current end of the log. With --follow, waits for new
@@ -41,8 +47,9 @@ def tail(wal_dir: str, from_lsn: int, follow: bool, name: str, poll_ms: int) -> 
     """
     out = sys.stdout.buffer
     with moonish.api.tail(
-        wal_dir, from_lsn, follow=follow, name=name, fallback_poll_ms=poll_ms
-    ) as stream:
+        wal_dir, from_lsn, follow=follow, name=name, fallback_poll_ms=poll_ms,
+        snapshot=snapshot, transactions=transactions,
+    ) as stream:  # fmt: skip
         try:
             for batch in stream.batches():
                 out.write(b"\n".join(batch.envelopes))

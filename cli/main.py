@@ -11,8 +11,10 @@ from cli.cdc_info import info
 from cli.cdc_read import read
 from cli.cdc_tail import tail
 from cli.errors import CliError
+from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
+from cli.wal_stream import stream
 from cli.wal_verify import verify
 from moonish import __version__
 from moonish.errors import MoonishError
@@ -41,7 +43,7 @@ def cdc() -> None:
 
 @moonish.group()
 def wal() -> None:
-    """Manage logs: import a Redis AOF, verify, dump.
+    """Manage logs: import a Redis AOF, verify, dump, checkpoint, stream configuration.
 
     Example:
 
@@ -55,6 +57,8 @@ cdc.add_command(info)
 wal.add_command(import_aof_command)
 wal.add_command(verify)
 wal.add_command(dump)
+wal.add_command(checkpoint)
+wal.add_command(stream)
 
 
 def main(argv: list[str] | None = None) -> int:

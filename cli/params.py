@@ -8,20 +8,29 @@ import click
 
 from moonish.cursor import Cursor
 from moonish.errors import InvalidArgumentError
+from moonish.log.records import ViewType
 
 
 class LsnParam(click.ParamType):  # type: ignore[type-arg]
-    """A cursor LSN: a decimal integer in [0, 2**64)."""
+    """A cursor: a decimal LSN in [0, 2**64), or ``snapshot:<lsn>:<row>``."""
 
     name = "lsn"
 
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> Cursor:
+        if isinstance(value, Cursor):
             return value
+        if isinstance(value, int):
+            return Cursor(value)
         try:
-            return Cursor.parse(str(value)).lsn
+            return Cursor.parse(str(value))
         except InvalidArgumentError as error:
             self.fail(error.message, param, ctx)
 
 
 LSN = LsnParam()
+
+
+VIEW = click.Choice([view.name for view in ViewType], case_sensitive=False)
+"""A stream view type name (``OFF`` disables the stream)."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import click
 
 from cli.params import LSN
+from moonish.cursor import Cursor
 
 
 @click.command("dump")
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--from-lsn", type=LSN, default=0, show_default=True, help="First LSN to show.")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Most records to show.")
-def dump(wal_dir: str, from_lsn: int, limit: int | None) -> None:
+def dump(wal_dir: str, from_lsn: Cursor, limit: int | None) -> None:
     """Print one line per record: LSN, segment, offset, size, type, batch, commit time, content.
 
     Example:
@@ -20,5 +21,5 @@ def dump(wal_dir: str, from_lsn: int, limit: int | None) -> None:
     """
     from moonish.log.verify import dump_lines
 
-    for line in dump_lines(wal_dir, from_lsn, limit):
+    for line in dump_lines(wal_dir, from_lsn.lsn, limit):
         click.echo(line)

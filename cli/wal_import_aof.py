@@ -8,6 +8,7 @@ import sys
 import click
 import orjson
 
+from cli.params import VIEW
 from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at least one slot
 
 
@@ -20,12 +21,21 @@ from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at 
     required=True,
     help="Number of shards; keys go to shard slot * N // 16384.",
 )
-def import_aof_command(appendonlydir: str, data_dir: str, shards: int) -> None:
+@click.option(
+    "--view",
+    type=VIEW,
+    default="NEW_AND_OLD_IMAGES",
+    show_default=True,
+    help="Stream view type of shards this import creates (OFF: no change stream).",
+)
+def import_aof_command(appendonlydir: str, data_dir: str, shards: int, view: str) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
     Keys are routed by Redis Cluster hash slot ({hashtag} rules) to DATA_DIR/shard-<k>;
-    MULTI/EXEC blocks stay atomic per shard; SELECT is honoured. Running it again appends
-    (the LSNs continue). Prints a JSON summary; progress goes to stderr.
+    MULTI/EXEC blocks stay atomic per shard; SELECT is honoured. Commands run on each shard's
+    keyspace as Redis loads an AOF, so records say c/u/d with images per --view; keys whose
+    expiry time has passed are removed at the end (d records marked as expiries). Running it
+    again appends (the LSNs continue). Prints a JSON summary; progress goes to stderr.
 
     Example:
 
@@ -33,12 +43,14 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int) -> None:
     """
     from moonish.redis.aof import read_manifest
     from moonish.redis.importer import import_aof
+    from moonish.state.config import StreamConfig, parse_view
 
     total = sum(
         os.path.getsize(os.path.join(appendonlydir, f.name)) for f in read_manifest(appendonlydir)
     )
     with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
-        report = import_aof(appendonlydir, data_dir, shards, progress=bar.update)
+        stream = StreamConfig(parse_view(view))
+        report = import_aof(appendonlydir, data_dir, shards, progress=bar.update, stream=stream)
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
     summary = {

@@ -36,8 +36,12 @@ from moonish.errors import InvalidArgumentError
 from moonish.events import ChangeEvent, EventBatch
 from moonish.follow import ChangeSignal
 from moonish.hotloop import paused_gc
+from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, require_shard_dir, segment_path
+from moonish.snapshot_rows import cursor_after, snapshot_frames, start_cursor
+from moonish.state.config import load_config
+from moonish.state.snapshot import list_snapshots
 
 DEFAULT_LIMIT = 256
 MAX_LIMIT = 10_000
@@ -59,12 +63,29 @@ class ReadResult:
     events: EventBatch
 
 
-def _as_lsn(position: int | Cursor) -> int:
-    return (position if isinstance(position, Cursor) else Cursor(position)).lsn
+def _start(path: str, position: int | Cursor, snapshot: bool) -> Cursor:
+    cursor = position if isinstance(position, Cursor) else Cursor(position)
+    if not snapshot:
+        return cursor
+    if cursor.lsn > 1 or cursor.snapshot_row is not None:
+        raise InvalidArgumentError(
+            "snapshot=True starts a new consumer at the newest snapshot: give cursor 0 "
+            f"(not {cursor}); to resume, pass the cursor a read returned, without snapshot"
+        )
+    return start_cursor(path)
 
 
-def _encoder_for(reader: ShardReader, name: str, clock: Clock) -> EnvelopeEncoder:
-    return EnvelopeEncoder(reader.shard_id or 0, name, clock, reader.shard_dir)
+def _encoder_for(
+    reader: ShardReader, name: str, clock: Clock, transactions: bool
+) -> EnvelopeEncoder:
+    return EnvelopeEncoder(
+        reader.shard_id or 0, name, clock, reader.shard_dir, transactions=transactions
+    )
+
+
+def _event_cursor(frame: Frame, op: str) -> Cursor:
+    """Where to resume after an event (a BEGIN is before its batch's first record)."""
+    return Cursor(frame.lsn) if op == "BEGIN" else cursor_after(frame)
 
 
 def read(
@@ -74,32 +95,47 @@ def read(
     *,
     name: str = CONNECTOR,
     clock: Clock = SYSTEM_CLOCK,
+    snapshot: bool = False,
+    transactions: bool = False,
 ) -> ReadResult:
     """Up to ``limit`` events with LSN >= ``from_lsn`` from one shard, and the next cursor.
 
     Args:
         wal_dir: a shard directory.
-        from_lsn: the first LSN wanted (0 and 1 both mean the start of the shard).
-        limit: most events returned, 1..10,000.
+        from_lsn: the first LSN wanted (0 and 1 both mean the start of the shard), or a
+            cursor a previous read returned (which may be inside a snapshot).
+        limit: most records (log records and snapshot rows) returned, 1..10,000.
         name: ``source.name`` in the envelopes.
         clock: processing time for the envelopes' top-level ``ts_*``.
+        snapshot: start a new consumer (``from_lsn`` 0) with the newest snapshot's keys as
+            ``op: "r"`` rows, then the changes after it (moonish.snapshot_rows).
+        transactions: add Debezium's BEGIN/END records around atomic batches (not counted
+            in ``limit``).
 
     Raises:
         InvalidArgumentError: bad ``limit``, missing or non-shard directory, ``from_lsn``
             beyond the end of the log.
         LsnNotRetainedError: ``from_lsn`` is older than the oldest retained LSN.
-        CorruptionError: damage in the log (file, offset and LSN in the error).
+        CorruptionError: damage in the log or the snapshot (file, offset and LSN).
     """
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
-    start = _as_lsn(from_lsn)
-    reader = ShardReader(wal_dir)
+    path = require_shard_dir(wal_dir)
+    cursor = _start(path, from_lsn, snapshot)
+    frames: list[Frame] = []
+    if cursor.snapshot_row is not None:
+        frames, cursor = snapshot_frames(path, cursor, limit)
+    reader = ShardReader(path)
     try:
-        reader.seek(start)
+        reader.seek(cursor.lsn)  # also where the log continues after a snapshot
         with paused_gc():
-            frames = reader.poll(limit)
-            events = _encoder_for(reader, name, clock).encode(frames)
-        return ReadResult(Cursor(reader.next_lsn) if frames else Cursor(start), events)
+            if cursor.snapshot_row is None and len(frames) < limit:
+                records = reader.poll(limit - len(frames))
+                if records:
+                    frames += records
+                    cursor = Cursor(reader.next_lsn)
+            events = _encoder_for(reader, name, clock, transactions).encode(frames)
+        return ReadResult(cursor, events)
     finally:
         reader.close()
 
@@ -122,6 +158,7 @@ class Tail:
         clock: processing time for the envelopes' top-level ``ts_*``.
         fallback_poll_ms: with ``follow``, longest wait without a file-system event.
         watch: with ``follow``, use file-system events (watchdog); ``False`` polls only.
+        snapshot, transactions: as :func:`read`.
 
     Raises:
         InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation.
@@ -139,14 +176,17 @@ class Tail:
         clock: Clock = SYSTEM_CLOCK,
         fallback_poll_ms: int = 1000,
         watch: bool = True,
+        snapshot: bool = False,
+        transactions: bool = False,
     ) -> None:
-        start = _as_lsn(from_lsn)
-        self._reader = ShardReader(wal_dir)
-        self._reader.seek(start)
-        self._cursor = Cursor(start)
-        self._name, self._clock = name, clock
+        path = require_shard_dir(wal_dir)
+        self._cursor = _start(path, from_lsn, snapshot)
+        self._snapshot = self._cursor if self._cursor.snapshot_row is not None else None
+        self._reader = ShardReader(path)
+        self._reader.seek(self._cursor.lsn)  # after a snapshot, the log continues there
+        self._name, self._clock, self._transactions = name, clock, transactions
         self._encoder: EnvelopeEncoder | None = None
-        self._pending: deque[ChangeEvent] = deque()
+        self._pending: deque[tuple[ChangeEvent, Cursor]] = deque()
         self._closed = False  # set by close(), from any thread
         self._released = False
         self._lock = threading.Lock()  # held while polling; close() releases files under it
@@ -171,11 +211,24 @@ class Tail:
                 if self._signal is not None:
                     self._signal.clear()
                 with paused_gc():
-                    frames = self._reader.poll(TAIL_BATCH_RECORDS)
+                    if self._snapshot is not None:
+                        frames, after = snapshot_frames(
+                            self._reader.shard_dir, self._snapshot, TAIL_BATCH_RECORDS
+                        )
+                        self._snapshot = after if after.snapshot_row is not None else None
+                    else:
+                        frames = self._reader.poll(TAIL_BATCH_RECORDS)
                     if frames:
                         if self._encoder is None:
-                            self._encoder = _encoder_for(self._reader, self._name, self._clock)
-                        return self._encoder.encode(frames)
+                            self._encoder = _encoder_for(
+                                self._reader, self._name, self._clock, self._transactions
+                            )
+                        batch = self._encoder.encode(frames)
+                        if batch:
+                            return batch
+                        continue  # only records of a disabled stream: poll again
+                    if self._snapshot is not None:
+                        continue
             if self._signal is None:
                 return None
             self._signal.wait()  # not under the lock: close() must get it meanwhile
@@ -185,9 +238,9 @@ class Tail:
             batch = self._next_batch()
             if batch is None:
                 raise StopIteration
-            self._pending.extend(batch)
-        event = self._pending.popleft()
-        self._cursor = Cursor(event.lsn + 1)
+            cursors = map(_event_cursor, batch.frames, batch.ops)
+            self._pending.extend(zip(batch, cursors, strict=True))
+        event, self._cursor = self._pending.popleft()
         return event
 
     def batches(self) -> Iterator[EventBatch]:
@@ -198,7 +251,7 @@ class Tail:
         ``next()`` on the same iterator.
         """
         while batch := self._next_batch():
-            self._cursor = Cursor(batch.frames[-1].lsn + 1)
+            self._cursor = _event_cursor(batch.frames[-1], batch.ops[-1])
             yield batch
 
     def close(self) -> None:
@@ -248,7 +301,9 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
     Keys: ``wal_dir``, ``shard``, ``oldest_lsn`` and ``latest_lsn`` (``None`` when empty),
     ``next_lsn``, ``segments``, ``bytes`` (all segment files), ``active_segment``,
-    ``torn_tail_bytes`` (bytes after the last committed record of the active segment).
+    ``torn_tail_bytes`` (bytes after the last committed record of the active segment),
+    ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
+    written without keyspace tracking) and ``snapshot_lsns`` (oldest first).
     Reading cost: one directory listing plus a scan from the newest segment's last index entry.
 
     Raises:
@@ -257,6 +312,7 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """
     path = require_shard_dir(wal_dir)
     bases = list_segments(path)
+    config = load_config(path)
     reader = ShardReader(path)
     try:
         torn = reader.seek_end()
@@ -273,4 +329,6 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "bytes": sum(os.path.getsize(segment_path(path, base)) for base in bases),
         "active_segment": os.path.basename(segment_path(path, bases[-1])) if bases else None,
         "torn_tail_bytes": torn,
+        "stream": None if config is None else config.to_json(),
+        "snapshot_lsns": list_snapshots(path),
     }

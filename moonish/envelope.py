@@ -22,6 +22,7 @@ docs/envelopes.md has every field, with examples.
 from __future__ import annotations
 
 import base64
+import struct
 from typing import Any
 
 import orjson
@@ -34,19 +35,28 @@ from moonish.hotloop import paused_gc
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
+    CHANGE_EXPIRED,
+    KV_CHANGE_HEAD,
     KV_HEAD,
     LENGTHS_STRUCTS,
     Checkpoint,
     GraphMutation,
+    KvChange,
     KvCommand,
     PayloadError,
     TemporalUpsert,
     decode_payload,
 )
+from moonish.state.values import is_plain
 
 CONNECTOR = "moonish"
 SOURCE_VERSION = f"moonish-{__version__}"
 CHECKPOINT_PREFIX = "moonish.checkpoint"
+FLAG_SNAPSHOT = 0x80
+"""Frame flag of a snapshot row (never stored in a WAL: rows are built from snapshot files);
+``batch_index``/``batch_size`` give the row's position in the snapshot."""
+_U32 = struct.Struct("<I")
+_SNAPSHOT_MARK = {-1: b"first", 0: b"true", 1: b"last"}
 
 _b64encode = base64.b64encode
 
@@ -57,6 +67,11 @@ def text_or_b64(value: bytes) -> str | dict[str, str]:
         return value.decode()
     except UnicodeDecodeError:
         return {"_b64": _b64encode(value).decode("ascii")}
+
+
+def _stream_off(record_type: int, payload: bytes) -> bool:
+    """A kv_change record written while the shard's stream was off (view byte 0)."""
+    return record_type == RecordType.KV_CHANGE and len(payload) > 2 and payload[2] == 0
 
 
 def _image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[str, Any]:
@@ -106,16 +121,25 @@ class EnvelopeEncoder:
         clock: the processing time stamped as top-level ``ts_ms``/``ts_us``/``ts_ns``, read
             once per ``encode`` call (all envelopes of one call share it).
         path: the shard directory, named in errors.
+        transactions: also emit Debezium's BEGIN/END transaction records around atomic
+            batches (ops ``"BEGIN"``/``"END"``; docs/envelopes.md, "Transactions").
     """
 
     def __init__(
-        self, shard: int, name: str = CONNECTOR, clock: Clock = SYSTEM_CLOCK, path: str = ""
-    ) -> None:
+        self, shard: int, name: str = CONNECTOR, clock: Clock = SYSTEM_CLOCK, path: str = "",
+        *, transactions: bool = False,
+    ) -> None:  # fmt: skip
         self.shard = shard
+        self.transactions = transactions
         self.name = name
         self.clock = clock
         self.path = path
         self._pieces = self._constant_pieces()
+        self._source_head = (
+            ',"source":{"version":' + orjson.dumps(SOURCE_VERSION).decode()
+            + ',"connector":"' + CONNECTOR + '","name":' + orjson.dumps(self.name).decode()
+            + ',"ts_ms":'
+        ).encode()  # fmt: skip
 
     def encode(self, frames: list[Frame]) -> EventBatch:
         """Change events for ``frames`` (in the order given), envelopes included.
@@ -129,7 +153,45 @@ class EnvelopeEncoder:
         envelopes: list[bytes] = []
         with paused_gc():
             self._encode(frames, ops, envelopes, now_us)
+            if len(envelopes) != len(frames):  # records of a disabled stream were skipped
+                frames = [f for f in frames if not _stream_off(f.record_type, f.payload)]
+            if self.transactions:
+                return self._with_transactions(frames, ops, envelopes)
         return EventBatch(self.shard, frames, ops, envelopes)
+
+    def _with_transactions(
+        self, frames: list[Frame], ops: list[str], envelopes: list[bytes]
+    ) -> EventBatch:
+        """Debezium's transaction metadata inline: a BEGIN before an atomic batch's first
+        record and an END after its last (ops ``"BEGIN"``/``"END"``)."""
+        out_frames: list[Frame] = []
+        out_ops: list[str] = []
+        out_envelopes: list[bytes] = []
+        collection = orjson.dumps(f"shard-{self.shard}").decode()
+        for frame, op, envelope in zip(frames, ops, envelopes, strict=True):
+            batched = frame.flags & FLAG_BATCH
+            txn_id = f'"{self.shard}:{frame.lsn - frame.batch_index}"'
+            ts_ms = frame.commit_us // 1000
+            if batched and frame.batch_index == 0:
+                out_frames.append(frame)
+                out_ops.append("BEGIN")
+                out_envelopes.append(
+                    f'{{"status":"BEGIN","id":{txn_id},"event_count":null,'
+                    f'"data_collections":null,"ts_ms":{ts_ms}}}'.encode()
+                )
+            out_frames.append(frame)
+            out_ops.append(op)
+            out_envelopes.append(envelope)
+            if batched and frame.batch_index == frame.batch_size - 1:
+                count = frame.batch_size
+                out_frames.append(frame)
+                out_ops.append("END")
+                out_envelopes.append(
+                    f'{{"status":"END","id":{txn_id},"event_count":{count},'
+                    f'"data_collections":[{{"data_collection":{collection},'
+                    f'"event_count":{count}}}],"ts_ms":{ts_ms}}}'.encode()
+                )
+        return EventBatch(self.shard, out_frames, out_ops, out_envelopes)
 
     def _constant_pieces(self) -> dict[str, str]:
         """The text between the fields of a fast-path envelope (ops ``u``, ``d``) that is the
@@ -172,8 +234,18 @@ class EnvelopeEncoder:
         kv_type, kv_head, special = RecordType.KV, KV_HEAD.unpack_from, SPECIAL_COMMANDS
         small_lengths, few = LENGTHS_STRUCTS, len(LENGTHS_STRUCTS)
         last_commit_us, us, ms, ns = None, "", "", ""
-        for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
+        change_type, change = RecordType.KV_CHANGE, self._change
+        change_tail = tail.encode()
+        for lsn, rtype, flags, bidx, bsize, commit_us, payload, offset in frames:
             envelope = None
+            if rtype == change_type:
+                if len(payload) > 2 and payload[2] == 0:
+                    continue  # written while the stream was off: not a change event
+                op, envelope = change(lsn, flags, bidx, bsize, commit_us, payload, offset,
+                                      change_tail)  # fmt: skip
+                add_op(op)
+                add_envelope(envelope)
+                continue
             if rtype == kv_type and len(payload) >= 8:
                 db, key_pos, argc = kv_head(payload, 0)
                 try:
@@ -241,6 +313,59 @@ class EnvelopeEncoder:
             add_op(op)
             add_envelope(envelope)
 
+    def _change(
+        self, lsn: int, flags: int, bidx: int, bsize: int, commit_us: int, payload: bytes,
+        offset: int, tail: bytes,
+    ) -> tuple[str, bytes]:  # fmt: skip
+        """(op, envelope) of a kv_change record or a snapshot row: the images are spliced in
+        as stored (the writer made them JSON), no JSON is parsed."""
+        try:
+            op_code, change_flags, _, _, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
+            pos = KV_CHANGE_HEAD.size
+            (size,) = _U32.unpack_from(payload, pos)
+            command = payload[pos + 4 : pos + 4 + size]
+            pos += 4 + size
+            pos += 4 + _U32.unpack_from(payload, pos)[0]  # the key: the images name it
+            (size,) = _U32.unpack_from(payload, pos)
+            before = payload[pos + 4 : pos + 4 + size] or b"null"
+            pos += 4 + size
+            (size,) = _U32.unpack_from(payload, pos)
+            after = payload[pos + 4 : pos + 4 + size] or b"null"
+            if pos + 4 + size > len(payload) or op_code not in b"cudr":
+                raise struct.error("fields overrun the payload")
+        except struct.error as exc:
+            raise CorruptionError(
+                f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
+            ) from None
+        op = chr(op_code)
+        snapshot = b"false"
+        if flags & FLAG_SNAPSHOT:
+            snapshot = _SNAPSHOT_MARK[(bidx == bsize - 1) - (bidx == 0 and bsize > 1)]
+            transaction = b"null"
+        elif flags & FLAG_BATCH:
+            transaction = b'{"id":"%d:%d","total_order":%d,"data_collection_order":%d}' % (
+                self.shard, lsn - bidx, bidx + 1, bidx + 1,
+            )  # fmt: skip
+        else:
+            transaction = b"null"
+        if not command:
+            command_json = b"null"  # a snapshot row
+        elif is_plain(command):
+            command_json = b'"' + command + b'"'
+        else:
+            command_json = orjson.dumps(text_or_b64(command))
+        expired = b"true" if change_flags & CHANGE_EXPIRED else b"false"
+        envelope = b"".join([
+            b'{"before":', before, b',"after":', after, self._source_head,
+            b'%d,"ts_us":%d,"ts_ns":%d,"snapshot":"%s","db":%d,"shard":%d,"lsn":%d,'
+            b'"command":%s,"expired":%s},"transaction":%s,"op":"%s",' % (
+                commit_us // 1000, commit_us, commit_us * 1000, snapshot, db, self.shard, lsn,
+                command_json, expired, transaction, op.encode(),
+            ),
+            tail,
+        ])  # fmt: skip
+        return op, envelope
+
     def _general(
         self, lsn: int, rtype: int, flags: int, bidx: int, commit_us: int, payload: bytes,
         offset: int, now_us: int,
@@ -252,6 +377,9 @@ class EnvelopeEncoder:
             raise CorruptionError(
                 f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
             ) from None
+        if isinstance(record, KvChange):
+            tail = f'"ts_ms":{now_us // 1000},"ts_us":{now_us},"ts_ns":{now_us * 1000}}}'
+            return self._change(lsn, flags, bidx, 1, commit_us, payload, offset, tail.encode())
         op = op_of(record)
         db = None
         if isinstance(record, KvCommand):

@@ -109,3 +109,9 @@ class WriterLockedError(UnavailableError):
         self.holder = holder
         detail = f" held by {holder}" if holder else ""
         super().__init__(f"shard is locked by another writer{detail}", path=path)
+
+
+class CommandError(InvalidArgumentError):
+    """A write command Redis would reject (wrong type, bad argument, wrong arity). Nothing was
+    written. ``message`` starts with Redis's error code (``WRONGTYPE``, ``ERR``), as Redis
+    replies (https://redis.io/docs/latest/develop/reference/protocol-spec/#simple-errors)."""

@@ -111,10 +111,6 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
     assert report.commands == len(writes)
     assert report.per_command == Counter(c[0].upper().decode() for c in writes)
     assert report.transactions == sum(c[0].upper() == b"MULTI" for c in commands) == 50
-    expected_per_shard = Counter(
-        crc16_xmodem(key) % 16384 * 4 // 16384 for c in writes for key in keys_of(c)
-    )
-    assert report.per_shard == [expected_per_shard[k] for k in range(4)]
     assert report.records == sum(report.per_shard)
     assert report.lsn_ranges == [(1, n) for n in report.per_shard]
 
@@ -126,8 +122,25 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
         for e in shard_envelopes:
             image = e["after"] or e["before"]
             assert crc16_xmodem(key_bytes(image["key"])) % 16384 * 4 // 16384 == shard
-    ops = Counter(e["op"] for es in envelopes for e in es)
-    assert ops["d"] == sum(len(c) - 1 for c in writes if c[0] == b"DEL") + 21  # + RENAME sources
+    named = {key for c in writes for key in keys_of(c)}
+    for shard_envelopes in envelopes:
+        assert_op_sequences(shard_envelopes)
+        assert {key_bytes((e["after"] or e["before"])["key"]) for e in shard_envelopes} <= named
+
+
+def assert_op_sequences(envelopes: list[dict]) -> None:
+    """Per key: c first and after each d, u and d only while it exists, images chained
+    (each before image is the previous after image)."""
+    state: dict[tuple[int, str], dict | None] = {}
+    for e in envelopes:
+        image = e["after"] or e["before"]
+        key = (image["db"], orjson.dumps(image["key"]).decode())
+        previous = state.get(key)
+        expected = "c" if previous is None else ("d" if e["after"] is None else "u")
+        assert e["op"] == expected, (e, previous)
+        if previous is not None:
+            assert e["before"] == previous
+        state[key] = e["after"]
 
 
 def test_binary_and_non_ascii_keys_survive(tmp_path: Path) -> None:
@@ -154,8 +167,8 @@ def _utf8(data: bytes) -> bool:
 def test_multi_exec_blocks_stay_atomic_per_shard(tmp_path: Path) -> None:
     import_aof(SLICE, tmp_path, 4)
     envelopes = [e for es in all_envelopes(tmp_path, 4) for e in es]
-    incrby = [e for e in envelopes if e["after"] and e["after"]["command"] == "INCRBY"]
-    hincrby = [e for e in envelopes if e["after"] and e["after"]["command"] == "HINCRBY"]
+    incrby = [e for e in envelopes if e["source"]["command"] == "INCRBY"]
+    hincrby = [e for e in envelopes if e["source"]["command"] == "HINCRBY"]
     assert len(incrby) == len(hincrby) == 50
     same_shard = hash_slot(b"counter:orders") * 4 // 16384 == hash_slot(b"stats") * 4 // 16384
     for a, b in zip(incrby, hincrby, strict=True):
@@ -163,36 +176,51 @@ def test_multi_exec_blocks_stay_atomic_per_shard(tmp_path: Path) -> None:
         if same_shard:
             assert a["transaction"]["id"] == b["transaction"]["id"]
             assert (a["transaction"]["total_order"], b["transaction"]["total_order"]) == (1, 2)
-    plain = [e for e in envelopes if e["after"] and e["after"]["command"] == "APPEND"]
+    plain = [e for e in envelopes if e["source"]["command"] == "APPEND"]
     assert plain and all(e["transaction"] is None for e in plain)
 
 
 def test_multi_key_commands_become_one_record_per_key(tmp_path: Path) -> None:
     import_aof(SLICE, tmp_path, 1)
     envelopes = all_envelopes(tmp_path, 1)[0]
-    deletes = [e for e in envelopes if e["before"] and e["before"]["command"] == "DEL"]
-    assert all(len(e["before"]["args"]) == 1 for e in deletes)
+    deletes = [
+        e for e in envelopes if e["source"]["command"] == "DEL" and not e["source"]["expired"]
+    ]
+    assert deletes and all(e["op"] == "d" for e in deletes)
     two_key = [e for e in deletes if e["transaction"] and e["transaction"]["total_order"] == 2]
     assert two_key, "DEL k1 k2 is an atomic batch of two records"
-    mset = [e for e in envelopes if e["after"] and e["after"]["command"] == "MSET"]
-    assert all(len(e["after"]["args"]) == 2 for e in mset) and len(mset) == 100 * 10
+    mset = [e for e in envelopes if e["source"]["command"] == "MSET"]
+    msets = [c for c in aof_commands(SLICE) if c[0] == b"MSET"]
+    assert len(mset) == sum(len(set(c[1::2])) for c in msets)  # a repeated key: one record
+    assert all(e["after"]["type"] == "string" for e in mset)
+    renames = [e for e in envelopes if e["source"]["command"] == "RENAME"]
+    assert [e["op"] for e in renames[:2]] == ["d", "c"]
+    assert renames[0]["before"]["value"] == renames[1]["after"]["value"]
 
 
 def test_select_sets_the_db_of_following_records(tmp_path: Path) -> None:
     import_aof(SLICE, tmp_path, 1)
     envelopes = all_envelopes(tmp_path, 1)[0]
-    last = envelopes[-1]
-    assert last["before"]["key"] == "db2:key" and last["source"]["db"] == 2
-    assert {e["source"]["db"] for e in envelopes[:-3]} == {0}
+    in_db2 = [e for e in envelopes if e["source"]["db"] == 2]
+    assert {(e["after"] or e["before"])["key"] for e in in_db2} == {"db2:key"}
+    assert all((e["after"] or e["before"])["db"] == 2 for e in in_db2)
+    assert len(in_db2) < len(envelopes) and {e["source"]["db"] for e in envelopes} == {0, 2}
 
 
 def test_running_again_appends_and_lsns_continue(tmp_path: Path) -> None:
-    first = import_aof(SLICE, tmp_path, 2)
-    second = import_aof(SLICE, tmp_path, 2)
+    aof = copy_aof(tmp_path, b"".join(resp(b"INCR", b"n%d" % i) for i in range(40)))
+    first = import_aof(aof, tmp_path / "data", 2)
+    second = import_aof(aof, tmp_path / "data", 2)
     assert second.per_shard == first.per_shard
     assert second.lsn_ranges == [(n + 1, 2 * n) for n in first.per_shard]
+    envelopes = [e for es in all_envelopes(tmp_path / "data", 2) for e in es]
+    assert Counter(e["op"] for e in envelopes) == {"c": 40, "u": 40}
     with pytest.raises(InvalidArgumentError, match="2 shards"):
-        import_aof(SLICE, tmp_path, 3)
+        import_aof(aof, tmp_path / "data", 3)
+
+
+def resp(*argv: bytes) -> bytes:
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
 
 
 def test_the_whole_real_aof_imports(tmp_path: Path) -> None:
@@ -259,8 +287,16 @@ def test_a_command_without_a_routable_key_is_refused(tmp_path: Path) -> None:
         import_aof(aof, tmp_path / "data", 1)
 
 
-def test_flushall_goes_to_every_shard(tmp_path: Path) -> None:
-    aof = copy_aof(tmp_path, b"*1\r\n$8\r\nFLUSHALL\r\n")
+def test_flushall_removes_every_key_of_every_shard(tmp_path: Path) -> None:
+    sets = b"".join(resp(b"SET", b"k%d" % i, b"v") for i in range(30))
+    aof = copy_aof(tmp_path, sets + resp(b"SELECT", b"3") + sets + resp(b"FLUSHALL"))
     report = import_aof(aof, tmp_path / "data", 3)
-    assert report.per_shard == [1, 1, 1]
-    assert all(es[0]["op"] == "t" for es in all_envelopes(tmp_path / "data", 3))
+    flushed = [
+        e for es in all_envelopes(tmp_path / "data", 3) for e in es
+        if e["source"]["command"] == "FLUSHALL"
+    ]  # fmt: skip
+    assert all(e["op"] == "d" and e["after"] is None for e in flushed)
+    assert {(e["before"]["db"], e["before"]["key"]) for e in flushed} >= {
+        (db, f"k{i}") for db in (0, 3) for i in range(30)
+    }
+    assert report.records == sum(report.per_shard)

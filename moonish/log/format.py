@@ -112,6 +112,9 @@ class RecordType(enum.IntEnum):
     """A graph mutation: entity id, node or edge, valid-to, system-from, properties."""
     CHECKPOINT = 4
     """A checkpoint marker: the LSN it covers and a label. Not a data change."""
+    KV_CHANGE = 5
+    """A kv command's effect on one key from the keyspace: op, view type, before/after
+    images, how to replay it (moonish.log.records has the grammar)."""
 
 
 def segment_name(base_lsn: int) -> str:

@@ -7,6 +7,19 @@ Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``l
     graph      := entity_kind:u8 has_valid_to:u8 reserved:u16 valid_to_ms:i64
                   system_from_ms:i64 bytes(entity_id) bytes(properties)
     checkpoint := checkpoint_lsn:u64 bytes(label, UTF-8)
+    kv_change  := op:u8 change_flags:u8 view:u8 replay:u8 db:u16 reserved:u16
+                  bytes(command) bytes(key) bytes(before) bytes(after) bytes(state)
+                  argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
+
+A kv_change record says what a write did to one key, as the writer's keyspace saw it: ``op``
+is ``c``, ``u`` or ``d`` (ASCII); ``change_flags`` bit 0 marks a delete by expiry, bit 1 a
+record of an AOF import (replayed with Redis's loading semantics); ``view`` is
+the stream view type in force (``ViewType``; 0: the stream was off, readers skip the record);
+``before``/``after`` are the images readers put in the envelope as they are (UTF-8 JSON,
+empty for null); ``replay`` says how the writer rebuilds its keyspace from the log: ``1``
+run ``argv`` (the whole command, once per command and shard), ``2`` set the key to ``state``
+(a lossless image; empty: the key is gone), ``0`` nothing (another record of the same command
+replays it). ``argv`` is empty unless ``replay`` is 1.
 
 A kv payload lists all argument lengths before the argument bytes, so a reader gets every length
 with one ``struct`` call. ``key_pos`` is the index in ``argv`` of the key this record is about, 0
@@ -44,6 +57,20 @@ _GRAPH_HEAD = struct.Struct(
     "q"  # valid_to_ms: end of validity, ms since the Unix epoch (0 when open-ended)
     "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
 )
+KV_CHANGE_HEAD = struct.Struct(
+    "<"
+    "B"  # op: b"c", b"u" or b"d"
+    "B"  # change_flags: bit 0 CHANGE_EXPIRED, bit 1 CHANGE_LOADING
+    "B"  # view: ViewType in force when written (0: stream off)
+    "B"  # replay: Replay
+    "H"  # db: Redis database index
+    "H"  # reserved: zero
+)
+CHANGE_EXPIRED = 1
+"""``change_flags`` bit: the key was removed because its expiry time passed."""
+CHANGE_LOADING = 2
+"""``change_flags`` bit: written by an AOF import, which runs commands as Redis loads an AOF
+(no expiry on access, a past expiry time is set rather than deleting the key)."""
 _CHECKPOINT_HEAD = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
@@ -66,6 +93,25 @@ def lengths_struct(argc: int) -> struct.Struct:
 
 class PayloadError(ValueError):
     """A payload does not follow its grammar (the reader turns this into CorruptionError)."""
+
+
+class ViewType(enum.IntEnum):
+    """What a change record carries (DynamoDB Streams' ``StreamViewType``); ``OFF``: the
+    stream was disabled and readers skip the record."""
+
+    OFF = 0
+    KEYS_ONLY = 1
+    NEW_IMAGE = 2
+    OLD_IMAGE = 3
+    NEW_AND_OLD_IMAGES = 4
+
+
+class Replay(enum.IntEnum):
+    """How the writer rebuilds its keyspace from a kv_change record."""
+
+    NONE = 0
+    COMMAND = 1
+    STATE = 2
 
 
 class EntityKind(enum.IntEnum):
@@ -129,7 +175,40 @@ class Checkpoint:
     label: str
 
 
-Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint
+@dataclass(frozen=True, slots=True)
+class KvChange:
+    """What one write did to one key (see the module docstring for the fields).
+
+    Attributes:
+        op: ``"c"``, ``"u"`` or ``"d"`` (``"r"`` only in snapshot rows, never in a log).
+        db: Redis database index.
+        command: the command's name as received (``b"HSET"``).
+        key: the key.
+        before: the before image, UTF-8 JSON, or ``b""`` for null.
+        after: the after image, UTF-8 JSON, or ``b""`` for null.
+        view: the view type in force when written.
+        expired: the key was removed because it expired.
+        replay: how the writer replays the record.
+        state: with ``Replay.STATE``, the key's lossless image (``b""``: removed).
+        argv: with ``Replay.COMMAND``, the command to run.
+        loading: written by an AOF import (see ``CHANGE_LOADING``).
+    """
+
+    op: str
+    db: int
+    command: bytes
+    key: bytes
+    before: bytes
+    after: bytes
+    view: ViewType
+    expired: bool = False
+    replay: Replay = Replay.NONE
+    state: bytes = b""
+    argv: tuple[bytes, ...] = ()
+    loading: bool = False
+
+
+Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint | KvChange
 
 
 def _blob(value: bytes) -> bytes:
@@ -162,6 +241,20 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
             int(record.entity_kind), has_valid_to, 0, record.valid_to_ms or 0, record.system_from_ms
         )
         return RecordType.GRAPH, head + _blob(record.entity_id) + _blob(record.properties)
+    if isinstance(record, KvChange):
+        if not 0 <= record.db <= MAX_DB:
+            raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
+        head = KV_CHANGE_HEAD.pack(
+            ord(record.op),
+            (CHANGE_EXPIRED if record.expired else 0) | (CHANGE_LOADING if record.loading else 0),
+            record.view,
+            record.replay, record.db, 0,
+        )  # fmt: skip
+        blobs = (record.command, record.key, record.before, record.after, record.state)
+        argv = record.argv
+        return RecordType.KV_CHANGE, b"".join(
+            [head, *map(_blob, blobs), _U32.pack(len(argv)), *map(_blob, argv)]
+        )
     if isinstance(record, Checkpoint):
         head = _CHECKPOINT_HEAD.pack(record.checkpoint_lsn)
         return RecordType.CHECKPOINT, head + _blob(record.label.encode())
@@ -219,6 +312,8 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
             system_from_ms,
             properties,
         )
+    elif record_type == RecordType.KV_CHANGE:
+        record, pos = _decode_change(payload)
     elif record_type == RecordType.CHECKPOINT:
         (checkpoint_lsn,) = _CHECKPOINT_HEAD.unpack_from(payload, 0)
         label, pos = _read_blob(payload, _CHECKPOINT_HEAD.size)
@@ -231,6 +326,29 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
     if pos != len(payload):
         raise PayloadError(f"{len(payload) - pos} unexpected bytes after the last field")
     return record
+
+
+def _decode_change(payload: bytes) -> tuple[KvChange, int]:
+    op, flags, view, replay, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
+    pos = KV_CHANGE_HEAD.size
+    blobs = []
+    for _ in range(5):
+        blob, pos = _read_blob(payload, pos)
+        blobs.append(blob)
+    (argc,) = _U32.unpack_from(payload, pos)
+    pos += 4
+    argv = []
+    for _ in range(argc):
+        arg, pos = _read_blob(payload, pos)
+        argv.append(arg)
+    if op not in b"cudr" or view not in ViewType.__members__.values() or replay > 2:
+        raise PayloadError(f"bad kv_change header (op {op}, view {view}, replay {replay})")
+    command, key, before, after, state = blobs
+    record = KvChange(
+        chr(op), db, command, key, before, after, ViewType(view), bool(flags & CHANGE_EXPIRED),
+        Replay(replay), state, tuple(argv), bool(flags & CHANGE_LOADING),
+    )  # fmt: skip
+    return record, pos
 
 
 def decode_payload(record_type: int, payload: bytes) -> Record:

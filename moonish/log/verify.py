@@ -15,9 +15,11 @@ from moonish.log.reader import ShardReader
 from moonish.log.records import (
     Checkpoint,
     GraphMutation,
+    KvChange,
     KvCommand,
     PayloadError,
     Record,
+    Replay,
     TemporalUpsert,
     decode_payload,
 )
@@ -155,6 +157,17 @@ def describe(record: Record) -> str:
             f"{record.entity_kind.name.lower()}: {_show(record.entity_id)}, valid_to_ms: "
             f"{record.valid_to_ms}, system_from_ms: {record.system_from_ms}, "
             f"properties: {_show(record.properties)}"
+        )
+    if isinstance(record, KvChange):
+        flags = "".join(
+            f", {name}" for name, on in (("expired", record.expired), ("loading", record.loading))
+            if on
+        )  # fmt: skip
+        replay = f", replay: {' '.join(map(_show, record.argv))}" if record.argv else ""
+        replay = ", replay: by value" if record.replay is Replay.STATE else replay
+        return (
+            f"op: {record.op}, db: {record.db}, key: {_show(record.key)}, "
+            f"command: {_show(record.command)}, view: {record.view.name}{flags}{replay}"
         )
     assert isinstance(record, Checkpoint)
     return f"checkpoint_lsn: {record.checkpoint_lsn}, label: {record.label!r}"

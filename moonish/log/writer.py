@@ -238,17 +238,19 @@ class WalWriter:
         """The LSN the next appended record will get."""
         return self._next_lsn
 
-    def append(self, record: Record) -> int:
-        """Append one record on its own; returns its LSN.
+    def append(self, record: Record, commit_us: int | None = None) -> int:
+        """Append one record on its own; returns its LSN. ``commit_us`` (µs since the Unix
+        epoch) defaults to the clock's time.
 
         Raises:
             ValueError: the record cannot be encoded (see ``encode_payload``).
             InvalidArgumentError: the writer is closed.
         """
-        return self._append((record,), 0)[0]
+        return self._append((record,), 0, commit_us)[0]
 
-    def append_batch(self, records: Sequence[Record]) -> list[int]:
-        """Append records as one atomic batch (all visible to readers, or none).
+    def append_batch(self, records: Sequence[Record], commit_us: int | None = None) -> list[int]:
+        """Append records as one atomic batch (all visible to readers, or none), committed at
+        ``commit_us`` (default: the clock's time).
 
         Every record carries ``FLAG_BATCH``, so even a batch of one is reported as a
         transaction (Debezium's ``transaction`` block) by readers.
@@ -260,12 +262,15 @@ class WalWriter:
             ValueError: ``records`` is empty or a record cannot be encoded.
             InvalidArgumentError: the writer is closed.
         """
-        return self._append(records, FLAG_BATCH)
+        return self._append(records, FLAG_BATCH, commit_us)
 
-    def _append(self, records: Sequence[Record], flags: int) -> list[int]:
+    def _append(
+        self, records: Sequence[Record], flags: int, commit_us: int | None = None
+    ) -> list[int]:
         if not records:
             raise ValueError("an atomic batch needs at least one record")
-        commit_us = self._clock.now_us()
+        if commit_us is None:
+            commit_us = self._clock.now_us()
         count = len(records)
         with self._lock:
             if self._fd < 0:

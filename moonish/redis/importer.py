@@ -24,12 +24,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import InvalidArgumentError
-from moonish.log.records import MAX_DB, KvCommand
-from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
+from moonish.errors import CommandError, InvalidArgumentError, UnsupportedFormatError
+from moonish.log.records import MAX_DB, KvChange, Replay
+from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.redis.aof import AofCommands, AofFormatError, read_manifest
-from moonish.redis.commands import split_command
+from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.slots import SLOT_COUNT, shard_of_key
+from moonish.state.config import StreamConfig
+from moonish.state.execute import execute, keys_of
+from moonish.state.shard import Prepared, ShardOptions, ShardWriter
 
 MAX_SHARDS = SLOT_COUNT
 """Every shard owns at least one hash slot."""
@@ -76,36 +79,96 @@ def _check_shard_count(data_dir: str, shards: int) -> None:
 
 
 class _Router:
-    """Turns replayed commands into per-shard records and appends them."""
+    """Runs replayed commands on the shards' keyspaces and appends their records."""
 
-    def __init__(self, writers: list[WalWriter], report: ImportReport) -> None:
+    def __init__(self, writers: list[ShardWriter], report: ImportReport, clock: Clock) -> None:
         self.writers = writers
         self.report = report
+        self.clock = clock
         self.first_lsn: list[int | None] = [None] * len(writers)
 
     def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
-        """Route ``entries`` (db, argv) to shards. They form an atomic batch per shard when
-        they come from MULTI/EXEC or make more than one record; otherwise a plain append."""
-        shards = len(self.writers)
-        per_shard: list[list[KvCommand]] = [[] for _ in range(shards)]
+        """Run ``entries`` (db, argv) and append their records: per shard one atomic batch
+        when they come from MULTI/EXEC or make more than one record, else a plain append.
+
+        Raises:
+            CommandError: Redis would have refused a command (so it cannot be in a valid AOF).
+        """
+        now_us = self.clock.now_us()
+        per_shard: list[list[KvChange]] = [[] for _ in self.writers]
         for db, argv in entries:
-            for key, record_argv, key_pos in split_command(argv):
-                record = KvCommand(db, record_argv, key_pos)
-                if key is None:
-                    for records in per_shard:
-                        records.append(record)
-                else:
-                    per_shard[shard_of_key(key, shards)].append(record)
-        atomic = transaction or sum(map(len, per_shard)) > 1
+            for shard, prepared in self._run(db, argv, now_us):
+                if isinstance(prepared.reply, CommandError):
+                    raise prepared.reply
+                self._append(shard, prepared.expired, False, now_us)
+                per_shard[shard] += prepared.records
         for shard, records in enumerate(per_shard):
-            if not records:
-                continue
-            writer = self.writers[shard]
-            lsns = writer.append_batch(records) if atomic else [writer.append(records[0])]
-            if self.first_lsn[shard] is None:
-                self.first_lsn[shard] = lsns[0]
-            self.report.per_shard[shard] += len(records)
-            self.report.records += len(records)
+            self._append(shard, records, transaction or len(records) > 1, now_us)
+
+    def _append(self, shard: int, records: list[KvChange], atomic: bool, now_us: int) -> None:
+        lsns = self.writers[shard].append(records, atomic, now_us)
+        if lsns and self.first_lsn[shard] is None:
+            self.first_lsn[shard] = lsns[0]
+        self.report.per_shard[shard] += len(lsns)
+        self.report.records += len(lsns)
+
+    def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
+        shards = len(self.writers)
+        name = argv[0].upper()
+        if name in KEYLESS:
+            parts = [(shard, argv) for shard in range(shards)]
+        else:
+            groups: dict[int, list[bytes]] = {}
+            for key in keys_of(argv):
+                groups.setdefault(shard_of_key(key, shards), []).append(key)
+            if len(groups) <= 1:
+                parts = [(next(iter(groups), 0), argv)]
+            elif name in ALL_KEYS:
+                parts = [(shard, [argv[0], *keys]) for shard, keys in groups.items()]
+            elif name == b"MSET":
+                pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
+                parts = [
+                    (shard, [argv[0], *[x for key in keys for x in (key, pairs[key])]])
+                    for shard, keys in groups.items()
+                ]
+            else:
+                return self._across(db, argv, now_us, sorted(groups))
+        return [
+            (shard, self.writers[shard].prepare(db, sub, now_us, loading=True))
+            for shard, sub in parts
+        ]
+
+    def _across(
+        self, db: int, argv: list[bytes], now_us: int, shards: list[int]
+    ) -> list[tuple[int, Prepared]]:
+        """A command whose keys live in several shards (RENAME, COPY, SMOVE, LMOVE, MSETNX
+        across shards): run once on all their keyspaces; each shard logs its keys' new
+        values (``Replay.STATE``), since no shard can replay the command alone."""
+        count = len(self.writers)
+        writers = self.writers
+
+        def route(key: bytes) -> int:
+            return shard_of_key(key, count)
+
+        acc = writers[shards[0]].access(
+            now_us // 1000, lambda key: writers[route(key)].keyspace, loading=True
+        )
+        acc.keyspaces = [writer.keyspace for writer in writers]
+        try:
+            reply = execute(acc, db, argv)
+        except CommandError as exc:
+            reply = exc
+        results = []
+        for shard in shards:
+            writer = writers[shard]
+            expired = [
+                writer.expiry_record(key_db, key, entry)
+                for key_db, key, entry in acc.expired
+                if route(key) == shard
+            ]
+            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
+            results.append((shard, Prepared(reply, expired, records)))
+        return results
 
 
 def import_aof(
@@ -115,6 +178,7 @@ def import_aof(
     *,
     progress: Callable[[int], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    stream: StreamConfig | None = None,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``.
 
@@ -123,7 +187,9 @@ def import_aof(
         data_dir: the moonish data directory; ``shard-<k>`` directories are created in it.
         shards: number of shards, 1..16384; must match an existing data directory.
         progress: called with the number of AOF bytes consumed since the previous call.
-        clock: commit timestamps of the appended records.
+        clock: the commands' time (expiry) and the records' commit time.
+        stream: the stream configuration of shards the import creates (existing shards
+            keep theirs); default NEW_AND_OLD_IMAGES.
 
     Returns:
         An :class:`ImportReport`.
@@ -133,23 +199,34 @@ def import_aof(
             data directory, a bad SELECT.
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
-        UnsupportedFormatError: an RDB-preamble base file, or a command moonish cannot route.
+        UnsupportedFormatError: an RDB-preamble base file, or a command moonish does not
+            implement.
+        CommandError: a command Redis would have refused (path and offset in the error).
         WriterLockedError: another writer holds one of the shards.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
     files = read_manifest(aof_dir)
     _check_shard_count(out_dir, shards)
     report = ImportReport(per_shard=[0] * shards)
-    writers: list[WalWriter] = []
+    writers: list[ShardWriter] = []
     try:
         for shard in range(shards):
-            options = WriterOptions(shard_id=shard, fsync=FsyncPolicy.NEVER)
-            writers.append(WalWriter(os.path.join(out_dir, f"shard-{shard}"), options, clock))
-        router = _Router(writers, report)
+            options = ShardOptions(
+                WriterOptions(shard_id=shard, fsync=FsyncPolicy.NEVER),
+                stream or StreamConfig(),
+                expiry_sweep_ms=0,
+            )
+            writers.append(ShardWriter(os.path.join(out_dir, f"shard-{shard}"), options, clock))
+        router = _Router(writers, report, clock)
         for number, aof_file in enumerate(files):
             path = os.path.join(aof_dir, aof_file.name)
             _replay_file(path, router, report, progress, last=number == len(files) - 1)
             report.files.append(aof_file.name)
+        for shard, writer in enumerate(writers):  # as Redis does once loaded: expire keys
+            expired = writer.sweep_expired()
+            report.per_shard[shard] += expired
+            report.records += expired
+            writer.sync()
     finally:
         for writer in writers:
             writer.close()
@@ -187,7 +264,7 @@ def _replay_file(
         elif name == b"EXEC":
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            router.apply(transaction, transaction=True)
+            _apply(router, transaction, True, path, transaction_offset)
             report.transactions += 1
             transaction = None
         else:
@@ -196,7 +273,7 @@ def _replay_file(
             if transaction is not None:
                 transaction.append((db, argv))
             else:
-                router.apply([(db, argv)], transaction=False)
+                _apply(router, [(db, argv)], False, path, offset)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -215,6 +292,21 @@ def _replay_file(
             for _, argv in transaction:
                 report.per_command[argv[0].upper().decode(errors="replace")] -= 1
         report.truncated_tail = f"{what} at offset {start} of {path} (not applied, as Redis does)"
+
+
+def _owned_by(route: Callable[[bytes], int], shard: int) -> Callable[[bytes], bool]:
+    return lambda key: route(key) == shard
+
+
+def _apply(
+    router: _Router, entries: list[tuple[int, list[bytes]]], transaction: bool, path: str,
+    offset: int,
+) -> None:  # fmt: skip
+    """``router.apply``, with errors naming the AOF file and the command's byte offset."""
+    try:
+        router.apply(entries, transaction)
+    except (CommandError, UnsupportedFormatError) as exc:
+        raise type(exc)(exc.message, path=path, offset=offset) from None
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

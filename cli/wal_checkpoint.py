@@ -1,0 +1,31 @@
+"""``moonish wal checkpoint``: write a snapshot of each shard's keyspace and a checkpoint."""
+
+from __future__ import annotations
+
+import click
+import orjson
+
+import moonish.api
+from moonish.state.shard import ShardWriter
+
+
+@click.command("checkpoint")
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.option("--label", default="", help="Checkpoint label (default: the snapshot file name).")
+def checkpoint(path: str, label: str) -> None:
+    """Snapshot the keyspace of every shard under PATH (a data or shard directory).
+
+    Each shard gets <lsn>.snap (its keyspace after record <lsn>, written atomically) and a
+    checkpoint record; `cdc read --snapshot` starts from the newest snapshot. The shard must
+    not have another writer. Prints one JSON line per shard.
+
+    Example:
+
+        moonish wal checkpoint data
+    """
+    for shard_dir in moonish.api.shard_dirs(path):
+        with ShardWriter(shard_dir) as writer:
+            snapshot, lsn = writer.checkpoint(label)
+            keys = len(writer.keyspace)
+        line = {"shard_dir": shard_dir, "snapshot": snapshot, "lsn": lsn, "keys": keys}
+        click.echo(orjson.dumps(line).decode())

@@ -1,0 +1,320 @@
+"""Hash, set and list commands: HSET, HSETNX, HMSET, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM,
+SPOP, SMOVE; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, LMOVE,
+RPOPLPUSH (semantics of Redis 7.0, redis.io/commands)."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from moonish.errors import CommandError
+from moonish.state import parse
+from moonish.state.keyspace import Access
+from moonish.state.values import HASH, LIST, SET, Entry
+
+# -- hashes --------------------------------------------------------------------------------
+
+
+def cmd_hset(acc: Access, db: int, argv: list[bytes]) -> Any:
+    if len(argv) < 4 or len(argv) % 2 == 1:
+        name = argv[0].decode(errors="replace").lower()
+        raise CommandError(f"ERR wrong number of arguments for '{name}' command")
+    key = argv[1]
+    entry = acc.get(db, key, HASH)
+    fields = dict(zip(argv[2::2], argv[3::2], strict=True))
+    if entry is None:
+        acc.put(db, key, Entry(HASH, fields))
+        added = len(fields)
+    else:
+        added = sum(1 for field in fields if field not in entry.value)
+        entry.value.update(fields)
+        acc.changed(db, key, entry)
+    return b"OK" if argv[0].upper() == b"HMSET" else added
+
+
+def cmd_hsetnx(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    entry = acc.get(db, argv[1], HASH)
+    if entry is None:
+        acc.put(db, argv[1], Entry(HASH, {argv[2]: argv[3]}))
+    elif argv[2] in entry.value:
+        return 0
+    else:
+        entry.value[argv[2]] = argv[3]
+        acc.changed(db, argv[1], entry)
+    return 1
+
+
+def cmd_hdel(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, -3)
+    entry = acc.get(db, argv[1], HASH)
+    if entry is None:
+        return 0
+    removed = 0
+    for field in argv[2:]:
+        if entry.value.pop(field, None) is not None:
+            removed += 1
+    if removed:
+        acc.changed(db, argv[1], entry)
+    return removed
+
+
+def _hash_update(acc: Access, db: int, key: bytes, entry: Entry | None, field: bytes,
+                 value: bytes) -> None:  # fmt: skip
+    if entry is None:
+        acc.put(db, key, Entry(HASH, {field: value}))
+    else:
+        entry.value[field] = value
+        acc.changed(db, key, entry)
+
+
+def cmd_hincrby(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    increment = parse.integer(argv[3])  # parsed before the lookup, as Redis does
+    entry = acc.get(db, argv[1], HASH)
+    current = None if entry is None else entry.value.get(argv[2])
+    base = 0 if current is None else parse.integer(current, "ERR hash value is not an integer")
+    total = parse.add_int(base, increment)
+    _hash_update(acc, db, argv[1], entry, argv[2], b"%d" % total)
+    return total
+
+
+def cmd_hincrbyfloat(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    increment = parse.decimal(argv[3])
+    entry = acc.get(db, argv[1], HASH)
+    current = None if entry is None else entry.value.get(argv[2])
+    base = parse.decimal(b"0" if current is None else current, "ERR hash value is not a float")
+    value = parse.add_decimal(base, increment)
+    _hash_update(acc, db, argv[1], entry, argv[2], value)
+    return value
+
+
+# -- sets ----------------------------------------------------------------------------------
+
+
+def cmd_sadd(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, -3)
+    entry = acc.get(db, argv[1], SET)
+    members = set(argv[2:])
+    if entry is None:
+        acc.put(db, argv[1], Entry(SET, members))
+        return len(members)
+    added = len(members - entry.value)
+    if added:
+        entry.value |= members
+        acc.changed(db, argv[1], entry)
+    return added
+
+
+def cmd_srem(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, -3)
+    entry = acc.get(db, argv[1], SET)
+    if entry is None:
+        return 0
+    removed = len(entry.value & set(argv[2:]))
+    if removed:
+        entry.value.difference_update(argv[2:])
+        acc.changed(db, argv[1], entry)
+    return removed
+
+
+def cmd_spop(acc: Access, db: int, argv: list[bytes]) -> Any:
+    """Pops random members; logged as ``SREM key member...``, as Redis propagates it."""
+    if len(argv) not in (2, 3):
+        parse.arity(argv, 2)  # raises
+    count = parse.count_arg(argv[2]) if len(argv) == 3 else None
+    entry = acc.get(db, argv[1], SET)
+    if entry is None or count == 0:
+        return None if count is None else []
+    members = random.sample(sorted(entry.value), min(count or 1, len(entry.value)))
+    entry.value.difference_update(members)
+    acc.changed(db, argv[1], entry)
+    acc.log_argv = [b"SREM", argv[1], *members]
+    return members[0] if count is None else members
+
+
+def cmd_smove(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    source = acc.get(db, argv[1])
+    if source is None:
+        return 0  # before any type check, as Redis does
+    source = acc.get(db, argv[1], SET)
+    destination = acc.get(db, argv[2], SET)
+    member = argv[3]
+    if source is None or member not in source.value:
+        return 0
+    if argv[1] == argv[2]:
+        return 1
+    source.value.discard(member)
+    acc.changed(db, argv[1], source)
+    if destination is None:
+        acc.put(db, argv[2], Entry(SET, {member}))
+    elif member not in destination.value:
+        destination.value.add(member)
+        acc.changed(db, argv[2], destination)
+    return 1
+
+
+# -- lists ---------------------------------------------------------------------------------
+
+
+def cmd_push(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, -3)
+    name = argv[0].upper()
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        if name.endswith(b"X"):
+            return 0
+        entry = Entry(LIST, [])
+        acc.put(db, argv[1], entry)
+    if name.startswith(b"L"):
+        entry.value[:0] = reversed(argv[2:])
+    else:
+        entry.value.extend(argv[2:])
+    acc.changed(db, argv[1], entry)
+    return len(entry.value)
+
+
+def cmd_pop(acc: Access, db: int, argv: list[bytes]) -> Any:
+    if len(argv) not in (2, 3):
+        parse.arity(argv, 2)  # raises
+    count = parse.count_arg(argv[2]) if len(argv) == 3 else None
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        return None
+    if count == 0:
+        return []
+    taken = count or 1
+    items = entry.value
+    if argv[0].upper() == b"LPOP":
+        popped = items[:taken]
+        del items[:taken]
+    else:
+        popped = items[-taken:][::-1]
+        del items[-taken:]
+    acc.changed(db, argv[1], entry)
+    return popped[0] if count is None else popped
+
+
+def _index(items: list[bytes], index: int) -> int:
+    return index + len(items) if index < 0 else index
+
+
+def cmd_lset(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        raise CommandError("ERR no such key")
+    index = parse.integer(argv[2])
+    position = _index(entry.value, index)
+    if not 0 <= position < len(entry.value):
+        raise CommandError("ERR index out of range")
+    entry.value[position] = argv[3]
+    acc.changed(db, argv[1], entry)
+    return b"OK"
+
+
+def cmd_lrem(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    count = parse.integer(argv[2])
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        return 0
+    items, element = entry.value, argv[3]
+    positions = [i for i, item in enumerate(items) if item == element]
+    if count > 0:
+        positions = positions[:count]
+    elif count < 0:
+        positions = positions[count:]
+    for position in reversed(positions):
+        del items[position]
+    if positions:
+        acc.changed(db, argv[1], entry)
+    return len(positions)
+
+
+def cmd_ltrim(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 4)
+    start, stop = parse.integer(argv[2]), parse.integer(argv[3])
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        return b"OK"
+    items = entry.value
+    size = len(items)
+    start, stop = max(_index(items, start), 0), _index(items, stop)
+    kept = items[start : stop + 1] if start <= stop and start < size else []
+    if len(kept) != size:
+        entry.value = kept
+        acc.changed(db, argv[1], entry)
+    return b"OK"
+
+
+def cmd_linsert(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 5)
+    where = argv[2].upper()
+    if where not in (b"BEFORE", b"AFTER"):
+        raise CommandError(parse.SYNTAX)
+    entry = acc.get(db, argv[1], LIST)
+    if entry is None:
+        return 0
+    try:
+        position = entry.value.index(argv[3])
+    except ValueError:
+        return -1
+    entry.value.insert(position + (where == b"AFTER"), argv[4])
+    acc.changed(db, argv[1], entry)
+    return len(entry.value)
+
+
+def cmd_lmove(acc: Access, db: int, argv: list[bytes]) -> Any:
+    if argv[0].upper() == b"RPOPLPUSH":
+        parse.arity(argv, 3)
+        wherefrom, whereto = b"RIGHT", b"LEFT"
+    else:
+        parse.arity(argv, 5)
+        wherefrom, whereto = argv[3].upper(), argv[4].upper()
+        if not {wherefrom, whereto} <= {b"LEFT", b"RIGHT"}:
+            raise CommandError(parse.SYNTAX)
+    source = acc.get(db, argv[1], LIST)
+    if source is None:
+        return None
+    destination = acc.get(db, argv[2], LIST)
+    element = source.value.pop(0 if wherefrom == b"LEFT" else -1)
+    if destination is source:  # rotating a list onto itself
+        source.value.insert(0 if whereto == b"LEFT" else len(source.value), element)
+        acc.changed(db, argv[1], source)
+        return element
+    acc.changed(db, argv[1], source)
+    if destination is None:
+        acc.put(db, argv[2], Entry(LIST, [element]))
+    else:
+        destination.value.insert(0 if whereto == b"LEFT" else len(destination.value), element)
+        acc.changed(db, argv[2], destination)
+    return element
+
+
+COMMANDS = {
+    b"HSET": (cmd_hset, [1]),
+    b"HMSET": (cmd_hset, [1]),
+    b"HSETNX": (cmd_hsetnx, [1]),
+    b"HDEL": (cmd_hdel, [1]),
+    b"HINCRBY": (cmd_hincrby, [1]),
+    b"HINCRBYFLOAT": (cmd_hincrbyfloat, [1]),
+    b"SADD": (cmd_sadd, [1]),
+    b"SREM": (cmd_srem, [1]),
+    b"SPOP": (cmd_spop, [1]),
+    b"SMOVE": (cmd_smove, [1, 2]),
+    b"LPUSH": (cmd_push, [1]),
+    b"RPUSH": (cmd_push, [1]),
+    b"LPUSHX": (cmd_push, [1]),
+    b"RPUSHX": (cmd_push, [1]),
+    b"LPOP": (cmd_pop, [1]),
+    b"RPOP": (cmd_pop, [1]),
+    b"LSET": (cmd_lset, [1]),
+    b"LREM": (cmd_lrem, [1]),
+    b"LTRIM": (cmd_ltrim, [1]),
+    b"LINSERT": (cmd_linsert, [1]),
+    b"LMOVE": (cmd_lmove, [1, 2]),
+    b"RPOPLPUSH": (cmd_lmove, [1, 2]),
+}

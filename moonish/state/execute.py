@@ -1,0 +1,63 @@
+"""Running Redis write commands on a keyspace: the command table and key positions.
+
+The table covers the write commands listed in docs/images.md ("Commands"); anything else is
+refused with :class:`UnsupportedFormatError`, so nothing is ever half understood.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from moonish.errors import CommandError, UnsupportedFormatError
+from moonish.state import cmd_collections, cmd_keys, cmd_sorted, cmd_strings
+from moonish.state.keyspace import Access
+
+Handler = Callable[[Access, int, list[bytes]], Any]
+
+COMMANDS: dict[bytes, tuple[Handler, Any]] = {
+    **cmd_strings.COMMANDS,
+    **cmd_keys.COMMANDS,
+    **cmd_collections.COMMANDS,
+    **cmd_sorted.COMMANDS,
+}
+"""Upper-case name -> (handler, key positions: argv indexes, ``"all"`` or ``"pairs"``)."""
+
+
+def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
+    if not argv:
+        raise CommandError("ERR empty command")
+    found = COMMANDS.get(argv[0].upper())
+    if found is None:
+        name = argv[0].decode(errors="replace")
+        raise UnsupportedFormatError(
+            f"moonish does not implement the Redis command {name!r} (docs/images.md lists "
+            "the write commands it tracks)"
+        )
+    return found
+
+
+def keys_of(argv: list[bytes]) -> list[bytes]:
+    """The keys ``argv`` names, in argv order (empty for FLUSHDB/FLUSHALL).
+
+    Raises:
+        UnsupportedFormatError: not a command moonish implements.
+    """
+    _, positions = _lookup(argv)
+    if positions == "all":
+        return argv[1:]
+    if positions == "pairs":
+        return argv[1::2]
+    return [argv[i] for i in positions if i < len(argv)]
+
+
+def execute(acc: Access, db: int, argv: list[bytes]) -> Any:
+    """Run one write command on ``acc``; returns its reply (as Redis would, in Python
+    values: bytes, int, float, list or ``None``).
+
+    Raises:
+        CommandError: Redis would reject the command; nothing was changed.
+        UnsupportedFormatError: not a command moonish implements.
+    """
+    handler, _ = _lookup(argv)
+    return handler(acc, db, argv)

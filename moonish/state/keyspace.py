@@ -1,0 +1,183 @@
+"""A shard's keyspace (per Redis db index), expiry, and the per-command view commands run on.
+
+Commands never touch a :class:`Keyspace` directly: they run on an :class:`Access`, which
+
+- applies expiry lazily, as Redis does on access: a key whose ``expire_at_ms`` is at or before
+  the command's time is removed first and reported in :attr:`Access.expired`;
+- remembers, for every key the command looks at, whether it existed and (when asked) its image
+  before the command, so the writer can say ``c``/``u``/``d`` and give before images;
+- records which keys the command wrote, in order.
+
+Handlers check everything that can fail before they change anything, so a refused command
+leaves the keyspace as it was (only lazy expiry, which Redis also performs, may have happened).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from moonish.errors import CommandError
+from moonish.state.values import STREAM, STRING, Entry, full_image
+
+_KEPT_WHEN_EMPTY = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
+WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+Key = tuple[int, bytes]
+"""(db, key)."""
+
+
+class Keyspace:
+    """The keys of one shard: ``dbs[db][key] -> Entry``, plus a heap of expiry times."""
+
+    def __init__(self) -> None:
+        self.dbs: dict[int, dict[bytes, Entry]] = {}
+        self._expiry: list[tuple[int, int, bytes]] = []  # (expire_at_ms, db, key), lazy
+
+    def get(self, db: int, key: bytes) -> Entry | None:
+        keys = self.dbs.get(db)
+        return None if keys is None else keys.get(key)
+
+    def put(self, db: int, key: bytes, entry: Entry) -> None:
+        self.dbs.setdefault(db, {})[key] = entry
+        self.note_expiry(db, key, entry)
+
+    def remove(self, db: int, key: bytes) -> None:
+        keys = self.dbs.get(db)
+        if keys is not None:
+            keys.pop(key, None)
+            if not keys:
+                del self.dbs[db]
+
+    def note_expiry(self, db: int, key: bytes, entry: Entry) -> None:
+        """Remember ``entry``'s expiry time for the active sweep (call after setting it)."""
+        if entry.expire_at_ms is not None:
+            heapq.heappush(self._expiry, (entry.expire_at_ms, db, key))
+
+    def due(self, now_ms: int) -> Iterator[Key]:
+        """Keys whose expiry time is at or before ``now_ms``, soonest first (each once)."""
+        heap = self._expiry
+        while heap and heap[0][0] <= now_ms:
+            _, db, key = heapq.heappop(heap)
+            entry = self.get(db, key)
+            at = None if entry is None else entry.expire_at_ms
+            if at is not None and at <= now_ms:
+                yield db, key
+
+    def items(self) -> Iterator[tuple[int, bytes, Entry]]:
+        """Every key, by db then key bytes."""
+        for db in sorted(self.dbs):
+            keys = self.dbs[db]
+            for key in sorted(keys):
+                yield db, key, keys[key]
+
+    def __len__(self) -> int:
+        return sum(map(len, self.dbs.values()))
+
+
+class Access:
+    """What one command (or one transaction) sees of the keyspace.
+
+    Args:
+        resolve: the keyspace that holds a key (one shard's, or the right shard's when a
+            command spans shards).
+        now_ms: the command's time, ms since the Unix epoch (expiry, relative TTLs, stream IDs).
+        expire: live semantics: lazy expiry on access, and a past expiry time removes the
+            key. Off when loading an AOF, as Redis loads one (the sweep expires keys after).
+        images: keep each touched key's image before the command (for OLD views).
+        max_value_bytes: the image size limit for those before images.
+    """
+
+    def __init__(
+        self,
+        resolve: Callable[[bytes], Keyspace],
+        now_ms: int,
+        *,
+        expire: bool = True,
+        images: bool = False,
+        max_value_bytes: int | None = None,
+    ) -> None:
+        self.resolve = resolve
+        self.keyspaces: list[Keyspace] = []
+        """Every keyspace the command may reach (FLUSHDB, FLUSHALL); set by the caller."""
+        self.log_argv: list[bytes] | None = None
+        """The argv to log instead of the one received (SPOP is logged as SREM)."""
+        self.now_ms = now_ms
+        self.expire = expire
+        self.images = images
+        self.max_value_bytes = max_value_bytes
+        self.before: dict[Key, tuple[bool, bytes | None]] = {}
+        """Per touched key: (existed before, its image before or None)."""
+        self.written: dict[Key, None] = {}
+        """Keys written, in order of first write."""
+        self.expired: list[tuple[int, bytes, Entry]] = []
+        """Keys removed by lazy expiry, with their last entry."""
+
+    def _first_touch(self, db: int, key: bytes) -> Entry | None:
+        keyspace = self.resolve(key)
+        entry = keyspace.get(db, key)
+        if (
+            entry is not None
+            and self.expire
+            and entry.expire_at_ms is not None
+            and entry.expire_at_ms <= self.now_ms
+        ):
+            keyspace.remove(db, key)
+            self.expired.append((db, key, entry))
+            entry = None
+        image = None
+        if entry is not None and self.images:
+            image = full_image(db, key, entry, self.max_value_bytes)
+        self.before[(db, key)] = (entry is not None, image)
+        return entry
+
+    def get(self, db: int, key: bytes, type_: str | None = None) -> Entry | None:
+        """The key's entry or ``None``.
+
+        Raises:
+            CommandError: ``WRONGTYPE`` when the key holds another type than ``type_``.
+        """
+        if (db, key) in self.before:
+            entry = self.resolve(key).get(db, key)
+        else:
+            entry = self._first_touch(db, key)
+        if entry is not None and type_ is not None and entry.type != type_:
+            raise CommandError(WRONGTYPE)
+        return entry
+
+    def put(self, db: int, key: bytes, entry: Entry) -> None:
+        """Set ``key`` to ``entry`` (a new value or a replaced one)."""
+        if (db, key) not in self.before:
+            self._first_touch(db, key)
+        entry.json = None
+        self.resolve(key).put(db, key, entry)
+        self.written[(db, key)] = None
+
+    def changed(self, db: int, key: bytes, entry: Entry) -> None:
+        """``entry`` (got from :meth:`get`) was changed in place; removes it when it is an
+        empty container, as Redis does."""
+        if entry.type not in _KEPT_WHEN_EMPTY and not entry.value:
+            self.remove(db, key)
+            return
+        entry.json = None
+        self.written[(db, key)] = None
+
+    def keys(self, db: int | None) -> list[Key]:
+        """Every key in ``db`` (every db when ``None``) of the reachable keyspaces."""
+        found = []
+        for keyspace in self.keyspaces:
+            for number, keys in keyspace.dbs.items():
+                if db is None or number == db:
+                    found += [(number, key) for key in keys]
+        return found
+
+    def set_expiry(self, db: int, key: bytes, entry: Entry, expire_at_ms: int | None) -> None:
+        entry.expire_at_ms = expire_at_ms
+        self.resolve(key).note_expiry(db, key, entry)
+        self.written[(db, key)] = None
+
+    def remove(self, db: int, key: bytes) -> None:
+        if (db, key) not in self.before:
+            self._first_touch(db, key)
+        self.resolve(key).remove(db, key)
+        self.written[(db, key)] = None

@@ -1,0 +1,384 @@
+"""``ShardWriter``: a shard's WAL plus its keyspace, so that every record says what a write
+did to its key (``c``/``u``/``d``) with images per the shard's stream view type.
+
+Write path of one command: lazy expiry of the keys it touches (each expired key becomes a
+``d`` record marked as an expiry, appended first, as Redis propagates a ``DEL``), then the
+command runs on the keyspace with Redis's semantics (moonish.state.execute), then one
+``kv_change`` record per key it wrote is appended: alone when there is one, else as an atomic
+batch. A command Redis would refuse raises :class:`CommandError` and writes nothing.
+
+Keys with an expiry time are also removed by an active sweep (every ``expiry_sweep_ms`` on a
+background thread, or by calling :meth:`ShardWriter.sweep_expired`), as Redis's active
+expire cycle does.
+
+Recovery: opening a shard loads the newest snapshot at or below the end of the log and
+replays the records after it (moonish.log.records, "kv_change", ``replay``), so the keyspace
+is exactly what the log says. Time comes from the injected clock; a command's time is also
+its records' commit time, which replay uses for relative TTLs and stream IDs.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import orjson
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.errors import (
+    CommandError,
+    CorruptionError,
+    LsnNotRetainedError,
+    MoonishError,
+    UnsupportedFormatError,
+)
+from moonish.log.format import RecordType
+from moonish.log.reader import ShardReader
+from moonish.log.records import Checkpoint, KvChange, Replay, ViewType, decode_payload
+from moonish.log.writer import WalWriter, WriterOptions
+from moonish.state.config import StreamConfig, load_config, store_config
+from moonish.state.execute import execute
+from moonish.state.keyspace import Access, Keyspace
+from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path, write_snapshot
+from moonish.state.values import Entry, entry_from_image, full_image, key_image, state_image
+
+Command = Sequence[bytes | str]
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOptions:
+    """Attributes:
+    log: the WAL writer's options (shard id, segment size, fsync policy).
+    stream: the stream configuration of a new shard (an existing one keeps its own).
+    expiry_sweep_ms: period of the active expiry sweep thread; 0: no thread.
+    """
+
+    log: WriterOptions = field(default_factory=WriterOptions)
+    stream: StreamConfig = field(default_factory=StreamConfig)
+    expiry_sweep_ms: int = 100
+
+
+class ExecResult(NamedTuple):
+    """The reply (Redis's, as Python values; a list of replies or :class:`CommandError` for
+    a transaction) and the LSNs appended, expiry records included."""
+
+    reply: Any
+    lsns: list[int]
+
+
+class Prepared(NamedTuple):
+    """A command run on the keyspace, not yet appended."""
+
+    reply: Any
+    expired: list[KvChange]
+    records: list[KvChange]
+
+
+def _argv(command: Command) -> list[bytes]:
+    return [arg.encode() if isinstance(arg, str) else bytes(arg) for arg in command]
+
+
+class ShardWriter:
+    """A shard's writer with keyspace state (one per shard, enforced by the WAL lock).
+
+    Args:
+        shard_dir: the shard directory (created if missing).
+        options: see :class:`ShardOptions`.
+        clock: command time (expiry, TTLs, stream IDs) and commit time.
+
+    Raises:
+        WriterLockedError: another writer holds the shard.
+        CorruptionError: the log or the newest snapshot is damaged, or the records the
+            keyspace needs were removed without a snapshot covering them.
+        UnsupportedFormatError: the shard holds plain kv records (written without keyspace
+            tracking), which cannot rebuild a keyspace.
+    """
+
+    def __init__(
+        self,
+        shard_dir: str | os.PathLike[str],
+        options: ShardOptions | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.options = options or ShardOptions()
+        self._clock = clock
+        self._log = WalWriter(shard_dir, self.options.log, clock)
+        self.shard_dir = self._log.shard_dir
+        self.keyspace = Keyspace()
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        try:
+            stored = load_config(self.shard_dir)
+            if stored is None:
+                store_config(self.shard_dir, self.options.stream)
+            self._config = stored or self.options.stream
+            self._recover()
+        except BaseException:
+            self._log.close()
+            raise
+        self._sweeper: threading.Thread | None = None
+        if self.options.expiry_sweep_ms > 0:
+            self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
+            self._sweeper.start()
+
+    # -- configuration -------------------------------------------------------------------
+
+    @property
+    def stream(self) -> StreamConfig:
+        """The stream configuration in force."""
+        return self._config
+
+    def set_stream(self, config: StreamConfig) -> None:
+        """Change the stream configuration; records appended from now on follow it."""
+        with self._lock:
+            store_config(self.shard_dir, config)
+            self._config = config
+
+    @property
+    def next_lsn(self) -> int:
+        return self._log.next_lsn
+
+    # -- writing -------------------------------------------------------------------------
+
+    def execute(self, db: int, command: Command) -> ExecResult:
+        """Run one write command (``["HSET", "k", "f", "v"]``; str or bytes) in database
+        ``db`` and append its records.
+
+        Raises:
+            CommandError: Redis would refuse it (``WRONGTYPE``, bad argument, arity);
+                nothing was written (keys that had expired are still removed and logged).
+            UnsupportedFormatError: a command moonish does not implement.
+        """
+        with self._lock:
+            now_us = self._clock.now_us()
+            prepared = self.prepare(db, _argv(command), now_us)
+            lsns = self.append(prepared.expired, False, now_us)
+            lsns += self.append(prepared.records, len(prepared.records) > 1, now_us)
+            if isinstance(prepared.reply, CommandError):
+                raise prepared.reply
+            return ExecResult(prepared.reply, lsns)
+
+    def transaction(self, commands: Sequence[tuple[int, Command]]) -> ExecResult:
+        """Run ``(db, command)`` pairs as Redis runs ``MULTI``/``EXEC``: in order, a refused
+        command changes nothing and its :class:`CommandError` takes its place in the
+        replies, and the records of all others form one atomic batch.
+
+        Raises:
+            UnsupportedFormatError: a command moonish does not implement (nothing written).
+        """
+        with self._lock:
+            now_us = self._clock.now_us()
+            replies, expired, records = [], [], []
+            for db, command in commands:
+                prepared = self.prepare(db, _argv(command), now_us)
+                replies.append(prepared.reply)
+                expired += prepared.expired
+                records += prepared.records
+            lsns = self.append(expired, False, now_us) + self.append(records, True, now_us)
+            return ExecResult(replies, lsns)
+
+    def prepare(
+        self, db: int, argv: list[bytes], now_us: int, *, loading: bool = False
+    ) -> Prepared:
+        """Run ``argv`` on the keyspace and build its records without appending them (the
+        AOF importer groups records of several shards). Call with the lock held. A refused
+        command's :class:`CommandError` is returned as the reply. ``loading``: Redis's AOF
+        loading semantics (see :class:`Access`)."""
+        acc = self.access(now_us // 1000, loading=loading)
+        try:
+            reply: Any = execute(acc, db, argv)
+        except CommandError as exc:
+            reply = exc
+        expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
+        return Prepared(reply, expired, self.records(acc, acc.log_argv or argv, Replay.COMMAND))
+
+    def access(
+        self, now_ms: int, resolve: Callable[[bytes], Keyspace] | None = None,
+        *, loading: bool = False,
+    ) -> Access:  # fmt: skip
+        """An :class:`Access` on this shard's keyspace with its view's image settings."""
+        keyspace = self.keyspace
+        acc = Access(
+            resolve or (lambda key: keyspace), now_ms, expire=not loading,
+            images=self._config.old_images, max_value_bytes=self._config.max_value_bytes,
+        )  # fmt: skip
+        acc.keyspaces = [keyspace]
+        return acc
+
+    def records(
+        self, acc: Access, argv: list[bytes], replay: Replay,
+        owns: Callable[[bytes], bool] | None = None,
+    ) -> list[KvChange]:  # fmt: skip
+        """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
+        or value changed: ``c``/``u``/``d`` with images per the view type."""
+        config, keyspace, loading = self._config, self.keyspace, not acc.expire
+        view, limit = config.view, config.max_value_bytes
+        old, new, off = config.old_images, config.new_images, view is ViewType.OFF
+        command, out = argv[0], []
+        for db, key in acc.written:
+            if owns is not None and not owns(key):
+                continue
+            existed, before_image = acc.before[(db, key)]
+            entry = keyspace.get(db, key)
+            if not existed and entry is None:
+                continue
+            before = after = b""
+            if not off:
+                if existed:
+                    before = before_image if old and before_image else key_image(db, key)
+                if entry is not None:
+                    after = full_image(db, key, entry, limit) if new else key_image(db, key)
+            op = "u" if existed and entry is not None else ("c" if entry is not None else "d")
+            if replay is Replay.STATE:
+                state = b"" if entry is None else state_image(db, key, entry)
+                out.append(KvChange(op, db, command, key, before, after, view, False,
+                                    Replay.STATE, state, (), loading))  # fmt: skip
+            else:
+                first = not out
+                out.append(KvChange(
+                    op, db, command, key, before, after, view, False,
+                    Replay.COMMAND if first else Replay.NONE, b"", tuple(argv) if first else (),
+                    loading,
+                ))  # fmt: skip
+        return out
+
+    def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:
+        """The ``d`` record, marked as an expiry, of a key removed because it expired."""
+        config = self._config
+        before = b""
+        if config.view is not ViewType.OFF:
+            before = (
+                full_image(db, key, entry, config.max_value_bytes)
+                if config.old_images
+                else key_image(db, key)
+            )
+        return KvChange("d", db, b"DEL", key, before, b"", config.view, True,
+                        Replay.COMMAND, b"", (b"DEL", key))  # fmt: skip
+
+    def append(self, records: list[KvChange], atomic: bool, commit_us: int) -> list[int]:
+        """Append prepared records: each alone, or all as one atomic batch."""
+        if not records:
+            return []
+        if atomic:
+            return self._log.append_batch(records, commit_us)
+        return [self._log.append(record, commit_us) for record in records]
+
+    # -- expiry --------------------------------------------------------------------------
+
+    def sweep_expired(self) -> int:
+        """Remove every key whose expiry time has passed (each a ``d`` record marked as an
+        expiry); returns how many."""
+        with self._lock:
+            now_us = self._clock.now_us()
+            records = []
+            for db, key in list(self.keyspace.due(now_us // 1000)):
+                entry = self.keyspace.get(db, key)
+                if entry is not None:
+                    self.keyspace.remove(db, key)
+                    records.append(self.expiry_record(db, key, entry))
+            self.append(records, False, now_us)
+            return len(records)
+
+    def _sweep_loop(self) -> None:
+        while not self._stop.wait(self.options.expiry_sweep_ms / 1000):
+            try:
+                self.sweep_expired()
+            except MoonishError:
+                return  # closed meanwhile, or the disk failed: the next write reports it
+
+    # -- snapshots -----------------------------------------------------------------------
+
+    def checkpoint(self, label: str = "") -> tuple[str, int]:
+        """Write the keyspace as a snapshot at the last LSN, then a checkpoint record.
+
+        The log is synced first, so the snapshot never covers records a crash could lose.
+
+        Returns:
+            (snapshot path, the snapshot's LSN).
+        """
+        with self._lock:
+            self._log.sync()
+            lsn = self._log.next_lsn - 1
+            path = write_snapshot(self.shard_dir, self._log.shard_id, lsn,
+                                  self.keyspace, self._clock.now_us())  # fmt: skip
+            self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
+            return path, lsn
+
+    # -- recovery ------------------------------------------------------------------------
+
+    def _recover(self) -> None:
+        last = self._log.next_lsn - 1
+        usable = [lsn for lsn in list_snapshots(self.shard_dir) if lsn <= last]
+        start = 1
+        if usable:
+            snapshot = read_snapshot(snapshot_path(self.shard_dir, usable[-1]))
+            for line in snapshot.images:
+                db, key, entry = entry_from_image(orjson.loads(line))
+                self.keyspace.put(db, key, entry)
+            start = snapshot.lsn + 1
+        if start > last:
+            return
+        reader = ShardReader(self.shard_dir)
+        try:
+            try:
+                reader.seek(start)
+            except LsnNotRetainedError as exc:
+                raise CorruptionError(
+                    f"cannot rebuild the keyspace: records {start}..{exc.oldest_lsn - 1} were "
+                    "removed and no snapshot covers them", path=self.shard_dir, lsn=start,
+                ) from None  # fmt: skip
+            while frames := reader.poll(4096):
+                for frame in frames:
+                    self._replay(frame.lsn, frame.record_type, frame.payload, frame.commit_us)
+        finally:
+            reader.close()
+
+    def _replay(self, lsn: int, record_type: int, payload: bytes, commit_us: int) -> None:
+        if record_type == RecordType.KV:
+            raise UnsupportedFormatError(
+                "this shard holds plain kv records (written without keyspace tracking); "
+                "a keyspace cannot be rebuilt from them: import into a new data directory",
+                path=self.shard_dir, lsn=lsn,
+            )  # fmt: skip
+        if record_type != RecordType.KV_CHANGE:
+            return
+        record = decode_payload(record_type, payload)
+        assert isinstance(record, KvChange)
+        try:
+            if record.replay is Replay.COMMAND:
+                acc = Access(
+                    lambda key: self.keyspace, commit_us // 1000, expire=not record.loading
+                )
+                acc.keyspaces = [self.keyspace]
+                execute(acc, record.db, list(record.argv))
+            elif record.replay is Replay.STATE:
+                if record.state:
+                    db, key, entry = entry_from_image(orjson.loads(record.state))
+                    self.keyspace.put(db, key, entry)
+                else:
+                    self.keyspace.remove(record.db, record.key)
+        except (CommandError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptionError(f"record does not replay: {exc}", path=self.shard_dir,
+                                  lsn=lsn) from None  # fmt: skip
+
+    # -- closing -------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        self._log.sync()
+
+    def close(self) -> None:
+        """Stop the sweep thread and close the log. Idempotent."""
+        self._stop.set()
+        if self._sweeper is not None and self._sweeper is not threading.current_thread():
+            self._sweeper.join()
+        with self._lock:
+            self._log.close()
+
+    def __enter__(self) -> ShardWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

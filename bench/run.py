@@ -7,7 +7,9 @@
 2. position: ``read`` of 10 records at the end of a 10 MB and of a 1 GB WAL (in process, and
    the whole ``moonish cdc read`` command), beside a full scan of each WAL (what a reader that
    rescans the log per poll, like Moon's CDC.READ, pays).
-3. writer: records/s for single appends and batches of 10 under each fsync policy.
+   "images" does the same over >= 1M kv_change records with NEW_AND_OLD_IMAGES (bench.state).
+3. writer: records/s for single appends and batches of 10 under each fsync policy; "views":
+   the keyspace write path per stream view type (bench.state).
 4. follow: latency from append (commit time) in a writer process to the envelope read from
    ``moonish cdc tail --follow`` in another process: p50 and p99.
 
@@ -30,12 +32,13 @@ import crc32c
 import orjson
 
 import moonish.api
+from bench.state import aof_commands, bench_views, images_wal
 from moonish.log.format import FRAME_PREFIX, SEGMENT_HEADER_BYTES
 from moonish.log.reader import ShardReader
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
-from moonish.redis.importer import import_aof
+from moonish.redis.commands import split_command
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench-data"
@@ -53,13 +56,22 @@ def median_of(runs: int, measure: Callable[[], float]) -> float:
 
 
 def read_wal() -> Path:
-    data_dir = DATA / "read"
-    shard = data_dir / "shard-0"
+    """>= 1M plain kv records (command only, no keyspace state): the real AOF's commands
+    appended with the raw log API, one record per key, as many times as needed."""
+    shard = DATA / "read" / "shard-0"
     if shard.exists() and moonish.api.info(shard)["next_lsn"] > READ_RECORDS:
         return shard
-    shutil.rmtree(data_dir, ignore_errors=True)
-    while not shard.exists() or moonish.api.info(shard)["next_lsn"] <= READ_RECORDS:
-        import_aof(AOF, data_dir, 1)
+    shutil.rmtree(shard.parent, ignore_errors=True)
+    commands = aof_commands(AOF)
+    with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
+        while writer.next_lsn <= READ_RECORDS:
+            for db, argv in commands:
+                parts = [KvCommand(db, part_argv, key_pos) for _, part_argv, key_pos
+                         in split_command(argv)]  # fmt: skip
+                if len(parts) == 1:
+                    writer.append(parts[0])
+                else:
+                    writer.append_batch(parts)
     return shard
 
 
@@ -108,7 +120,15 @@ def bare_loop(shard: Path) -> tuple[int, float]:
 
 
 def bench_read() -> list[str]:
-    shard = read_wal()
+    return compare_with_bare_loop(read_wal(), "plain kv records (the AOF's commands, no state)")
+
+
+def bench_images() -> list[str]:
+    shard = images_wal(DATA, AOF, READ_RECORDS)
+    return compare_with_bare_loop(shard, "kv_change records, NEW_AND_OLD_IMAGES")
+
+
+def compare_with_bare_loop(shard: Path, what: str) -> list[str]:
     ours, typed, bare, ratios = [], [], [], []
     moonish_read(shard)  # warm-up round, not timed: allocator arenas, page cache
     bare_loop(shard)
@@ -122,7 +142,7 @@ def bench_read() -> list[str]:
         bare.append(count / bare_seconds)
         ratios.append((count / seconds) / (count / bare_seconds))
     return [
-        f"records: {count:,} (the real AOF fixture imported {count // 79945} times into 1 shard)",
+        f"records: {count:,} {what}, {moonish.api.info(shard)['bytes'] / 2**20:,.0f} MiB",
         f"moonish read + decode + encode (envelope batches, as `cdc tail`): median "
         f"{statistics.median(ours):,.0f} events/s "
         f"(rounds: {', '.join(f'{x:,.0f}' for x in ours)})",
@@ -269,8 +289,11 @@ def main() -> None:
     print(f"# moonish benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, benchmark process pinned to one core")  # fmt: skip
-    sections = [("read", bench_read), ("position", bench_position), ("writer", bench_writer),
-                ("follow", bench_follow)]  # fmt: skip
+    sections = [
+        ("read", bench_read), ("images", bench_images), ("position", bench_position),
+        ("writer", bench_writer), ("views", lambda: bench_views(DATA, AOF)),
+        ("follow", bench_follow),
+    ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:
         if only and title not in only:

@@ -13,7 +13,7 @@ from typing import Any
 from moonish.errors import CommandError
 from moonish.state import parse
 from moonish.state.keyspace import Access
-from moonish.state.values import STREAM, ZSET, Entry, Stream, StreamId
+from moonish.state.values import STREAM, ZSET, Entry, SortedSet, Stream, StreamId
 
 # -- sorted sets ---------------------------------------------------------------------------
 
@@ -39,7 +39,8 @@ def cmd_zadd(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], ZSET)
     if entry is None and b"XX" in flags:
         return None if incr else 0
-    scores: dict[bytes, float] = {} if entry is None else entry.value
+    zset = SortedSet() if entry is None else entry.value
+    scores = zset.scores
     added = changed = 0
     result: float | None = None
     for new, member in pairs:
@@ -59,10 +60,10 @@ def cmd_zadd(acc: Access, db: int, argv: list[bytes]) -> Any:
             changed += 1
         else:
             continue
-        scores[member] = new
+        zset.add(member, new)
     if added or changed:
         if entry is None:
-            acc.put(db, argv[1], Entry(ZSET, scores))
+            acc.put(db, argv[1], Entry(ZSET, zset))
         else:
             acc.changed(db, argv[1], entry)
     if incr:
@@ -80,7 +81,7 @@ def cmd_zrem(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], ZSET)
     if entry is None:
         return 0
-    removed = sum(1 for member in set(argv[2:]) if entry.value.pop(member, None) is not None)
+    removed = sum(1 for member in set(argv[2:]) if entry.value.remove(member))
     if removed:
         acc.changed(db, argv[1], entry)
     return removed
@@ -93,11 +94,7 @@ def cmd_zpop(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], ZSET)
     if entry is None or count == 0:
         return []
-    highest = argv[0].upper() == b"ZPOPMAX"
-    ordered = sorted(entry.value.items(), key=lambda item: (item[1], item[0]), reverse=highest)
-    popped = ordered[:count]
-    for member, _ in popped:
-        del entry.value[member]
+    popped = entry.value.pop(count, argv[0].upper() == b"ZPOPMAX")
     acc.changed(db, argv[1], entry)
     return popped
 

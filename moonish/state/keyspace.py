@@ -149,7 +149,7 @@ class Access:
         """Set ``key`` to ``entry`` (a new value or a replaced one)."""
         if (db, key) not in self.before:
             self._first_touch(db, key)
-        entry.json = None
+        entry.stale()
         self.resolve(key).put(db, key, entry)
         self.written[(db, key)] = None
 
@@ -159,7 +159,7 @@ class Access:
         if entry.type not in _KEPT_WHEN_EMPTY and not entry.value:
             self.remove(db, key)
             return
-        entry.json = None
+        entry.stale()
         self.written[(db, key)] = None
 
     def keys(self, db: int | None) -> list[Key]:
@@ -173,6 +173,7 @@ class Access:
 
     def set_expiry(self, db: int, key: bytes, entry: Entry, expire_at_ms: int | None) -> None:
         entry.expire_at_ms = expire_at_ms
+        entry.stale(value=False)
         self.resolve(key).note_expiry(db, key, entry)
         self.written[(db, key)] = None
 

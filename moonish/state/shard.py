@@ -227,10 +227,11 @@ class ShardWriter:
                 continue
             before = after = b""
             if not off:
+                only_key = b"" if old and new else key_image(db, key)
                 if existed:
-                    before = before_image if old and before_image else key_image(db, key)
+                    before = before_image if old and before_image else only_key
                 if entry is not None:
-                    after = full_image(db, key, entry, limit) if new else key_image(db, key)
+                    after = full_image(db, key, entry, limit) if new else only_key
             op = "u" if existed and entry is not None else ("c" if entry is not None else "d")
             if replay is Replay.STATE:
                 state = b"" if entry is None else state_image(db, key, entry)

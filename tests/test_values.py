@@ -1,0 +1,85 @@
+"""Images: the joined-bytes fast path equals the general orjson path for any value, images
+round-trip through snapshots, and the size limit decides by the JSON's real size."""
+
+from __future__ import annotations
+
+import orjson
+from hypothesis import given
+from hypothesis import strategies as st
+
+from moonish.state import values
+from moonish.state.values import (
+    HASH,
+    LIST,
+    SET,
+    STREAM,
+    STRING,
+    ZSET,
+    Entry,
+    SortedSet,
+    Stream,
+    entry_from_image,
+    full_image,
+    state_image,
+)
+
+data = st.one_of(st.binary(max_size=6), st.sampled_from([b"a", b"b c", b'"', b"\\", b"\xff"]))
+scores = st.floats(allow_nan=False, width=64)
+
+
+def stream_of(items: list[tuple[int, list[bytes]]]) -> Stream:
+    stream = Stream()
+    for ms, fields in items:
+        stream.entries[(ms, 0)] = fields
+        stream.last_id = (ms, 0)
+    return stream
+
+
+entries = st.one_of(
+    st.builds(Entry, st.just(STRING), data),
+    st.builds(Entry, st.just(LIST), st.lists(data, max_size=6)),
+    st.builds(Entry, st.just(SET), st.sets(data, max_size=6)),
+    st.builds(Entry, st.just(HASH), st.dictionaries(data, data, max_size=6)),
+    st.builds(
+        Entry, st.just(ZSET), st.builds(SortedSet, st.dictionaries(data, scores, max_size=6))
+    ),
+    st.builds(
+        Entry,
+        st.just(STREAM),
+        st.builds(
+            stream_of,
+            st.lists(
+                st.tuples(
+                    st.integers(1, 99),
+                    st.lists(data, min_size=2, max_size=4).map(lambda f: f[: len(f) // 2 * 2]),
+                ),
+                max_size=4,
+                unique_by=lambda item: item[0],
+            ).map(sorted),
+        ),
+    ),
+)
+
+
+@given(entries)
+def test_fast_path_equals_general_path(entry: Entry) -> None:
+    fast = values._plain_json(entry)
+    assert fast is None or fast == orjson.dumps(values._json_value(entry))
+
+
+@given(entries, st.integers(0, 2), st.one_of(st.none(), st.integers(0, 10**13)))
+def test_images_round_trip(entry: Entry, db: int, expire_at_ms: int | None) -> None:
+    entry.expire_at_ms = expire_at_ms
+    back_db, key, back = entry_from_image(orjson.loads(state_image(db, b"k\xff", entry)))
+    assert (back_db, key) == (db, b"k\xff")
+    assert full_image(db, key, back) == full_image(db, b"k\xff", entry)
+
+
+@given(entries, st.integers(0, 200))
+def test_limit_follows_the_json_size(entry: Entry, limit: int) -> None:
+    whole = orjson.loads(full_image(0, b"k", Entry(entry.type, entry.value)))["value"]
+    image = orjson.loads(full_image(0, b"k", entry, limit))["value"]
+    if len(orjson.dumps(whole)) <= limit:
+        assert image == whole
+    else:
+        assert image == {"_omitted_length": values.length(entry)}

@@ -1,8 +1,8 @@
 """Benchmarks of the keyspace write path and of reads with images (``make bench``).
 
 - views: the real AOF fixture's 43,896 write commands replayed through a ShardWriter (fsync
-  never, no sweep thread) with the stream off and under each view type. Rounds alternate the
-  views (in a shuffled order per round); the report gives median records/s and the median, over rounds, of each view's
+  never, no sweep thread) with the stream off and under each view type, in a shuffled order
+  per round. The report gives median records/s and the median, over rounds, of each view's
   throughput over KEYS_ONLY's in the same round.
 - images: read + encode of >= 1M kv_change records written under NEW_AND_OLD_IMAGES (the AOF
   replayed with its keys renamed per pass), against the bare loop of bench.run.

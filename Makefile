@@ -28,8 +28,13 @@ demo: install
 	@cursor=$$(head -n 1 demo-data/batch-1.ndjson); \
 	  echo "--- resuming from cursor $$cursor: moonish cdc read demo-data/shard-0 $$cursor --limit 3"; \
 	  $(BIN)/moonish cdc read demo-data/shard-0 $$cursor --limit 3
-	@echo '--- the end of shard 3: binary keys ({"_b64": ...}) and non-ASCII keys'
-	$(BIN)/moonish cdc read demo-data/shard-3 12279 --limit 3
+	@echo '--- shard 3: binary keys ({"_b64": ...}) and non-ASCII keys'
+	$(BIN)/moonish cdc read demo-data/shard-3 12257 --limit 3
+	@echo '--- the end of shard 3: keys whose expiry time had passed, removed once loaded'
+	$(BIN)/moonish cdc read demo-data/shard-3 12311 --limit 2
+	@echo '--- snapshot every shard, then a new consumer starts from the snapshot of shard 0'
+	$(BIN)/moonish wal checkpoint demo-data
+	$(BIN)/moonish cdc read demo-data/shard-0 --snapshot --limit 2
 
 test: install lint
 	$(BIN)/python -m pytest

@@ -64,12 +64,53 @@ def test_default_limit_is_256(shard: Path) -> None:
         ["0", "--limit", "10001"],
         ["0", "--bogus"],
         ["99"],
+        [],
+        ["5", "--snapshot"],
+        ["snapshot:x:1"],
     ],
 )
 def test_usage_errors_exit_2_with_one_line(filled: Path, args: list[str]) -> None:
     out = run("cdc", "read", str(filled), *args)
     assert out.returncode == 2 and out.stdout == b""
     assert len(out.stderr.decode().strip().splitlines()) == 1, out.stderr
+
+
+def test_checkpoint_then_snapshot_read_then_stream_and_transactions(tmp_path: Path) -> None:
+    aof = FIXTURES / "redis-aof" / "slice" / "appendonlydir"
+    data = tmp_path / "data"
+    assert run("wal", "import-aof", str(aof), str(data), "--shards", "2").returncode == 0
+    shard = data / "shard-1"
+    checkpoint = [
+        orjson.loads(line) for line in run("wal", "checkpoint", str(data)).stdout.splitlines()
+    ]
+    assert [c["lsn"] for c in checkpoint] == [
+        orjson.loads(run("cdc", "info", str(data / f"shard-{k}")).stdout)["latest_lsn"] - 1
+        for k in range(2)
+    ]
+    keys = checkpoint[1]["keys"]
+    first = run("cdc", "read", str(shard), "--snapshot", "--limit", "3").stdout.splitlines()
+    assert first[0] == f"snapshot:{checkpoint[1]['lsn']}:3".encode()
+    rows = [orjson.loads(line) for line in first[1:]]
+    assert [r["op"] for r in rows] == ["r"] * 3 and rows[0]["source"]["snapshot"] == "first"
+    rest = run("cdc", "read", str(shard), first[0].decode(), "--limit", "10000").stdout
+    lines = rest.splitlines()
+    ops = [orjson.loads(line)["op"] for line in lines[1:]]
+    assert ops == ["r"] * (keys - 3) + ["m"]  # the rows, then the checkpoint record
+    assert lines[0] == str(checkpoint[1]["lsn"] + 2).encode()
+
+    changed = run("wal", "stream", str(shard), "--view", "KEYS_ONLY", "--max-value-bytes", "99")
+    assert orjson.loads(changed.stdout)["stream"] == {
+        "enabled": True,
+        "view_type": "KEYS_ONLY",
+        "max_value_bytes": 99,
+    }
+    with_txn = run("cdc", "read", str(shard), "0", "--limit", "10000", "--transactions").stdout
+    events = [orjson.loads(line) for line in with_txn.splitlines()[1:]]
+    begins = [e for e in events if e.get("status") == "BEGIN"]
+    ends = [e for e in events if e.get("status") == "END"]
+    assert len(begins) == len(ends) >= 25
+    tail = run("cdc", "tail", str(shard), "--snapshot").stdout.splitlines()
+    assert len(tail) == keys + 1
 
 
 def test_missing_directory_exits_2(tmp_path: Path) -> None:

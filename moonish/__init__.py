@@ -2,8 +2,10 @@
 
 The public API: :func:`read` (one batch from a cursor), :func:`tail` (an iterator, optionally
 following the log), :func:`info`; positions are :class:`Cursor` values; every error is a
-:class:`MoonishError`. Writing: ``moonish.log.writer.WalWriter``; records:
-``moonish.log.records``; Redis AOF import: ``moonish.redis.importer``.
+:class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
+c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
+``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; Redis AOF import:
+``moonish.redis.importer``.
 """
 
 __version__ = "0.1.0"  # first: submodules import it while this package initialises
@@ -11,6 +13,7 @@ __version__ = "0.1.0"  # first: submodules import it while this package initiali
 from moonish.api import ReadResult, Tail, info, read, shard_dirs, tail
 from moonish.cursor import Cursor
 from moonish.errors import (
+    CommandError,
     CorruptionError,
     InvalidArgumentError,
     LsnNotRetainedError,
@@ -20,19 +23,28 @@ from moonish.errors import (
     WriterLockedError,
 )
 from moonish.events import ChangeEvent, EventBatch
+from moonish.log.records import ViewType
+from moonish.state.config import StreamConfig
+from moonish.state.shard import ExecResult, ShardOptions, ShardWriter
 
 __all__ = [
     "ChangeEvent",
+    "CommandError",
     "CorruptionError",
     "EventBatch",
     "Cursor",
+    "ExecResult",
     "InvalidArgumentError",
     "LsnNotRetainedError",
     "MoonishError",
     "ReadResult",
+    "ShardOptions",
+    "ShardWriter",
+    "StreamConfig",
     "Tail",
     "UnavailableError",
     "UnsupportedFormatError",
+    "ViewType",
     "WriterLockedError",
     "__version__",
     "info",

@@ -54,26 +54,79 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[redis.Redis]:
 
 def redis_entry(client: redis.Redis, key: bytes) -> Entry | None:
     """The key as Redis holds it, in moonish's internal form (None: no such key)."""
-    kind = client.type(key).decode()
-    value: Any
-    if kind == "none":
+    return redis_entries(client, [key])[0]
+
+
+def redis_entries(client: redis.Redis, keys: list[bytes]) -> list[Entry | None]:
+    """:func:`redis_entry` of several keys in two round trips (pipelines): TYPE, then GET /
+    HGETALL / LRANGE / SMEMBERS / ZRANGE WITHSCORES / XRANGE and PEXPIRETIME."""
+    types = client.pipeline(transaction=False)
+    for key in keys:
+        types.type(key)
+    kinds = [kind.decode() for kind in types.execute()]
+    reads = client.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds, strict=True):
+        if kind == "none":
+            continue
+        read = {STRING: reads.get, HASH: reads.hgetall, SET: reads.smembers,
+                STREAM: reads.xrange}.get(kind)  # fmt: skip
+        if read is not None:
+            read(key)
+        elif kind == LIST:
+            reads.lrange(key, 0, -1)
+        elif kind == ZSET:
+            reads.zrange(key, 0, -1, withscores=True)
+        else:
+            raise AssertionError(f"unexpected type {kind}")
+        reads.pexpiretime(key)
+    replies = iter(reads.execute())
+    entries: list[Entry | None] = []
+    for kind in kinds:
+        if kind == "none":
+            entries.append(None)
+            continue
+        value: Any = next(replies)
+        expire = next(replies)
+        if kind == ZSET:
+            value = dict(value)
+        elif kind == STREAM:
+            value = list(value)
+        entries.append(Entry(kind, value, None if expire < 0 else expire))
+    return entries
+
+
+_LENGTH = {STRING: "STRLEN", HASH: "HLEN", LIST: "LLEN", SET: "SCARD", ZSET: "ZCARD",
+           STREAM: "XLEN"}  # fmt: skip
+
+
+def redis_shapes(client: redis.Redis, keys: list[bytes]) -> list[Any]:
+    """(type, length, expire_at_ms) of each key, or None: what :func:`shape` gives for
+    moonish's entries, in two round trips."""
+    types = client.pipeline(transaction=False)
+    for key in keys:
+        types.type(key)
+    kinds = [kind.decode() for kind in types.execute()]
+    reads = client.pipeline(transaction=False)
+    for key, kind in zip(keys, kinds, strict=True):
+        if kind != "none":
+            reads.execute_command(_LENGTH[kind], key)
+            reads.pexpiretime(key)
+    replies = iter(reads.execute())
+    shapes = []
+    for kind in kinds:
+        if kind == "none":
+            shapes.append(None)
+        else:
+            size, expire = next(replies), next(replies)
+            shapes.append((kind, size, None if expire < 0 else expire))
+    return shapes
+
+
+def shape(entry: Entry | None) -> Any:
+    if entry is None:
         return None
-    if kind == STRING:
-        value = client.get(key)
-    elif kind == HASH:
-        value = client.hgetall(key)
-    elif kind == LIST:
-        value = client.lrange(key, 0, -1)
-    elif kind == SET:
-        value = client.smembers(key)
-    elif kind == ZSET:
-        value = dict(client.zrange(key, 0, -1, withscores=True))
-    elif kind == STREAM:
-        value = [(i, fields) for i, fields in client.xrange(key)]
-    else:
-        raise AssertionError(f"unexpected type {kind}")
-    expire = client.pexpiretime(key)
-    return Entry(kind, value, None if expire < 0 else expire)
+    size = len(entry.value.entries) if entry.type == STREAM else len(entry.value)
+    return (entry.type, size, entry.expire_at_ms)
 
 
 def comparable(entry: Entry | None) -> Any:

@@ -250,11 +250,17 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
             record.view,
             record.replay, record.db, 0,
         )  # fmt: skip
-        blobs = (record.command, record.key, record.before, record.after, record.state)
-        argv = record.argv
-        return RecordType.KV_CHANGE, b"".join(
-            [head, *map(_blob, blobs), _U32.pack(len(argv)), *map(_blob, argv)]
-        )
+        command, key, before, after, state, argv = (
+            record.command, record.key, record.before, record.after, record.state, record.argv,
+        )  # fmt: skip
+        parts = [
+            head, _U32.pack(len(command)), command, _U32.pack(len(key)), key,
+            _U32.pack(len(before)), before, _U32.pack(len(after)), after,
+            _U32.pack(len(state)), state, _U32.pack(len(argv)),
+        ]  # fmt: skip
+        for arg in argv:
+            parts += (_U32.pack(len(arg)), arg)
+        return RecordType.KV_CHANGE, b"".join(parts)
     if isinstance(record, Checkpoint):
         head = _CHECKPOINT_HEAD.pack(record.checkpoint_lsn)
         return RecordType.CHECKPOINT, head + _blob(record.label.encode())

@@ -127,7 +127,9 @@ class Access:
             entry = None
         image = None
         if entry is not None and self.images:
-            image = full_image(db, key, entry, self.max_value_bytes)
+            image = entry.image  # usually the previous write's after image
+            if image is None or entry.image_limit != self.max_value_bytes:
+                image = full_image(db, key, entry, self.max_value_bytes)
         self.before[(db, key)] = (entry is not None, image)
         return entry
 

@@ -100,14 +100,15 @@ class Entry:
     key's full image (with the limit it was made for); whoever changes the entry calls
     :meth:`stale`."""
 
-    __slots__ = ("expire_at_ms", "image", "json", "type", "value")
+    __slots__ = ("expire_at_ms", "image", "image_limit", "json", "type", "value")
 
     def __init__(self, type_: str, value: Any, expire_at_ms: int | None = None) -> None:
         self.type = type_
         self.value = value
         self.expire_at_ms = expire_at_ms
         self.json: bytes | None = None
-        self.image: tuple[int | None, bytes] | None = None
+        self.image: bytes | None = None
+        self.image_limit: int | None = None  # no tuple: one fewer GC-tracked object a write
 
     def stale(self, value: bool = True) -> None:
         """Forget the cached image (and, with ``value``, the value's JSON)."""
@@ -176,31 +177,71 @@ def _pairs(fields: list[bytes]) -> zip[tuple[bytes, bytes]]:
     return zip(fields[::2], fields[1::2], strict=True)
 
 
-def _plain_json(entry: Entry) -> bytes | None:
-    """The value's JSON built by joining bytes, when every byte string in it is plain
-    (printable ASCII without ``"`` or ``\\``: the common case); else ``None``."""
+def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
+    """The value's JSON, or ``None`` when it is larger than ``limit`` bytes.
+
+    Too large is decided first from a lower bound of the JSON's size that needs no JSON: the
+    fewest quotes, commas, brackets and score digits per element (O(1)), then the elements'
+    bytes (one C-level join). The JSON itself is built by joining bytes when every byte string
+    in it is plain (printable ASCII without ``"`` or ``\\``), else by orjson."""
     value, kind = entry.value, entry.type
+    json: bytes | None = None
     if kind == STRING:
-        return b'"' + value + b'"' if is_plain(value) else None
-    if kind in (LIST, SET):
-        items = value if kind == LIST else sorted(value)
-        if not items:
-            return b"[]"
-        return b'["' + b'","'.join(items) + b'"]' if is_plain(b"".join(items)) else None
-    if kind == HASH:
-        if not value:
-            return b"[]"
-        if not (is_plain(b"".join(value)) and is_plain(b"".join(value.values()))):
+        if limit is not None and len(value) + 2 > limit:
             return None
-        return b'[["' + b'"],["'.join([f + b'","' + v for f, v in value.items()]) + b'"]]'
-    if kind == ZSET:
-        order = value.order
-        if order and (math.isinf(order[0][0]) or math.isinf(order[-1][0])):
-            return None  # orjson would write null for an infinite score
-        if not is_plain(b"".join(value.scores)):
+        if is_plain(value):
+            json = b'"' + value + b'"'
+    elif kind == STREAM:
+        entries = value.entries
+        bound = 25 * len(entries) + 1  # {"id":"1-0","fields":[]},
+        if limit is not None and (
+            bound > limit or bound + len(b"".join(map(b"".join, entries.values()))) > limit
+        ):
             return None
-        return orjson.dumps([[m.decode(), s] for s, m in order])
-    entries = value.entries
+        json = _plain_stream_json(value)
+    else:
+        count = len(value)
+        bound = _FEWEST_BYTES[kind] * count + 1
+        if limit is not None and bound > limit:
+            return None
+        if not count:
+            json = b"[]"
+        elif kind != ZSET:
+            # The data joined with the separators of the plain form: its size bounds the JSON
+            # from below (escapes and {"_b64"} only add), and it is the JSON's middle when
+            # the data is plain, i.e. when its only quotes are the separators' own.
+            if kind == HASH:
+                body = b'"],["'.join(map(b'","'.join, value.items()))
+                quotes, ends = 4 * count - 2, 6
+            else:
+                body = b'","'.join(value)
+                quotes, ends = 2 * count - 2, 4
+            if limit is not None and len(body) + ends > limit:
+                return None
+            if kind == SET:  # sorted only once it is known to fit
+                body = b'","'.join(sorted(value))
+            if not body.translate(None, _PLAIN_OR_QUOTE) and body.count(b'"') == quotes:
+                json = b'[["' + body + b'"]]' if kind == HASH else b'["' + body + b'"]'
+        else:
+            members = b"".join(value.scores)
+            if limit is not None and bound + len(members) > limit:
+                return None
+            order = value.order
+            if is_plain(members) and not (math.isinf(order[0][0]) or math.isinf(order[-1][0])):
+                json = orjson.dumps([[m.decode(), s] for s, m in order])  # JSON has no inf
+    if json is None:
+        json = orjson.dumps(_json_value(entry))
+    entry.json = json
+    return json if limit is None or len(json) <= limit else None
+
+
+_FEWEST_BYTES = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
+"""The fewest JSON bytes an element adds besides its own: ``"",`` / ``["",""],`` /
+``["",0.0],``."""
+
+
+def _plain_stream_json(stream: Stream) -> bytes | None:
+    entries = stream.entries
     if not entries:
         return b"[]"
     if not all(entries.values()) or not all(map(is_plain, map(b"".join, entries.values()))):
@@ -217,39 +258,19 @@ def value_json(entry: Entry) -> bytes:
     """The JSON of ``entry``'s value, cached on the entry until it changes."""
     cached = entry.json
     if cached is None:
-        cached = _plain_json(entry) or orjson.dumps(_json_value(entry))
-        entry.json = cached
+        cached = _bounded_json(entry, None)
+        assert cached is not None
     return cached
 
 
 _PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
 """Bytes that stand for themselves inside a JSON string."""
+_PLAIN_OR_QUOTE = _PLAIN + b'"'
 
 
 def is_plain(value: bytes) -> bool:
     """Whether ``value`` is printable ASCII without ``"`` or ``\\`` (its JSON is itself, quoted)."""
     return not value.translate(None, _PLAIN)
-
-
-def _json_at_least(entry: Entry, limit: int) -> int:
-    """A lower bound of the value's JSON size in bytes, exact enough to tell whether it
-    exceeds ``limit``: the fewest quotes, commas, brackets and score digits its elements need
-    (O(1)), plus, only when that alone stays within ``limit``, the elements' bytes (C-speed
-    sums). No JSON is made."""
-    value, kind = entry.value, entry.type
-    if kind == STRING:
-        return len(value) + 2
-    if kind == STREAM:  # {"id":"1-0","fields":[]} per entry
-        return 25 * len(value.entries) + 1
-    count = len(value)
-    per_element = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}[kind]
-    bound = per_element * count + 1
-    if bound > limit:
-        return bound
-    join = b"".join  # in C; much faster than sum(map(len, ...)) per element
-    if kind == HASH:
-        return bound + len(join(value)) + len(join(value.values()))
-    return bound + len(join(value.scores if kind == ZSET else value))
 
 
 def _omitted(entry: Entry) -> bytes:
@@ -280,29 +301,30 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
 
     A value whose JSON would exceed ``max_value_bytes`` is replaced by ``{"_omitted_length":
     <Redis's length of it>}``. A value that is certainly too large (by a lower bound of its
-    JSON size, see :func:`_json_at_least`) is left out without making its JSON, so the cost
+    JSON size, see :func:`_bounded_json`) is left out without making its JSON, so the cost
     of an image is bounded by the limit, not by the size of the value."""
     image = entry.image
-    if image is not None and image[0] == max_value_bytes:
-        return image[1]
-    cached = entry.json
-    if max_value_bytes is None:
-        value = value_json(entry)
-    elif cached is not None:
-        value = cached if len(cached) <= max_value_bytes else _omitted(entry)
-    else:
-        if _json_at_least(entry, max_value_bytes) > max_value_bytes:
-            value = _omitted(entry)
+    if image is not None and entry.image_limit == max_value_bytes:
+        return image
+    value = entry.json
+    if value is None:
+        raw = entry.value
+        if entry.type == STRING and not raw.translate(None, _PLAIN):  # the common case
+            value = entry.json = b'"' + raw + b'"'
         else:
-            value = value_json(entry)
-            if len(value) > max_value_bytes:
-                value = _omitted(entry)
+            value = _bounded_json(entry, max_value_bytes)
+    if value is None or (max_value_bytes is not None and len(value) > max_value_bytes):
+        value = _omitted(entry)
     expire = b"null" if entry.expire_at_ms is None else b"%d" % entry.expire_at_ms
-    made = b'{"db":%d,"key":%s,"type":"%s,"value":%s,"expire_at_ms":%s}' % (
-        db, key_json(key), entry.type.encode() + b'"', value, expire,
+    quoted = b'"' + key + b'"' if not key.translate(None, _PLAIN) else key_json(key)
+    made = b'{"db":%d,"key":%s%s%s,"expire_at_ms":%s}' % (
+        db, quoted, _TYPE_PIECES[entry.type], value, expire,
     )  # fmt: skip
-    entry.image = (max_value_bytes, made)
+    entry.image, entry.image_limit = made, max_value_bytes
     return made
+
+
+_TYPE_PIECES = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
 
 
 def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:

@@ -14,6 +14,7 @@ import moonish
 from moonish.clock import FixedClock
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.values import _element_bytes
 from tests.conftest import START_US
 from tests.redis_server import comparable
 
@@ -151,6 +152,8 @@ def test_command(shard: Path, name: str) -> None:
     else:
         assert result.reply == reply
     assert comparable(got) == value
+    if got is not None and got.nbytes is not None:  # kept by the handlers: must be exact
+        assert got.nbytes == _element_bytes(got.type, got.value)
     events = moonish.read(shard, result.lsns[0], 100).events if result.lsns else []
     envelopes = [orjson.loads(event.envelope) for event in events]
     assert [((e["after"] or e["before"])["key"], e["op"]) for e in envelopes] == logged

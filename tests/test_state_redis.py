@@ -27,6 +27,7 @@ from moonish.redis.aof import AofCommands, read_manifest
 from moonish.redis.importer import import_aof
 from moonish.state.execute import keys_of
 from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.values import _element_bytes as element_bytes
 from tests.redis_server import (
     comparable,
     redis_entries,
@@ -95,6 +96,9 @@ def check_command(
     for key, theirs in zip(small, redis_entries(server, small), strict=True):
         ours = writer.keyspace.get(db, key)
         assert comparable(ours) == comparable(theirs), (argv, key)
+    for key, ours in zip(keys, ours_all, strict=True):
+        if ours is not None and ours.nbytes is not None:  # the handlers keep it: exact
+            assert ours.nbytes == element_bytes(ours.type, ours.value), argv
         exists = ours is not None
         if existed[key] != exists:
             assert ops.get(key) == ("c" if exists else "d"), (argv, key, ops)

@@ -26,9 +26,17 @@ def cmd_hset(acc: Access, db: int, argv: list[bytes]) -> Any:
         acc.put(db, key, Entry(HASH, fields))
         added = len(fields)
     else:
-        added = sum(1 for field in fields if field not in entry.value)
-        entry.value.update(fields)
-        acc.changed(db, key, entry)
+        current = entry.value
+        added, grew = 0, 0
+        for field, value in fields.items():
+            old = current.get(field)
+            if old is None:
+                added += 1
+                grew += len(field) + len(value)
+            else:
+                grew += len(value) - len(old)
+        current.update(fields)
+        acc.changed(db, key, entry, grew)
     return b"OK" if argv[0].upper() == b"HMSET" else added
 
 
@@ -41,7 +49,7 @@ def cmd_hsetnx(acc: Access, db: int, argv: list[bytes]) -> Any:
         return 0
     else:
         entry.value[argv[2]] = argv[3]
-        acc.changed(db, argv[1], entry)
+        acc.changed(db, argv[1], entry, len(argv[2]) + len(argv[3]))
     return 1
 
 
@@ -50,12 +58,14 @@ def cmd_hdel(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], HASH)
     if entry is None:
         return 0
-    removed = 0
+    removed = grew = 0
     for field in argv[2:]:
-        if entry.value.pop(field, None) is not None:
+        value = entry.value.pop(field, None)
+        if value is not None:
             removed += 1
+            grew -= len(field) + len(value)
     if removed:
-        acc.changed(db, argv[1], entry)
+        acc.changed(db, argv[1], entry, grew)
     return removed
 
 
@@ -64,8 +74,10 @@ def _hash_update(acc: Access, db: int, key: bytes, entry: Entry | None, field: b
     if entry is None:
         acc.put(db, key, Entry(HASH, {field: value}))
     else:
+        old = entry.value.get(field)
+        grew = len(value) - len(old) if old is not None else len(field) + len(value)
         entry.value[field] = value
-        acc.changed(db, key, entry)
+        acc.changed(db, key, entry, grew)
 
 
 def cmd_hincrby(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -100,11 +112,11 @@ def cmd_sadd(acc: Access, db: int, argv: list[bytes]) -> Any:
     if entry is None:
         acc.put(db, argv[1], Entry(SET, members))
         return len(members)
-    added = len(members - entry.value)
-    if added:
-        entry.value |= members
-        acc.changed(db, argv[1], entry)
-    return added
+    new = members - entry.value
+    if new:
+        entry.value |= new
+        acc.changed(db, argv[1], entry, sum(map(len, new)))
+    return len(new)
 
 
 def cmd_srem(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -112,11 +124,11 @@ def cmd_srem(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], SET)
     if entry is None:
         return 0
-    removed = len(entry.value & set(argv[2:]))
-    if removed:
-        entry.value.difference_update(argv[2:])
-        acc.changed(db, argv[1], entry)
-    return removed
+    gone = entry.value & set(argv[2:])
+    if gone:
+        entry.value -= gone
+        acc.changed(db, argv[1], entry, -sum(map(len, gone)))
+    return len(gone)
 
 
 def cmd_spop(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -129,7 +141,7 @@ def cmd_spop(acc: Access, db: int, argv: list[bytes]) -> Any:
         return None if count is None else []
     members = random.sample(sorted(entry.value), min(count or 1, len(entry.value)))
     entry.value.difference_update(members)
-    acc.changed(db, argv[1], entry)
+    acc.changed(db, argv[1], entry, -sum(map(len, members)))
     acc.log_argv = [b"SREM", argv[1], *members]
     return members[0] if count is None else members
 
@@ -172,7 +184,7 @@ def cmd_push(acc: Access, db: int, argv: list[bytes]) -> Any:
         entry.value[:0] = reversed(argv[2:])
     else:
         entry.value.extend(argv[2:])
-    acc.changed(db, argv[1], entry)
+    acc.changed(db, argv[1], entry, sum(map(len, argv[2:])))
     return len(entry.value)
 
 
@@ -193,7 +205,7 @@ def cmd_pop(acc: Access, db: int, argv: list[bytes]) -> Any:
     else:
         popped = items[-taken:][::-1]
         del items[-taken:]
-    acc.changed(db, argv[1], entry)
+    acc.changed(db, argv[1], entry, -sum(map(len, popped)))
     return popped[0] if count is None else popped
 
 

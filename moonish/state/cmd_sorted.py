@@ -41,7 +41,7 @@ def cmd_zadd(acc: Access, db: int, argv: list[bytes]) -> Any:
         return None if incr else 0
     zset = SortedSet() if entry is None else entry.value
     scores = zset.scores
-    added = changed = 0
+    added = changed = grew = 0
     result: float | None = None
     for new, member in pairs:
         old = scores.get(member)
@@ -56,6 +56,7 @@ def cmd_zadd(acc: Access, db: int, argv: list[bytes]) -> Any:
         result = new
         if old is None:
             added += 1
+            grew += len(member)
         elif old != new:
             changed += 1
         else:
@@ -65,7 +66,7 @@ def cmd_zadd(acc: Access, db: int, argv: list[bytes]) -> Any:
         if entry is None:
             acc.put(db, argv[1], Entry(ZSET, zset))
         else:
-            acc.changed(db, argv[1], entry)
+            acc.changed(db, argv[1], entry, grew)
     if incr:
         return result
     return added + changed if b"CH" in flags else added
@@ -81,9 +82,10 @@ def cmd_zrem(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], ZSET)
     if entry is None:
         return 0
-    removed = sum(1 for member in set(argv[2:]) if entry.value.remove(member))
+    gone = [member for member in set(argv[2:]) if entry.value.remove(member)]
+    removed = len(gone)
     if removed:
-        acc.changed(db, argv[1], entry)
+        acc.changed(db, argv[1], entry, -sum(map(len, gone)))
     return removed
 
 
@@ -95,7 +97,7 @@ def cmd_zpop(acc: Access, db: int, argv: list[bytes]) -> Any:
     if entry is None or count == 0:
         return []
     popped = entry.value.pop(count, argv[0].upper() == b"ZPOPMAX")
-    acc.changed(db, argv[1], entry)
+    acc.changed(db, argv[1], entry, -sum(len(member) for member, _ in popped))
     return popped
 
 

@@ -155,13 +155,19 @@ class Access:
         self.resolve(key).put(db, key, entry)
         self.written[(db, key)] = None
 
-    def changed(self, db: int, key: bytes, entry: Entry) -> None:
+    def changed(self, db: int, key: bytes, entry: Entry, grew: int | None = None) -> None:
         """``entry`` (got from :meth:`get`) was changed in place; removes it when it is an
-        empty container, as Redis does."""
+        empty container, as Redis does. ``grew``: by how many bytes its elements grew (see
+        ``Entry.nbytes``), when the handler knows; otherwise the total is recounted when
+        needed."""
         if entry.type not in _KEPT_WHEN_EMPTY and not entry.value:
             self.remove(db, key)
             return
         entry.stale()
+        if grew is None:
+            entry.nbytes = None
+        elif entry.nbytes is not None:
+            entry.nbytes += grew
         self.written[(db, key)] = None
 
     def keys(self, db: int | None) -> list[Key]:

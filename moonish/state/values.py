@@ -100,7 +100,7 @@ class Entry:
     key's full image (with the limit it was made for); whoever changes the entry calls
     :meth:`stale`."""
 
-    __slots__ = ("expire_at_ms", "image", "image_limit", "json", "type", "value")
+    __slots__ = ("expire_at_ms", "image", "image_limit", "json", "nbytes", "type", "value")
 
     def __init__(self, type_: str, value: Any, expire_at_ms: int | None = None) -> None:
         self.type = type_
@@ -109,6 +109,9 @@ class Entry:
         self.json: bytes | None = None
         self.image: bytes | None = None
         self.image_limit: int | None = None  # no tuple: one fewer GC-tracked object a write
+        self.nbytes: int | None = None
+        """A container's total element bytes (hash fields and values, zset members), kept
+        by the handlers that know how much they added or removed; ``None``: count again."""
 
     def stale(self, value: bool = True) -> None:
         """Forget the cached image (and, with ``value``, the value's JSON)."""
@@ -202,30 +205,30 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
     else:
         count = len(value)
         bound = _FEWEST_BYTES[kind] * count + 1
-        if limit is not None and bound > limit:
-            return None
+        if limit is not None:
+            if bound > limit:
+                return None
+            nbytes = entry.nbytes
+            if nbytes is None:
+                nbytes = entry.nbytes = _element_bytes(kind, value)
+            if bound + nbytes > limit:
+                return None
         if not count:
             json = b"[]"
         elif kind != ZSET:
-            # The data joined with the separators of the plain form: its size bounds the JSON
-            # from below (escapes and {"_b64"} only add), and it is the JSON's middle when
-            # the data is plain, i.e. when its only quotes are the separators' own.
+            # The data joined with the plain form's separators is the JSON's middle when the
+            # data is plain, i.e. when its only quotes are the separators' own. (For plain
+            # data the bound above is then the JSON's exact size.)
             if kind == HASH:
                 body = b'"],["'.join(map(b'","'.join, value.items()))
-                quotes, ends = 4 * count - 2, 6
+                quotes = 4 * count - 2
             else:
-                body = b'","'.join(value)
-                quotes, ends = 2 * count - 2, 4
-            if limit is not None and len(body) + ends > limit:
-                return None
-            if kind == SET:  # sorted only once it is known to fit
-                body = b'","'.join(sorted(value))
+                body = b'","'.join(value if kind == LIST else sorted(value))
+                quotes = 2 * count - 2
             if not body.translate(None, _PLAIN_OR_QUOTE) and body.count(b'"') == quotes:
                 json = b'[["' + body + b'"]]' if kind == HASH else b'["' + body + b'"]'
         else:
             members = b"".join(value.scores)
-            if limit is not None and bound + len(members) > limit:
-                return None
             order = value.order
             if is_plain(members) and not (math.isinf(order[0][0]) or math.isinf(order[-1][0])):
                 json = orjson.dumps([[m.decode(), s] for s, m in order])  # JSON has no inf
@@ -233,6 +236,13 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
         json = orjson.dumps(_json_value(entry))
     entry.json = json
     return json if limit is None or len(json) <= limit else None
+
+
+def _element_bytes(kind: str, value: Any) -> int:
+    join = b"".join  # in C: much faster than sum(map(len, ...))
+    if kind == HASH:
+        return len(join(value)) + len(join(value.values()))
+    return len(join(value.scores if kind == ZSET else value))
 
 
 _FEWEST_BYTES = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}

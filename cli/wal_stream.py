@@ -28,7 +28,7 @@ def stream(path: str, view: str | None, max_value_bytes: int | None) -> None:
 
         moonish wal stream data --view KEYS_ONLY
     """
-    for shard_dir in moonish.api.shard_dirs(path):
+    for shard_dir in moonish.api.existing_shard_dirs(path):
         if view is not None or max_value_bytes is not None:
             with ShardWriter(shard_dir) as writer:
                 old = writer.stream

@@ -280,6 +280,20 @@ tail = Tail
 """``moonish.tail(wal_dir, from_lsn=0, *, follow=False, ...)``: see :class:`Tail`."""
 
 
+def existing_shard_dirs(path: str | os.PathLike[str]) -> list[str]:
+    """:func:`shard_dirs`, each required to hold a log already (commands that change a shard,
+    such as ``wal checkpoint``, must not create one in a mistyped directory).
+
+    Raises:
+        InvalidArgumentError: ``path`` is not an existing directory, or a shard has no log.
+    """
+    found = shard_dirs(path)
+    for shard in found:
+        if not list_segments(shard):
+            raise InvalidArgumentError("not a shard directory: it holds no WAL segment", path=shard)
+    return found
+
+
 def shard_dirs(path: str | os.PathLike[str]) -> list[str]:
     """The shard directories under a data directory, or ``[path]`` for a shard directory.
 

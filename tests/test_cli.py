@@ -113,6 +113,13 @@ def test_checkpoint_then_snapshot_read_then_stream_and_transactions(tmp_path: Pa
     assert len(tail) == keys + 1
 
 
+@pytest.mark.parametrize("command", [["checkpoint"], ["stream", "--view", "KEYS_ONLY"]])
+def test_changing_commands_do_not_create_a_shard(tmp_path: Path, command: list[str]) -> None:
+    out = run("wal", command[0], str(tmp_path), *command[1:])
+    assert out.returncode == 2 and b"holds no WAL segment" in out.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_missing_directory_exits_2(tmp_path: Path) -> None:
     out = run("cdc", "read", str(tmp_path / "missing"), "0")
     assert out.returncode == 2 and b"does not exist" in out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,6 +146,30 @@ def test_expiry_lazy_and_swept_are_marked(shard: Path) -> None:
                        ("d", "kept", False)]  # fmt: skip
     assert events[0]["source"]["command"] == "DEL"
     assert events[0]["before"]["expire_at_ms"] == START_MS + 100
+
+
+def test_background_sweep_expires_and_a_failure_is_raised_not_dropped(shard: Path) -> None:
+    clock = FixedClock(START_US, 0)
+    options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=5)
+    with ShardWriter(shard, options, clock) as writer:
+        writer.execute(0, ["SET", "a", "1", "PX", "10"])
+        clock.advance(20_000)
+        deadline = time.monotonic() + 10
+        while writer.keyspace.get(0, b"a") is not None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert writer.keyspace.get(0, b"a") is None  # removed by the thread, not by a command
+
+        def broken(*args: object, **kwargs: object) -> list[int]:
+            raise OSError(28, "No space left on device")
+
+        writer.execute(0, ["SET", "b", "1", "PX", "10"])
+        writer.append = broken  # type: ignore[method-assign]
+        clock.advance(20_000)
+        while writer._sweeper is not None and writer._sweeper.is_alive():
+            time.sleep(0.005)
+        with pytest.raises(moonish.UnavailableError, match="expiry sweep failed"):
+            writer.execute(0, ["SET", "c", "1"])
+    assert [e["source"]["expired"] for e in envelopes(shard)] == [False, True, False]
 
 
 def test_transaction_records_and_begin_end(shard: Path) -> None:

@@ -32,7 +32,7 @@ from moonish.errors import (
     CommandError,
     CorruptionError,
     LsnNotRetainedError,
-    MoonishError,
+    UnavailableError,
     UnsupportedFormatError,
 )
 from moonish.log.format import RecordType
@@ -120,6 +120,7 @@ class ShardWriter:
             self._log.close()
             raise
         self._sweeper: threading.Thread | None = None
+        self._sweep_error: BaseException | None = None
         if self.options.expiry_sweep_ms > 0:
             self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
             self._sweeper.start()
@@ -151,8 +152,10 @@ class ShardWriter:
             CommandError: Redis would refuse it (``WRONGTYPE``, bad argument, arity);
                 nothing was written (keys that had expired are still removed and logged).
             UnsupportedFormatError: a command moonish does not implement.
+            UnavailableError: the background expiry sweep failed (its error chained).
         """
         with self._lock:
+            self._check_sweep()
             now_us = self._clock.now_us()
             prepared = self.prepare(db, _argv(command), now_us)
             lsns = self.append(prepared.expired, False, now_us)
@@ -168,8 +171,10 @@ class ShardWriter:
 
         Raises:
             UnsupportedFormatError: a command moonish does not implement (nothing written).
+            UnavailableError: the background expiry sweep failed (its error chained).
         """
         with self._lock:
+            self._check_sweep()
             now_us = self._clock.now_us()
             replies, expired, records = [], [], []
             for db, command in commands:
@@ -287,8 +292,16 @@ class ShardWriter:
         while not self._stop.wait(self.options.expiry_sweep_ms / 1000):
             try:
                 self.sweep_expired()
-            except MoonishError:
-                return  # closed meanwhile, or the disk failed: the next write reports it
+            except BaseException as exc:  # the disk failed: the next call raises it
+                self._sweep_error = exc
+                return
+
+    def _check_sweep(self) -> None:
+        """Raise what stopped the sweep thread, if anything did (nothing is dropped quietly)."""
+        if self._sweep_error is not None:
+            raise UnavailableError(
+                f"the expiry sweep failed: {self._sweep_error!r}", path=self.shard_dir
+            ) from self._sweep_error
 
     # -- snapshots -----------------------------------------------------------------------
 

@@ -6,11 +6,18 @@ included::
 
     {"before": {...}|null, "after": {...}|null,
      "source": {"version": "moonish-<v>", "connector": "moonish", "name": <name>,
-                "ts_ms": <commit ms>, "ts_us": ..., "ts_ns": ..., "snapshot": "false",
-                "db": <Redis db index>|null, "shard": <id>, "lsn": <lsn>},
+                "ts_ms": <commit ms>, "ts_us": ..., "ts_ns": ...,
+                "snapshot": "false"|"first"|"true"|"last",
+                "db": <Redis db index>|null, "shard": <id>, "lsn": <lsn>
+                [, "command": <name>|null, "expired": <bool>]},
      "transaction": {"id": "<shard>:<first lsn>", "total_order": n,
                      "data_collection_order": n}|null,
-     "op": "u"|"d"|"t", "ts_ms": <produced ms>, "ts_us": ..., "ts_ns": ...}
+     "op": "c"|"u"|"d"|"r"|"t", "ts_ms": <produced ms>, "ts_us": ..., "ts_ns": ...}
+
+A kv_change record (and a snapshot row, ``op: "r"``) carries its before/after images already
+as JSON (moonish.state.values); they are spliced in without parsing, and ``source`` gains
+``command`` and ``expired``. Plain kv, temporal and graph records get command-shaped images
+(docs/envelopes.md, "Plain kv records").
 
 A checkpoint is not a data change and is shaped like Debezium's logical-decoding message
 (``op: "m"``): no ``before``/``after`` at all, and a ``message`` block with ``prefix`` and

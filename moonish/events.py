@@ -1,13 +1,15 @@
 """Decoding: frames into typed change events, with the Debezium op each one stands for.
 
-Op rules (docs/envelopes.md explains them):
+A kv_change record states its own op (``c``/``u``/``d``, from the writer's keyspace; ``r`` for
+snapshot rows). The rules below are for plain kv records, written without keyspace state
+(docs/envelopes.md explains them):
 
 - ``d``: the record's key is gone: ``DEL``, ``UNLINK``, ``GETDEL``, and the source key of
   ``RENAME`` / ``RENAMENX``.
 - ``t``: ``FLUSHDB`` / ``FLUSHALL`` (Debezium's truncate: the whole collection is emptied).
 - ``m``: a checkpoint, which is not a data change (Debezium's logical-decoding message).
 - ``u``: every other write, including ``HDEL``, ``SREM``, pops and expiry changes, which change
-  the key but need not remove it. (``c`` needs prior-state tracking and arrives with it.)
+  the key but need not remove it (without the key's state nothing more can be said).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
 
 from moonish.log.frames import Frame
-from moonish.log.records import Checkpoint, KvCommand, Record, decode_payload
+from moonish.log.records import Checkpoint, KvChange, KvCommand, Record, decode_payload
 
 DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
 """Commands that remove the key they name."""
@@ -34,7 +36,9 @@ class ChangeEvent(NamedTuple):
     Attributes:
         shard: the shard id.
         lsn: the record's LSN.
-        op: the Debezium op: ``u``, ``d``, ``t`` or ``m`` (see the module docstring).
+        op: the Debezium op: ``c``, ``u``, ``d``, ``r``, ``t`` or ``m`` (see the module
+            docstring); ``BEGIN``/``END`` for transaction records read with
+            ``transactions=True``.
         commit_us: commit time, microseconds since the Unix epoch.
         envelope: the payload-only Debezium JSON envelope, UTF-8, no trailing newline.
         record_type: the frame's record type (``RecordType``).
@@ -124,4 +128,6 @@ def op_of(record: Record) -> str:
         return kv_op(record.command.decode(errors="replace"), record.key_pos)
     if isinstance(record, Checkpoint):
         return "m"
+    if isinstance(record, KvChange):
+        return record.op
     return "u"

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cli.cdc_export import export
 from cli.cdc_info import info
 from cli.cdc_read import read
 from cli.cdc_tail import tail
@@ -33,7 +34,7 @@ def moonish() -> None:
 
 @moonish.group()
 def cdc() -> None:
-    """Read changes: one batch (read), a stream (tail), facts (info).
+    """Read changes: one batch (read), a stream (tail), files for Spark (export), facts (info).
 
     Example:
 
@@ -54,6 +55,7 @@ def wal() -> None:
 cdc.add_command(read)
 cdc.add_command(tail)
 cdc.add_command(info)
+cdc.add_command(export)
 wal.add_command(import_aof_command)
 wal.add_command(verify)
 wal.add_command(dump)

@@ -7,6 +7,7 @@ nothing, so an append that lands between the poll and the wait still wakes it at
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -14,13 +15,16 @@ class ChangeSignal:
     """Set whenever a file in ``directory`` changes; waits fall back to polling.
 
     Args:
-        directory: the shard directory to watch (not recursively).
+        directory: the shard directory to watch (not recursively), or several of them (an
+            export follows every shard of a data directory).
         fallback_ms: longest wait without an event, so a missed or unsupported file-system
             notification delays a follower by at most this much.
         watch: use watchdog; ``False`` polls only (every ``fallback_ms``).
     """
 
-    def __init__(self, directory: str, fallback_ms: int = 1000, watch: bool = True) -> None:
+    def __init__(
+        self, directory: str | Sequence[str], fallback_ms: int = 1000, watch: bool = True
+    ) -> None:
         self._event = threading.Event()
         self._fallback_s = fallback_ms / 1000
         self._observer: Any = None
@@ -37,7 +41,8 @@ class ChangeSignal:
                     event.set()
 
             observer = Observer()
-            observer.schedule(Signal(), directory, recursive=False)
+            for each in [directory] if isinstance(directory, str) else directory:
+                observer.schedule(Signal(), each, recursive=False)
             try:
                 observer.start()
             except OSError:  # inotify watches exhausted, unsupported file system: poll instead
@@ -48,9 +53,13 @@ class ChangeSignal:
         """Forget earlier changes; call before polling the log."""
         self._event.clear()
 
-    def wait(self) -> bool:
-        """Block until a change (or ``wake``) or the fallback interval; True if signalled."""
-        return self._event.wait(self._fallback_s)
+    def wait(self, timeout_ms: int | None = None) -> bool:
+        """Block until a change (or ``wake``) or the fallback interval (or ``timeout_ms``,
+        if shorter); True if signalled."""
+        timeout_s = (
+            self._fallback_s if timeout_ms is None else min(self._fallback_s, timeout_ms / 1000)
+        )
+        return self._event.wait(timeout_s)
 
     def wake(self) -> None:
         """Release a waiting follower now (used by ``close``)."""

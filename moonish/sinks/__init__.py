@@ -1,0 +1,1 @@
+"""Sinks: where envelopes go beyond a reader (export files for Spark)."""

@@ -43,7 +43,6 @@ from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
     CHANGE_EXPIRED,
-    KV_CHANGE_HEAD,
     KV_HEAD,
     LENGTHS_STRUCTS,
     Checkpoint,
@@ -52,6 +51,7 @@ from moonish.log.records import (
     KvCommand,
     PayloadError,
     TemporalUpsert,
+    change_fields,
     decode_payload,
 )
 from moonish.state.values import is_plain
@@ -81,7 +81,7 @@ def _stream_off(record_type: int, payload: bytes) -> bool:
     return record_type == RecordType.KV_CHANGE and len(payload) > 2 and payload[2] == 0
 
 
-def _image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[str, Any]:
+def command_image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[str, Any]:
     """The ``after``/``before`` image of a data record (docs/envelopes.md, "Images")."""
     if isinstance(record, KvCommand):
         return {
@@ -327,23 +327,12 @@ class EnvelopeEncoder:
         """(op, envelope) of a kv_change record or a snapshot row: the images are spliced in
         as stored (the writer made them JSON), no JSON is parsed."""
         try:
-            op_code, change_flags, _, _, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
-            pos = KV_CHANGE_HEAD.size
-            (size,) = _U32.unpack_from(payload, pos)
-            command = payload[pos + 4 : pos + 4 + size]
-            pos += 4 + size
-            pos += 4 + _U32.unpack_from(payload, pos)[0]  # the key: the images name it
-            (size,) = _U32.unpack_from(payload, pos)
-            before = payload[pos + 4 : pos + 4 + size] or b"null"
-            pos += 4 + size
-            (size,) = _U32.unpack_from(payload, pos)
-            after = payload[pos + 4 : pos + 4 + size] or b"null"
-            if pos + 4 + size > len(payload) or op_code not in b"cudr":
-                raise struct.error("fields overrun the payload")
-        except struct.error as exc:
+            op_code, change_flags, _, db, command, _, before, after = change_fields(payload)
+        except PayloadError as exc:
             raise CorruptionError(
                 f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
             ) from None
+        before, after = before or b"null", after or b"null"
         op = chr(op_code)
         snapshot = b"false"
         if flags & FLAG_SNAPSHOT:
@@ -414,7 +403,7 @@ class EnvelopeEncoder:
             envelope = {"op": op, "ts_ms": now_us // 1000, "source": source,
                         "transaction": transaction, "message": message}  # fmt: skip
             return op, orjson.dumps(envelope)
-        image = _image(record)
+        image = command_image(record)
         before, after = {"u": (None, image), "d": (image, None)}.get(op, (None, None))
         envelope = {
             "before": before,

@@ -1,0 +1,93 @@
+"""moonish on Apache Spark (PySpark >= 4.2): two ways in, and a materialized table.
+
+- The WAL directly: ``register(spark)``, then ``spark.readStream.format("moonish").load(dir)``
+  (``moonish.spark.source``): flat change rows built as Arrow batches from the records.
+- Envelope files written by ``moonish cdc export``: :func:`read_envelope_files`
+  (``moonish.spark.files``), through Spark's JSON file source.
+- :func:`materialize` keeps a Parquet table of the latest state per key exactly once;
+  :func:`read_table` reads its committed version (``moonish.spark.table``).
+
+Both paths give the same flat columns (``CHANGE_COLUMNS``); docs/spark.md describes them.
+This package imports pyspark only when one of these names is used (``pip install
+moonish[spark]``).
+
+Example::
+
+    import moonish.spark
+    spark = moonish.spark.session()
+    moonish.spark.register(spark)
+    changes = spark.readStream.format("moonish").load("data")
+    moonish.spark.materialize(changes, "table", "checkpoint").awaitTermination()
+    moonish.spark.read_table(spark, "table").show()
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_LAZY = {
+    "CHANGE_COLUMNS": "moonish.spark.columns",
+    "ENVELOPE_SCHEMA": "moonish.spark.files",
+    "MoonishDataSource": "moonish.spark.source",
+    "read_envelope_files": "moonish.spark.files",
+    "materialize": "moonish.spark.table",
+    "read_table": "moonish.spark.table",
+    "TABLE_COLUMNS": "moonish.spark.table",
+}
+
+__all__ = [*_LAZY, "envelope_schema", "register", "session"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'moonish.spark' has no attribute {name!r}")
+
+
+def envelope_schema() -> Any:
+    """The payload-only Debezium envelope as a ``StructType`` (before/after as JSON text)."""
+    from pyspark.sql.types import StructType
+
+    from moonish.spark.files import ENVELOPE_SCHEMA
+
+    return StructType.fromDDL(ENVELOPE_SCHEMA)
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``moonish`` data source with ``spark`` (once per session is enough)."""
+    from moonish.spark.source import MoonishDataSource
+
+    spark.dataSource.register(MoonishDataSource)
+
+
+def session(master: str = "local[*]", app_name: str = "moonish", **conf: str) -> SparkSession:
+    """A SparkSession set up for moonish: UI off, few shuffle partitions, Arrow on, the
+    ``moonish`` data source registered, and Python workers running this interpreter (unless
+    ``PYSPARK_PYTHON`` says otherwise). ``conf`` adds Spark settings (dots as ``__``:
+    ``spark__sql__shuffle__partitions="4"``)."""
+    import os
+    import sys
+
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    builder = (
+        SparkSession.builder.master(master)
+        .appName(app_name)
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "4")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+    )
+    for key, value in conf.items():
+        builder = builder.config(key.replace("__", "."), value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark

@@ -1,0 +1,145 @@
+"""Frames as Arrow record batches of flat change rows, without a JSON round trip.
+
+The row shape is ``CHANGE_COLUMNS`` (docs/spark.md has every column). A kv_change record's
+before/after images are stored as JSON by the writer: they become the ``before``/``after``
+strings as stored; key, db, op, command and flags come from the binary header. Records
+written while the shard's stream was off are not change events and give no row (as in
+``moonish.read``). Imports pyarrow only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import orjson
+import pyarrow as pa
+
+from moonish.envelope import command_image
+from moonish.errors import CorruptionError
+from moonish.events import op_of
+from moonish.log.format import FLAG_BATCH, RecordType
+from moonish.log.frames import Frame
+from moonish.log.records import (
+    Checkpoint,
+    KvChange,
+    KvCommand,
+    PayloadError,
+    Record,
+    TemporalUpsert,
+    change_fields,
+    decode_payload,
+)
+
+CHANGE_COLUMNS = (
+    "shard INT NOT NULL, lsn BIGINT NOT NULL, op STRING NOT NULL, commit_ts TIMESTAMP NOT NULL, "
+    "record_type STRING NOT NULL, command STRING, db INT, key BINARY, expired BOOLEAN NOT NULL, "
+    "transaction_id STRING, before STRING, after STRING"
+)
+"""The flat change row as a Spark DDL schema (both ingestion paths give it)."""
+
+ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("shard", pa.int32(), nullable=False),
+        pa.field("lsn", pa.int64(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("commit_ts", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("record_type", pa.string(), nullable=False),
+        pa.field("command", pa.string()),
+        pa.field("db", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("expired", pa.bool_(), nullable=False),
+        pa.field("transaction_id", pa.string()),
+        pa.field("before", pa.string()),
+        pa.field("after", pa.string()),
+    ]
+)
+"""``CHANGE_COLUMNS`` as an Arrow schema (commit_ts in microseconds, UTC)."""
+
+_KV_CHANGE = int(RecordType.KV_CHANGE)
+_RECORD_TYPES = {int(t): t.name.lower() for t in RecordType}
+_DELETE_OPS = {"d"}
+
+
+def change_batch(shard: int, frames: Iterable[Frame], path: str) -> pa.RecordBatch:
+    """The change rows of ``frames`` (one shard, LSN order) as one Arrow record batch.
+
+    Raises:
+        CorruptionError: a payload does not follow its grammar (``path``, offset and LSN).
+    """
+    lsns: list[int] = []
+    ops: list[str] = []
+    times: list[int] = []
+    types: list[str] = []
+    commands: list[str | None] = []
+    dbs: list[int | None] = []
+    keys: list[bytes | None] = []
+    expired: list[bool] = []
+    txns: list[str | None] = []
+    befores: list[str | None] = []
+    afters: list[str | None] = []
+    for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
+        try:
+            if rtype == _KV_CHANGE:
+                op, cflags, view, db, command, key, before, after = change_fields(payload)
+                if not view:
+                    continue  # written with the stream off: not a change event
+                ops.append(chr(op))
+                commands.append(command.decode(errors="replace"))
+                dbs.append(db)
+                keys.append(key)
+                expired.append(bool(cflags & 1))
+                befores.append(before.decode() if before else None)
+                afters.append(after.decode() if after else None)
+            else:
+                op_, command_, db_, key_, before_, after_ = _plain_row(
+                    decode_payload(rtype, payload)
+                )
+                ops.append(op_)
+                commands.append(command_)
+                dbs.append(db_)
+                keys.append(key_)
+                expired.append(False)
+                befores.append(before_)
+                afters.append(after_)
+        except (PayloadError, UnicodeDecodeError) as error:
+            raise CorruptionError(
+                f"undecodable record payload: {error}", path=path, offset=offset, lsn=lsn
+            ) from None
+        lsns.append(lsn)
+        times.append(commit_us)
+        types.append(_RECORD_TYPES[rtype])
+        txns.append(f"{shard}:{lsn - bidx}" if flags & FLAG_BATCH else None)
+    columns = [
+        pa.array([shard] * len(lsns), pa.int32()),
+        pa.array(lsns, pa.int64()),
+        pa.array(ops, pa.string()),
+        pa.array(times, pa.timestamp("us", tz="UTC")),
+        pa.array(types, pa.string()),
+        pa.array(commands, pa.string()),
+        pa.array(dbs, pa.int32()),
+        pa.array(keys, pa.binary()),
+        pa.array(expired, pa.bool_()),
+        pa.array(txns, pa.string()),
+        pa.array(befores, pa.string()),
+        pa.array(afters, pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _plain_row(
+    record: Record,
+) -> tuple[str, str | None, int | None, bytes | None, str | None, str | None]:
+    """``(op, command, db, key, before, after)`` of a plain kv, temporal, graph or checkpoint
+    record: the command-shaped image of docs/envelopes.md ("Plain kv records"); a checkpoint
+    has none."""
+    op = op_of(record)
+    if isinstance(record, Checkpoint | KvChange):
+        return op, None, None, None, None, None
+    image = command_image(record)
+    if isinstance(record, KvCommand):
+        db, key = record.db, record.argv[record.key_pos] if record.key_pos else None
+    else:
+        db, key = None, record.key if isinstance(record, TemporalUpsert) else record.entity_id
+    text = orjson.dumps(image).decode()
+    deleted = op in _DELETE_OPS
+    return op, image["command"], db, key, text if deleted else None, None if deleted else text

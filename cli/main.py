@@ -12,6 +12,7 @@ from cli.cdc_info import info
 from cli.cdc_read import read
 from cli.cdc_tail import tail
 from cli.errors import CliError
+from cli.spark_materialize import materialize, show
 from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
@@ -52,6 +53,16 @@ def wal() -> None:
     """
 
 
+@moonish.group()
+def spark() -> None:
+    """Run the Spark pipeline: a table of the latest state per key (needs moonish[spark]).
+
+    Example:
+
+        moonish spark materialize data table --checkpoint table-checkpoint
+    """
+
+
 cdc.add_command(read)
 cdc.add_command(tail)
 cdc.add_command(info)
@@ -61,6 +72,8 @@ wal.add_command(verify)
 wal.add_command(dump)
 wal.add_command(checkpoint)
 wal.add_command(stream)
+spark.add_command(materialize)
+spark.add_command(show)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,0 +1,129 @@
+"""``moonish spark materialize`` and ``moonish spark show``: the Spark pipeline from the shell."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from moonish.errors import InvalidArgumentError
+
+
+def source_kind(source: str) -> str:
+    """``"export"`` for a directory of envelope files (``cdc export``), ``"wal"`` for a data
+    directory or a shard.
+
+    Raises:
+        InvalidArgumentError: neither.
+    """
+    from moonish.sinks.export import FILE_NAME, STATE_NAME
+
+    entries = os.listdir(source)
+    if STATE_NAME in entries or any(FILE_NAME.match(entry) for entry in entries):
+        return "export"
+    if any(entry.startswith("shard-") for entry in entries) or any(
+        entry.endswith(".seg") for entry in entries
+    ):
+        return "wal"
+    raise InvalidArgumentError(
+        "neither a data directory (shard-<k>/) nor an export directory (cdc export)",
+        path=source,
+    )
+
+
+@click.command("materialize")
+@click.argument("source", type=click.Path(exists=True, file_okay=False))
+@click.argument("table_dir", type=click.Path(file_okay=False))
+@click.option(
+    "--checkpoint",
+    "checkpoint_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Spark's checkpoint directory for this query (keep it with the table).",
+)
+@click.option(
+    "--max-records-per-trigger",
+    type=click.IntRange(1, None),
+    help="WAL source: most records per micro-batch (default: all available).",
+)
+@click.option(
+    "--max-files-per-trigger",
+    type=click.IntRange(1, None),
+    help="Export source: most files per micro-batch (default: all available).",
+)
+@click.option(
+    "--follow", is_flag=True, help="Keep applying new changes every --interval-ms (Ctrl-C stops)."
+)
+@click.option("--interval-ms", type=click.IntRange(1, None), default=1000, show_default=True)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+def materialize(
+    source: str, table_dir: str, checkpoint_dir: str, max_records_per_trigger: int | None,
+    max_files_per_trigger: int | None, follow: bool, interval_ms: int, master: str,
+) -> None:  # fmt: skip
+    """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
+
+    SOURCE is a data directory (read through the moonish Spark data source) or an export
+    directory written by `moonish cdc export` (read through Spark's file source). Without
+    --follow, applies what is there now (trigger availableNow) and prints the table's
+    committed version and live keys; rerun it to apply more. The table is Parquet versions
+    under TABLE_DIR with a pointer to the committed one (docs/spark.md).
+
+    Example:
+
+        moonish spark materialize data table --checkpoint table-checkpoint
+    """
+    import moonish.spark
+    from moonish.spark.table import current_version
+
+    kind = source_kind(source)
+    spark = moonish.spark.session(master)
+    if kind == "wal":
+        reader = spark.readStream.format("moonish")
+        if max_records_per_trigger:
+            reader = reader.option("maxRecordsPerTrigger", max_records_per_trigger)
+        changes = reader.load(os.path.abspath(source))
+    else:
+        changes = moonish.spark.read_envelope_files(
+            spark, os.path.abspath(source), max_files_per_trigger=max_files_per_trigger
+        )
+    query = moonish.spark.materialize(
+        changes, os.path.abspath(table_dir), os.path.abspath(checkpoint_dir),
+        available_now=not follow, processing_time_ms=interval_ms,
+    )  # fmt: skip
+    try:
+        query.awaitTermination()
+    except KeyboardInterrupt:
+        query.stop()
+    pointer = current_version(table_dir)
+    keys = moonish.spark.read_table(spark, table_dir).count()
+    version = pointer["path"] if pointer else "none yet"
+    click.echo(f"table {table_dir}: version {version}, {keys} live keys ({kind} source)")
+
+
+@click.command("show")
+@click.argument("table_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--limit", type=click.IntRange(1, None), default=10, show_default=True)
+@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+def show(table_dir: str, limit: int, master: str) -> None:
+    """Print rows of a materialized table's committed version, as JSON lines (db, key, type,
+    value, expire_at_ms, shard, lsn), ordered by db and key.
+
+    Example:
+
+        moonish spark show table --limit 5
+    """
+    import orjson
+
+    import moonish.spark
+    from moonish.envelope import text_or_b64
+
+    spark = moonish.spark.session(master)
+    rows = moonish.spark.read_table(spark, table_dir).orderBy("db", "key").limit(limit).collect()
+    for row in rows:
+        image = orjson.loads(row.image) if row.image else {}
+        line = {
+            "db": row.db, "key": text_or_b64(bytes(row.key)), "type": row.type,
+            "value": image.get("value"), "expire_at_ms": row.expire_at_ms,
+            "shard": row.shard, "lsn": row.lsn,
+        }  # fmt: skip
+        click.echo(orjson.dumps(line).decode())

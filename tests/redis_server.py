@@ -125,7 +125,10 @@ def redis_shapes(client: redis.Redis, keys: list[bytes]) -> list[Any]:
 def shape(entry: Entry | None) -> Any:
     if entry is None:
         return None
-    size = len(entry.value.entries) if entry.type == STREAM else len(entry.value)
+    value = entry.value  # a Redis stream reply is a list of entries; moonish's a Stream
+    size = (
+        len(value.entries) if entry.type == STREAM and not isinstance(value, list) else len(value)
+    )
     return (entry.type, size, entry.expire_at_ms)
 
 

@@ -1,0 +1,218 @@
+"""The Spark pipeline on a real local SparkSession (one per test run, local[2]).
+
+The oracle for the materialized table is a real redis-server that loaded the same AOF.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+import moonish
+import moonish.spark
+from cli.main import main
+from moonish.errors import CommandError
+from moonish.log.records import ViewType
+from moonish.redis.importer import import_aof
+from moonish.sinks.export import Exporter, ExportOptions
+from moonish.spark.source import _share
+from moonish.spark.table import current_version
+from moonish.state.config import StreamConfig
+from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.values import entry_from_image, untext
+from tests.redis_server import comparable, redis_entry, redis_server, shape
+
+AOF = Path(__file__).parent.parent / "fixtures" / "redis-aof"
+OMITTED = "omitted"
+FULL_IMAGES = StreamConfig(ViewType.NEW_AND_OLD_IMAGES, max_value_bytes=1 << 30)
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    session = moonish.spark.session("local[2]", spark__sql__shuffle__partitions="2")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The whole real AOF imported into 4 shards (images up to the default 4096 bytes)."""
+    path = tmp_path_factory.mktemp("mixed") / "data"
+    import_aof(AOF / "mixed" / "appendonlydir", path, 4)
+    return path
+
+
+@pytest.fixture(scope="module")
+def redis_keyspace(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[int, bytes], Any]:
+    """Every key of every db of a redis-server that loaded the real AOF."""
+    copy = tmp_path_factory.mktemp("redis") / "redis"
+    shutil.copytree(AOF / "mixed", copy)
+    keyspace = {}
+    with redis_server(copy, "--appendonly", "yes", "--appenddirname", "appendonlydir") as client:
+        for db in range(16):
+            client.execute_command("SELECT", db)
+            for key in client.scan_iter(count=1000):
+                keyspace[(db, key)] = redis_entry(client, key)
+    return keyspace
+
+
+def table_keyspace(spark: Any, table_dir: Path) -> dict[tuple[int, bytes], Any]:
+    """Each live key's value as :func:`comparable` gives it, or, where the image left the
+    value out (above max_value_bytes), its (type, length, expire_at_ms) as :func:`shape`."""
+    rows = moonish.spark.read_table(spark, str(table_dir)).select("image").collect()
+    keyspace = {}
+    for row in rows:
+        image = orjson.loads(row.image)
+        if isinstance(image["value"], dict) and "_omitted_length" in image["value"]:
+            key = (image["db"], untext(image["key"]))
+            size = image["value"]["_omitted_length"]
+            keyspace[key] = (OMITTED, (image["type"], size, image["expire_at_ms"]))
+        else:
+            db, key_bytes, entry = entry_from_image(image)
+            keyspace[(db, key_bytes)] = comparable(entry)
+    return keyspace
+
+
+def like_table(redis: dict[tuple[int, bytes], Any], table: dict[tuple[int, bytes], Any]) -> Any:
+    """Redis's keyspace in the form :func:`table_keyspace` gave for each key."""
+    return {
+        key: (OMITTED, shape(entry)) if table.get(key, (None,))[0] == OMITTED else comparable(entry)
+        for key, entry in redis.items()
+    }
+
+
+def run(spark: Any, changes: Any, table: Path, checkpoint: Path) -> None:
+    moonish.spark.materialize(changes, str(table), str(checkpoint)).awaitTermination()
+
+
+def wal_changes(spark: Any, data: Path, max_records: int | None = None) -> Any:
+    reader = spark.readStream.format("moonish")
+    if max_records:
+        reader = reader.option("maxRecordsPerTrigger", max_records)
+    return reader.load(str(data))
+
+
+def test_both_paths_materialize_the_keyspace_redis_loads(
+    spark: Any, mixed: Path, redis_keyspace: dict[tuple[int, bytes], Any], tmp_path: Path
+) -> None:
+    run(spark, wal_changes(spark, mixed, 50_000), tmp_path / "t1", tmp_path / "c1")
+    assert current_version(str(tmp_path / "t1"))["batch_id"] >= 1  # several micro-batches
+    assert len(redis_keyspace) > 5000
+    table = table_keyspace(spark, tmp_path / "t1")
+    assert sum(value[0] == OMITTED for value in table.values()) >= 2  # large values left out
+    assert table == like_table(redis_keyspace, table)
+
+    with Exporter(mixed, tmp_path / "export", ExportOptions(max_records_per_file=20_000)) as e:
+        e.run()
+    files = moonish.spark.read_envelope_files(spark, str(tmp_path / "export"))
+    run(spark, files, tmp_path / "t2", tmp_path / "c2")
+    assert table_keyspace(spark, tmp_path / "t2") == table
+
+
+def test_both_paths_give_the_same_rows(spark: Any, mixed: Path, tmp_path: Path) -> None:
+    from moonish.spark.files import ENVELOPE_SCHEMA, flatten
+
+    with Exporter(mixed, tmp_path / "export") as exporter:
+        exporter.run()
+    wal = spark.read.format("moonish").option("recordsPerPartition", 25_000).load(str(mixed))
+    files = flatten(spark.read.schema(ENVELOPE_SCHEMA).json(str(tmp_path / "export")))
+    assert wal.count() == files.count() == sum(moonish.info(s)["next_lsn"] - 1
+                                               for s in moonish.shard_dirs(mixed))  # fmt: skip
+    assert wal.exceptAll(files).count() == 0
+    assert files.exceptAll(wal).count() == 0
+
+
+def test_restart_between_batches_and_inside_one(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    import_aof(AOF / "slice" / "appendonlydir", data, 2, stream=FULL_IMAGES)
+    run(spark, wal_changes(spark, data), tmp_path / "whole", tmp_path / "whole-ck")
+    expected = table_keyspace(spark, tmp_path / "whole")
+    table, checkpoint = tmp_path / "table", tmp_path / "ck"
+
+    # Stopped between micro-batches: a processing-time query stopped after its first commit.
+    query = moonish.spark.materialize(
+        wal_changes(spark, data, 500), str(table), str(checkpoint),
+        available_now=False, processing_time_ms=100,
+    )  # fmt: skip
+    while current_version(str(table)) is None:
+        query.awaitTermination(0.1)
+    query.stop()
+    first = current_version(str(table))["batch_id"]
+    assert table_keyspace(spark, table) != expected  # really stopped part of the way
+    run(spark, wal_changes(spark, data, 500), table, checkpoint)
+    last = current_version(str(table))["batch_id"]
+    assert last > first and table_keyspace(spark, table) == expected
+
+    # The sink committed its version, Spark did not commit the batch: Spark replays it.
+    uncommit(checkpoint, last)
+    run(spark, wal_changes(spark, data, 500), table, checkpoint)
+    assert current_version(str(table))["batch_id"] == last
+    assert table_keyspace(spark, table) == expected
+
+    # The sink wrote the version's files but died before its pointer: rewritten on replay.
+    pointer = orjson.loads((table / "_moonish_table.json").read_bytes())
+    pointer.update(batch_id=last - 1, path=f"v-{last - 1:020d}")
+    (table / "_moonish_table.json").write_bytes(orjson.dumps(pointer))
+    uncommit(checkpoint, last)
+    run(spark, wal_changes(spark, data, 500), table, checkpoint)
+    assert current_version(str(table))["batch_id"] == last
+    assert table_keyspace(spark, table) == expected
+
+
+def uncommit(checkpoint: Path, batch_id: int) -> None:
+    """Undo Spark's commit of ``batch_id`` (as if it crashed after the sink, before it)."""
+    os.remove(checkpoint / "commits" / str(batch_id))
+    os.remove(checkpoint / "commits" / f".{batch_id}.crc")
+
+
+KEYS = [b"\xff\xfe\x00bin", "übergröße:ключ".encode(), b'{"_b64":"AAE="}', b"\x00\x01"]
+
+
+def test_binary_non_ascii_and_b64_lookalike_keys(spark: Any, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with ShardWriter(data / "shard-0", ShardOptions(expiry_sweep_ms=0)) as writer:
+        for key in KEYS:
+            writer.execute(0, [b"SET", key, key + b"!"])
+        writer.execute(0, [b"DEL", KEYS[0]])
+        with pytest.raises(CommandError):  # a string: refused, writes nothing
+            writer.execute(0, [b"LPUSH", KEYS[3], b"late"])
+    with Exporter(data, tmp_path / "export") as exporter:
+        exporter.run()
+    for changes in (
+        wal_changes(spark, data),
+        moonish.spark.read_envelope_files(spark, str(tmp_path / "export")),
+    ):
+        name = str(len(os.listdir(tmp_path)))
+        run(spark, changes, tmp_path / f"t{name}", tmp_path / f"c{name}")
+        rows = moonish.spark.read_table(spark, str(tmp_path / f"t{name}")).collect()
+        assert sorted(bytes(row.key) for row in rows) == sorted(KEYS[1:])
+        for row in rows:
+            assert entry_from_image(orjson.loads(row.image))[2].value == bytes(row.key) + b"!"
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_cli_materialize_and_show(
+    spark: Any, mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    table = tmp_path / "table"
+    assert main(["spark", "materialize", str(mixed), str(table), "--checkpoint",
+                 str(tmp_path / "ck"), "--master", "local[2]"]) == 0  # fmt: skip
+    assert f"{table}: version v-00000000000000000000" in capsys.readouterr().out
+    assert main(["spark", "show", str(table), "--limit", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(orjson.loads(line)["db"] == 0 for line in lines)
+
+
+def test_read_limit_is_shared_fairly_and_never_exceeded() -> None:
+    start = {"0": 1, "1": 1, "2": 5}
+    end = {"0": 1001, "1": 11, "2": 5, "3": 501}
+    cut = _share(start, end, 600)
+    read = {shard: cut[shard] - start.get(shard, 1) for shard in cut}
+    assert read == {"0": 295, "1": 10, "2": 0, "3": 295}
+    assert _share(start, end, 1) != {shard: start.get(shard, 1) for shard in end}  # progress

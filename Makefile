@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install demo test lint format bench golden clean
+.PHONY: install demo demo-spark test lint format bench golden clean
 
 install: $(STAMP)
 
@@ -36,6 +36,20 @@ demo: install
 	$(BIN)/moonish wal checkpoint demo-data
 	$(BIN)/moonish cdc read demo-data/shard-0 --snapshot --limit 2
 
+# The Spark pipeline on the same real AOF: export files, a table from each path, a few rows.
+demo-spark: install
+	rm -rf demo-data demo-spark
+	$(BIN)/moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir demo-data --shards 4
+	@echo '--- moonish cdc export demo-data demo-spark/export'
+	$(BIN)/moonish cdc export demo-data demo-spark/export
+	@echo '--- the WAL through the moonish Spark data source, 40000 records per micro-batch'
+	$(BIN)/moonish spark materialize demo-data demo-spark/table --checkpoint demo-spark/table-ck \
+	  --max-records-per-trigger 40000 --master 'local[2]'
+	@echo '--- the export files through Spark'"'"'s file source'
+	$(BIN)/moonish spark materialize demo-spark/export demo-spark/table-files \
+	  --checkpoint demo-spark/table-files-ck --master 'local[2]'
+	$(BIN)/moonish spark show demo-spark/table --limit 5 --master 'local[2]'
+
 test: install lint
 	$(BIN)/python -m pytest
 
@@ -56,4 +70,4 @@ golden: install
 	$(BIN)/python -m tests.golden
 
 clean:
-	rm -rf $(VENV) demo-data bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) demo-data demo-spark bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis

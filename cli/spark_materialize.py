@@ -54,7 +54,13 @@ def source_kind(source: str) -> str:
 @click.option(
     "--follow", is_flag=True, help="Keep applying new changes every --interval-ms (Ctrl-C stops)."
 )
-@click.option("--interval-ms", type=click.IntRange(1, None), default=1000, show_default=True)
+@click.option(
+    "--interval-ms",
+    type=click.IntRange(1, None),
+    default=1000,
+    show_default=True,
+    help="With --follow: time between micro-batches.",
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 def materialize(
     source: str, table_dir: str, checkpoint_dir: str, max_records_per_trigger: int | None,
@@ -102,7 +108,9 @@ def materialize(
 
 @click.command("show")
 @click.argument("table_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--limit", type=click.IntRange(1, None), default=10, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(1, None), default=10, show_default=True, help="Most rows."
+)
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 def show(table_dir: str, limit: int, master: str) -> None:
     """Print rows of a materialized table's committed version, as JSON lines (db, key, type,

@@ -37,6 +37,8 @@ FULL_IMAGES = StreamConfig(ViewType.NEW_AND_OLD_IMAGES, max_value_bytes=1 << 30)
 def spark() -> Iterator[Any]:
     session = moonish.spark.session("local[2]", spark__sql__shuffle__partitions="2")
     yield session
+    for query in session.streams.active:  # left running by a failed test: stop() would hang
+        query.stop()
     session.stop()
 
 
@@ -140,9 +142,11 @@ def test_restart_between_batches_and_inside_one(spark: Any, tmp_path: Path) -> N
         wal_changes(spark, data, 500), str(table), str(checkpoint),
         available_now=False, processing_time_ms=100,
     )  # fmt: skip
-    while current_version(str(table)) is None:
-        query.awaitTermination(0.1)
-    query.stop()
+    try:
+        while current_version(str(table)) is None:
+            query.awaitTermination(0.1)
+    finally:
+        query.stop()
     first = current_version(str(table))["batch_id"]
     assert table_keyspace(spark, table) != expected  # really stopped part of the way
     run(spark, wal_changes(spark, data, 500), table, checkpoint)

@@ -342,19 +342,25 @@ def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, byt
     Raises:
         PayloadError: the fields overrun the payload, or the op is not c/u/d/r.
     """
-    try:
+    try:  # unrolled: the read path calls this once per kv_change record
         op, flags, view, _, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
         pos = KV_CHANGE_HEAD.size
-        fields = []
-        for _ in range(4):  # command, key, before, after
-            (size,) = _U32.unpack_from(payload, pos)
-            fields.append(payload[pos + 4 : pos + 4 + size])
-            pos += 4 + size
+        (size,) = _U32.unpack_from(payload, pos)
+        command = payload[pos + 4 : pos + 4 + size]
+        pos += 4 + size
+        (size,) = _U32.unpack_from(payload, pos)
+        key = payload[pos + 4 : pos + 4 + size]
+        pos += 4 + size
+        (size,) = _U32.unpack_from(payload, pos)
+        before = payload[pos + 4 : pos + 4 + size]
+        pos += 4 + size
+        (size,) = _U32.unpack_from(payload, pos)
+        after = payload[pos + 4 : pos + 4 + size]
+        pos += 4 + size
     except struct.error as error:
         raise PayloadError(f"kv_change fields overrun the payload: {error}") from None
     if pos > len(payload) or op not in b"cudr":
         raise PayloadError(f"bad kv_change payload (op {op}, fields end at {pos})")
-    command, key, before, after = fields
     return op, flags, view, db, command, key, before, after
 
 

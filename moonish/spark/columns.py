@@ -20,6 +20,7 @@ from moonish.events import op_of
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
+    CHANGE_EXPIRED,
     Checkpoint,
     KvChange,
     KvCommand,
@@ -57,7 +58,6 @@ ARROW_SCHEMA = pa.schema(
 
 _KV_CHANGE = int(RecordType.KV_CHANGE)
 _RECORD_TYPES = {int(t): t.name.lower() for t in RecordType}
-_DELETE_OPS = {"d"}
 
 
 def change_batch(shard: int, frames: Iterable[Frame], path: str) -> pa.RecordBatch:
@@ -87,7 +87,7 @@ def change_batch(shard: int, frames: Iterable[Frame], path: str) -> pa.RecordBat
                 commands.append(command.decode(errors="replace"))
                 dbs.append(db)
                 keys.append(key)
-                expired.append(bool(cflags & 1))
+                expired.append(bool(cflags & CHANGE_EXPIRED))
                 befores.append(before.decode() if before else None)
                 afters.append(after.decode() if after else None)
             else:
@@ -141,5 +141,5 @@ def _plain_row(
     else:
         db, key = None, record.key if isinstance(record, TemporalUpsert) else record.entity_id
     text = orjson.dumps(image).decode()
-    deleted = op in _DELETE_OPS
+    deleted = op == "d"
     return op, image["command"], db, key, text if deleted else None, None if deleted else text

@@ -1,9 +1,9 @@
 """Benchmarks of the keyspace write path and of reads with images (``make bench``).
 
-- views: the real AOF fixture's 43,896 write commands replayed through a ShardWriter (fsync
-  never, no sweep thread) with the stream off and under each view type, in a shuffled order
-  per round. The report gives median records/s and the median, over rounds, of each view's
-  throughput over KEYS_ONLY's in the same round.
+- views: the real AOF fixture's 43,896 write commands replayed through one ShardWriter per
+  view type (fsync never, no sweep thread), stream off and each view type, interleaved in
+  blocks of 500 commands (``replay_interleaved``). The report gives median records/s and the
+  median, over rounds, of each view's throughput over KEYS_ONLY's in the same round.
 - images: read + encode of >= 1M kv_change records written under NEW_AND_OLD_IMAGES (the AOF
   replayed with its keys renamed per pass), against the bare loop of bench.run.
 """
@@ -48,42 +48,67 @@ def _options(view: ViewType) -> ShardOptions:
                         expiry_sweep_ms=0)  # fmt: skip
 
 
-def replay(
-    path: Path, view: ViewType, commands: list[tuple[int, list[bytes]]]
-) -> tuple[int, float]:
-    """(records, seconds) of running ``commands`` on a new shard at ``path``."""
-    shutil.rmtree(path, ignore_errors=True)
-    records = 0
-    with ShardWriter(path, _options(view), FixedClock(START_US, 10)) as writer:
-        began = time.perf_counter()
-        for db, argv in commands:
-            records += len(writer.execute(db, argv).lsns)
-        seconds = time.perf_counter() - began
-    shutil.rmtree(path)
-    return records, seconds
+BLOCK = 500  # commands per timed block (about 25 ms)
+
+
+def replay_interleaved(
+    data: Path, views: list[ViewType], commands: list[tuple[int, list[bytes]]], seed: int
+) -> tuple[int, dict[ViewType, float]]:
+    """(records per view, seconds per view) of running ``commands`` on one new shard per
+    view, in blocks of BLOCK commands taken by each view in turn (a shuffled order per block),
+    so that the machine's speed changing over time (a shared VM's CPU varies by 20% from one
+    second to the next) falls on every view alike."""
+    shuffle = random.Random(seed).shuffle
+    seconds = dict.fromkeys(views, 0.0)
+    records = dict.fromkeys(views, 0)
+    writers = {}
+    for view in views:
+        shutil.rmtree(data / view.name, ignore_errors=True)
+        writers[view] = ShardWriter(data / view.name, _options(view), FixedClock(START_US, 10))
+    try:
+        order = list(views)
+        for first in range(0, len(commands), BLOCK):
+            block = commands[first : first + BLOCK]
+            shuffle(order)
+            for view in order:
+                execute = writers[view].execute
+                count = 0
+                began = time.perf_counter()
+                for db, argv in block:
+                    count += len(execute(db, argv).lsns)
+                seconds[view] += time.perf_counter() - began
+                records[view] += count
+    finally:
+        for view, writer in writers.items():
+            writer.close()
+            shutil.rmtree(data / view.name)
+    counts = set(records.values())
+    assert len(counts) == 1, records  # every view writes the same records
+    return counts.pop(), seconds
 
 
 def bench_views(data: Path, appendonlydir: Path) -> list[str]:
     commands = aof_commands(appendonlydir)
-    rates: dict[ViewType, list[float]] = {view: [] for view in ViewType}
-    ratios: dict[ViewType, list[float]] = {view: [] for view in ViewType}
-    replay(data / "views", ViewType.KEYS_ONLY, commands)  # warm-up
-    order = list(ViewType)
+    views = list(ViewType)
+    rates: dict[ViewType, list[float]] = {view: [] for view in views}
+    ratios: dict[ViewType, list[float]] = {view: [] for view in views}
+    replay_interleaved(data / "views", views, commands, -1)  # warm-up
     for round_number in range(ROUNDS):
-        random.Random(round_number).shuffle(order)  # no view always runs first or last
-        for view in order:
-            records, seconds = replay(data / "views", view, commands)
-            rates[view].append(records / seconds)
-        for view in ViewType:
-            ratios[view].append(rates[view][-1] / rates[ViewType.KEYS_ONLY][-1])
-    lines = [f"{len(commands):,} commands of the real AOF, {records:,} records, {ROUNDS} rounds"]
-    for view in ViewType:
+        records, seconds = replay_interleaved(data / "views", views, commands, round_number)
+        for view in views:
+            rates[view].append(records / seconds[view])
+            ratios[view].append(seconds[ViewType.KEYS_ONLY] / seconds[view])
+    lines = [
+        f"{len(commands):,} commands of the real AOF, {records:,} records per view, "
+        f"{ROUNDS} rounds; views interleaved in blocks of {BLOCK} commands"
+    ]
+    for view in views:
         overhead = 1 - statistics.median(ratios[view])
         lines.append(
             f"{view.name}: median {statistics.median(rates[view]):,.0f} records/s "
             f"({statistics.median(rates[view]) * len(commands) / records:,.0f} commands/s); "
             f"vs KEYS_ONLY in the same round: median ratio {statistics.median(ratios[view]):.2f}"
-            f" ({overhead:+.0%} overhead)"
+            f" ({overhead:+.0%} overhead; rounds {min(ratios[view]):.2f}..{max(ratios[view]):.2f})"
         )
     return lines
 

@@ -12,8 +12,10 @@
    the keyspace write path per stream view type (bench.state).
 4. follow: latency from append (commit time) in a writer process to the envelope read from
    ``moonish cdc tail --follow`` in another process: p50 and p99.
+5. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
 
-The benchmark process pins itself to one core. Data goes to bench-data/ (reused across runs).
+The benchmark process pins itself to one core (the spark section uses both). Data goes to
+bench-data/ (reused across runs).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import crc32c
 import orjson
 
 import moonish.api
+from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from moonish.log.format import FRAME_PREFIX, SEGMENT_HEADER_BYTES
 from moonish.log.reader import ShardReader
@@ -293,6 +296,7 @@ def main() -> None:
         ("read", bench_read), ("images", bench_images), ("position", bench_position),
         ("writer", bench_writer), ("views", lambda: bench_views(DATA, AOF)),
         ("follow", bench_follow),
+        ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

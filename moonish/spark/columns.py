@@ -9,7 +9,7 @@ written while the shard's stream was off are not change events and give no row (
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 import orjson
 import pyarrow as pa
@@ -58,72 +58,102 @@ ARROW_SCHEMA = pa.schema(
 
 _KV_CHANGE = int(RecordType.KV_CHANGE)
 _RECORD_TYPES = {int(t): t.name.lower() for t in RecordType}
+_OPS = {ord(op): op for op in "cudr"}
 
 
-def change_batch(shard: int, frames: Iterable[Frame], path: str) -> pa.RecordBatch:
+def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBatch:
     """The change rows of ``frames`` (one shard, LSN order) as one Arrow record batch.
 
+    Text columns are handed to Arrow as the stored UTF-8 bytes (Arrow checks them), so no
+    Python ``str`` is made per row for them.
+
     Raises:
-        CorruptionError: a payload does not follow its grammar (``path``, offset and LSN).
+        CorruptionError: a payload does not follow its grammar, or its command name or an
+            image is not UTF-8 (``path``, offset and LSN of the record).
     """
     lsns: list[int] = []
     ops: list[str] = []
     times: list[int] = []
     types: list[str] = []
-    commands: list[str | None] = []
+    commands: list[bytes | str | None] = []
     dbs: list[int | None] = []
     keys: list[bytes | None] = []
     expired: list[bool] = []
     txns: list[str | None] = []
-    befores: list[str | None] = []
-    afters: list[str | None] = []
+    befores: list[bytes | str | None] = []
+    afters: list[bytes | str | None] = []
+    add_lsn, add_op, add_time, add_type = lsns.append, ops.append, times.append, types.append
+    add_command, add_db, add_key, add_expired = (
+        commands.append, dbs.append, keys.append, expired.append,
+    )  # fmt: skip
+    add_txn, add_before, add_after = txns.append, befores.append, afters.append
     for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
         try:
             if rtype == _KV_CHANGE:
                 op, cflags, view, db, command, key, before, after = change_fields(payload)
                 if not view:
                     continue  # written with the stream off: not a change event
-                ops.append(chr(op))
-                commands.append(command.decode(errors="replace"))
-                dbs.append(db)
-                keys.append(key)
-                expired.append(bool(cflags & CHANGE_EXPIRED))
-                befores.append(before.decode() if before else None)
-                afters.append(after.decode() if after else None)
+                add_op(_OPS[op])
+                add_command(command)
+                add_db(db)
+                add_key(key)
+                add_expired((cflags & CHANGE_EXPIRED) != 0)
+                add_before(before or None)
+                add_after(after or None)
             else:
                 op_, command_, db_, key_, before_, after_ = _plain_row(
                     decode_payload(rtype, payload)
                 )
-                ops.append(op_)
-                commands.append(command_)
-                dbs.append(db_)
-                keys.append(key_)
-                expired.append(False)
-                befores.append(before_)
-                afters.append(after_)
-        except (PayloadError, UnicodeDecodeError) as error:
+                add_op(op_)
+                add_command(command_)
+                add_db(db_)
+                add_key(key_)
+                add_expired(False)
+                add_before(before_)
+                add_after(after_)
+        except PayloadError as error:
             raise CorruptionError(
                 f"undecodable record payload: {error}", path=path, offset=offset, lsn=lsn
             ) from None
-        lsns.append(lsn)
-        times.append(commit_us)
-        types.append(_RECORD_TYPES[rtype])
-        txns.append(f"{shard}:{lsn - bidx}" if flags & FLAG_BATCH else None)
+        add_lsn(lsn)
+        add_time(commit_us)
+        add_type(_RECORD_TYPES[rtype])
+        add_txn(f"{shard}:{lsn - bidx}" if flags & FLAG_BATCH else None)
+    try:
+        texts = [pa.array(column, pa.string()) for column in (commands, befores, afters)]
+    except pa.ArrowInvalid:
+        raise _not_utf8(frames, path) from None
     columns = [
         pa.array([shard] * len(lsns), pa.int32()),
         pa.array(lsns, pa.int64()),
         pa.array(ops, pa.string()),
         pa.array(times, pa.timestamp("us", tz="UTC")),
         pa.array(types, pa.string()),
-        pa.array(commands, pa.string()),
+        texts[0],
         pa.array(dbs, pa.int32()),
         pa.array(keys, pa.binary()),
         pa.array(expired, pa.bool_()),
         pa.array(txns, pa.string()),
-        pa.array(befores, pa.string()),
-        pa.array(afters, pa.string()),
+        texts[1],
+        texts[2],
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+
+
+def _not_utf8(frames: Sequence[Frame], path: str) -> CorruptionError:
+    """The error for the first kv_change record of ``frames`` whose command or images are
+    not UTF-8 (Arrow refused one of them)."""
+    for frame in frames:
+        if frame.record_type == _KV_CHANGE:
+            _, _, _, _, command, _, before, after = change_fields(frame.payload)
+            try:
+                command.decode(), before.decode(), after.decode()
+            except UnicodeDecodeError as error:
+                return CorruptionError(
+                    f"undecodable record payload: {error}", path=path, offset=frame.offset,
+                    lsn=frame.lsn,
+                )  # fmt: skip
+    raise AssertionError("Arrow refused text that decodes as UTF-8")
 
 
 def _plain_row(

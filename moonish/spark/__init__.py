@@ -67,7 +67,8 @@ def register(spark: SparkSession) -> None:
 def session(master: str = "local[*]", app_name: str = "moonish", **conf: str) -> SparkSession:
     """A SparkSession set up for moonish: UI off, few shuffle partitions, Arrow on, the
     ``moonish`` data source registered, and Python workers running this interpreter (unless
-    ``PYSPARK_PYTHON`` says otherwise). ``conf`` adds Spark settings (dots as ``__``:
+    ``PYSPARK_PYTHON`` says otherwise). A ``local`` master binds to 127.0.0.1 (unless
+    ``SPARK_LOCAL_IP`` says otherwise). ``conf`` adds Spark settings (dots as ``__``:
     ``spark__sql__shuffle__partitions="4"``)."""
     import os
     import sys
@@ -75,6 +76,8 @@ def session(master: str = "local[*]", app_name: str = "moonish", **conf: str) ->
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
 
     builder = (
         SparkSession.builder.master(master)

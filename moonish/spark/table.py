@@ -79,20 +79,36 @@ def read_table(spark: SparkSession, table_dir: str, *, tombstones: bool = False)
 
 
 def _latest(rows: DataFrame) -> DataFrame:
+    """The latest row per ``(db, key)``; ``type`` and ``expire_at_ms`` of new rows are read
+    from their image only here, once per surviving row rather than once per change."""
     order = Window.partitionBy("db", "key").orderBy(F.col("lsn").desc(), F.col("shard").desc())
-    return rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1).drop("_n")
+    latest = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
+    return latest.select(
+        "db",
+        "key",
+        F.coalesce("type", F.get_json_object("image", "$.type")).alias("type"),
+        "image",
+        F.coalesce(
+            "expire_at_ms", F.get_json_object("image", "$.expire_at_ms").cast("bigint")
+        ).alias("expire_at_ms"),
+        "shard",
+        "lsn",
+        "commit_ts",
+        "deleted",
+    )
 
 
 def table_rows(changes: DataFrame) -> DataFrame:
-    """Flat change rows (``CHANGE_COLUMNS``) of data changes as table rows."""
+    """Flat change rows (``CHANGE_COLUMNS``) of data changes as table rows, ``type`` and
+    ``expire_at_ms`` left null for :func:`_latest` to fill from the image."""
     return changes.where(
         (F.col("record_type") == "kv_change") & F.col("op").isin(*DATA_OPS)
     ).select(
         "db",
         "key",
-        F.get_json_object("after", "$.type").alias("type"),
+        F.lit(None).cast("string").alias("type"),
         F.col("after").alias("image"),
-        F.get_json_object("after", "$.expire_at_ms").cast("bigint").alias("expire_at_ms"),
+        F.lit(None).cast("bigint").alias("expire_at_ms"),
         "shard",
         "lsn",
         "commit_ts",

@@ -211,3 +211,19 @@ def test_a_bad_segment_header_is_corruption(
     with pytest.raises(CorruptionError, match=message) as info:
         moonish.api.read(shard, 0)
     assert info.value.path == str(seg)
+
+
+def test_a_tail_dropped_without_close_releases_its_segment(shard: Path) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"a"))
+    segment = os.path.realpath(shard / segment_name(1))
+
+    def open_segments() -> int:
+        links = (os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd"))
+        return sum(link == segment for link in links)
+
+    tail = moonish.api.tail(shard, 0)
+    assert [event.lsn for event in tail] == [1]
+    assert open_segments() == 1  # still positioned at the end: it may be polled again
+    del tail
+    assert open_segments() == 0

@@ -176,6 +176,18 @@ class ShardReader:
         """Release the open segment file. The reader can be re-positioned with ``seek``."""
         self._close_segment()
 
+    def __enter__(self) -> ShardReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A reader dropped without close() must not keep its segment open: descriptors are
+        # plain ints here, which nothing else would ever close.
+        if getattr(self, "_fd", -1) >= 0:
+            os.close(self._fd)
+
     # -- reading ---------------------------------------------------------------------------
 
     def poll(self, max_records: int) -> list[Frame]:

@@ -32,7 +32,7 @@ from typing import Any
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.cursor import Cursor
 from moonish.envelope import CONNECTOR, EnvelopeEncoder
-from moonish.errors import InvalidArgumentError
+from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.events import ChangeEvent, EventBatch
 from moonish.follow import ChangeSignal
 from moonish.hotloop import paused_gc
@@ -134,7 +134,12 @@ def read(
                 if records:
                     frames += records
                     cursor = Cursor(reader.next_lsn)
-            events = _encoder_for(reader, name, clock, transactions).encode(frames)
+            encoder = _encoder_for(reader, name, clock, transactions)
+            events, kept, damage = encoder.encode_until_damage(frames)
+        if damage is not None:
+            if not kept:
+                raise damage
+            cursor = Cursor(frames[kept].lsn)  # the next read starts at the damaged batch
         return ReadResult(cursor, events)
     finally:
         reader.close()
@@ -186,6 +191,8 @@ class Tail:
         self._reader.seek(self._cursor.lsn)  # after a snapshot, the log continues there
         self._name, self._clock, self._transactions = name, clock, transactions
         self._encoder: EnvelopeEncoder | None = None
+        self._damage: MoonishError | None = None  # raised after the events before it
+        self._resume_lsn: int | None = None  # where to re-read the log after the damage
         self._pending: deque[tuple[ChangeEvent, Cursor]] = deque()
         self._closed = False  # set by close(), from any thread
         self._released = False
@@ -208,9 +215,16 @@ class Tail:
             with self._lock:
                 if self._closed:
                     return None
+                if self._damage is not None:
+                    damage, self._damage = self._damage, None
+                    raise damage  # iterating again retries from the damaged record
+                if self._resume_lsn is not None:  # read the damaged batch again, afresh
+                    self._reader.seek(self._resume_lsn)
+                    self._resume_lsn = None
                 if self._signal is not None:
                     self._signal.clear()
                 with paused_gc():
+                    from_log = self._snapshot is None
                     if self._snapshot is not None:
                         frames, after = snapshot_frames(
                             self._reader.shard_dir, self._snapshot, TAIL_BATCH_RECORDS
@@ -223,10 +237,14 @@ class Tail:
                             self._encoder = _encoder_for(
                                 self._reader, self._name, self._clock, self._transactions
                             )
-                        batch = self._encoder.encode(frames)
+                        batch, kept, damaged = self._encoder.encode_until_damage(frames)
+                        if damaged is not None:
+                            if from_log:
+                                self._resume_lsn = frames[kept].lsn
+                            self._damage = damaged
                         if batch:
                             return batch
-                        continue  # only records of a disabled stream: poll again
+                        continue  # only records of a disabled stream (or damage): poll again
                     if self._snapshot is not None:
                         continue
             if self._signal is None:

@@ -54,6 +54,7 @@ from moonish.log.records import (
     change_fields,
     decode_payload,
 )
+from moonish.log.segment import list_segments, segment_path
 from moonish.state.values import is_plain
 
 CONNECTOR = "moonish"
@@ -127,7 +128,7 @@ class EnvelopeEncoder:
         name: the logical source name (``source.name``; Debezium's topic prefix).
         clock: the processing time stamped as top-level ``ts_ms``/``ts_us``/``ts_ns``, read
             once per ``encode`` call (all envelopes of one call share it).
-        path: the shard directory, named in errors.
+        path: the shard directory; errors name the segment file in it that holds the record.
         transactions: also emit Debezium's BEGIN/END transaction records around atomic
             batches (ops ``"BEGIN"``/``"END"``; docs/envelopes.md, "Transactions").
     """
@@ -165,6 +166,38 @@ class EnvelopeEncoder:
             if self.transactions:
                 return self._with_transactions(frames, ops, envelopes)
         return EventBatch(self.shard, frames, ops, envelopes)
+
+    def encode_until_damage(
+        self, frames: list[Frame]
+    ) -> tuple[EventBatch, int, CorruptionError | None]:
+        """Like :meth:`encode`, but damage does not lose the events before it.
+
+        Returns:
+            ``(batch, kept, error)``: the events of ``frames[:kept]`` and ``None`` when every
+            frame encodes (``kept == len(frames)``); otherwise ``kept`` stops before the atomic
+            batch that holds the first undecodable record (a batch is delivered whole or not
+            at all) and ``error`` names that record (file, offset, LSN).
+        """
+        try:
+            return self.encode(frames), len(frames), None
+        except CorruptionError as error:
+            damaged = next(
+                (i for i, f in enumerate(frames)
+                 if f.lsn == error.lsn and not f.flags & FLAG_SNAPSHOT),
+                0,
+            )  # fmt: skip
+            kept = max(0, damaged - frames[damaged].batch_index) if frames else 0
+            return self.encode(frames[:kept]), kept, error
+
+    def _damage(self, message: str, lsn: int, offset: int) -> CorruptionError:
+        """A CorruptionError naming the segment that holds ``lsn`` (found only now: errors
+        are rare, and the frames do not carry their segment)."""
+        path = self.path
+        if path:
+            bases = [base for base in list_segments(path) if base <= lsn]
+            if bases:
+                path = segment_path(path, bases[-1])
+        return CorruptionError(message, path=path, offset=offset, lsn=lsn)
 
     def _with_transactions(
         self, frames: list[Frame], ops: list[str], envelopes: list[bytes]
@@ -329,9 +362,7 @@ class EnvelopeEncoder:
         try:
             op_code, change_flags, _, db, command, _, before, after = change_fields(payload)
         except PayloadError as exc:
-            raise CorruptionError(
-                f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
-            ) from None
+            raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
         before, after = before or b"null", after or b"null"
         op = chr(op_code)
         snapshot = b"false"
@@ -370,9 +401,7 @@ class EnvelopeEncoder:
         try:
             record = decode_payload(rtype, payload)
         except PayloadError as exc:
-            raise CorruptionError(
-                f"undecodable record payload: {exc}", path=self.path, offset=offset, lsn=lsn
-            ) from None
+            raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
         if isinstance(record, KvChange):
             tail = f'"ts_ms":{now_us // 1000},"ts_us":{now_us},"ts_ns":{now_us * 1000}}}'
             return self._change(lsn, flags, bidx, 1, commit_us, payload, offset, tail.encode())

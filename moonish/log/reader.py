@@ -26,7 +26,12 @@ from __future__ import annotations
 import bisect
 import os
 
-from moonish.errors import CorruptionError, InvalidArgumentError, LsnNotRetainedError
+from moonish.errors import (
+    CorruptionError,
+    InvalidArgumentError,
+    LsnNotRetainedError,
+    MoonishError,
+)
 from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.frames import Frame, StopKind, is_torn_tail, scan_frames
 from moonish.log.segment import (
@@ -148,7 +153,12 @@ class ShardReader:
 
     def _open_segment(self, base: int) -> None:
         path = segment_path(self.shard_dir, base)
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:  # removed (retention) since the directory was listed
+            bases = list_segments(self.shard_dir)
+            oldest = next((b for b in bases if b > base), base + 1)
+            raise LsnNotRetainedError(base, oldest, path=self.shard_dir) from None
         try:
             header = decode_segment_header(os.pread(fd, SEGMENT_HEADER_BYTES, 0), path, base)
         except BaseException:
@@ -160,6 +170,7 @@ class ShardReader:
                 f"segment belongs to shard {header.shard_id}, not shard {self.shard_id}",
                 path=path,
                 offset=12,
+                lsn=base,
             )
         self.shard_id = header.shard_id
         self._fd, self._base, self._path = fd, base, path
@@ -193,41 +204,50 @@ class ShardReader:
     def poll(self, max_records: int) -> list[Frame]:
         """Up to ``max_records`` committed frames after the current position, in LSN order.
 
-        Returns ``[]`` when there is nothing new. Advances the position past what it returns.
+        Returns ``[]`` when there is nothing new. Advances the position past what it returns,
+        and only past that: when damage stops a poll that has frames, the frames are returned
+        and the position stays right after them, so the next poll meets the damage again and
+        raises; once the damage is repaired, polling continues with the next record.
 
         Raises:
-            CorruptionError: damage that is not a torn tail of the active segment.
+            CorruptionError: damage that is not a torn tail of the active segment (a bad
+                frame, a bad segment header, a gap between segments).
+            UnsupportedFormatError: the next segment is of a version this build does not read.
+            LsnNotRetainedError: the next segment was removed (by retention) before it was read.
         """
         frames: list[Frame] = []
-        while len(frames) < max_records:
-            try:
+        try:
+            while len(frames) < max_records:
                 got = self._fetch(max_records - len(frames)) if self._fd >= 0 else []
-            except CorruptionError:
-                if frames:
-                    break  # hand out the valid frames first; the next poll raises again
-                raise
-            if got:
-                frames.extend(got)
-            elif not self._next_segment():
-                break
+                if got:
+                    frames.extend(got)
+                elif not self._next_segment():
+                    break
+        except MoonishError:
+            if frames:
+                return frames  # the valid frames first; the next poll raises again
+            raise
         return frames
 
     def _fetch(self, max_records: int) -> list[Frame]:
         """Committed frames from the current position in the current segment.
 
         Reads through a read-ahead buffer of ``READ_CHUNK_BYTES`` (more for a large frame or
-        batch), so consecutive polls do not re-read the file; the buffer is refreshed whenever
-        it ends before the file does, and decisions about a torn tail are only taken on a
-        buffer that runs to the current end of the file.
+        batch), so consecutive polls do not re-read the file. Only committed frames are taken
+        from an older buffer (a writer never cuts those); where scanning stops, the bytes are
+        read again before anything is decided, since a new writer may have cut a torn tail
+        and written over it. Decisions about a torn tail are only taken on bytes that run to
+        the current end of the file.
         """
         fd, offset = self._fd, self._offset
         size = os.fstat(fd).st_size
         want = READ_CHUNK_BYTES
+        fresh = False  # whether ``buf`` was read by this call
         while offset < size:
             buf, start = self._buf, self._buf_start
             if not start <= offset < start + len(buf):
                 buf, start = os.pread(fd, min(want, size - offset), offset), offset
-                self._buf, self._buf_start = buf, start
+                self._buf, self._buf_start, fresh = buf, start, True
             frames, end, stop = scan_frames(
                 buf, offset - start, self._next_lsn, max_records,
                 mid_batch_start=self._mid_batch, file_offset=start,
@@ -248,6 +268,11 @@ class ShardReader:
                 continue
             if stop is None:
                 return []
+            if not fresh:
+                # Decide only on bytes read now: since the buffer was read, a new writer may
+                # have cut a torn tail and written other records over the same offsets.
+                self._buf = b""
+                continue
             torn = is_torn_tail(buf, stop, start)
             if torn and not self._sealed():
                 return []
@@ -270,24 +295,42 @@ class ShardReader:
         return bool(self._newer_segments())
 
     def _next_segment(self) -> bool:
-        """Move to the next segment if the current one is finished; False when idle."""
+        """Move to the segment that starts at the next LSN once the current one is finished;
+        False when there is nothing more to read yet.
+
+        The writer appends the last record of a segment before it creates the next one, so
+        the current segment is re-checked after the directory listing: a writer that filled
+        it and rotated meanwhile leaves more to read here, not a gap.
+
+        Raises:
+            CorruptionError: a newer segment exists but none starts at the next LSN.
+            LsnNotRetainedError: no segment is open and the oldest one starts after the next
+                LSN (the segments were removed).
+        """
         if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
-            return False  # data we could not take yet (torn tail): stay
+            return False  # bytes we could not take yet (a torn tail or a record in flight)
         nxt = self._next_lsn
-        if nxt != self._base and os.path.exists(segment_path(self.shard_dir, nxt)):
+        if (self._fd < 0 or nxt != self._base) and os.path.exists(
+            segment_path(self.shard_dir, nxt)
+        ):
             newer = [nxt]  # the common case: one stat, no listing
         else:
-            newer = self._newer_segments()
+            current = self._base if self._fd >= 0 and self._base is not None else nxt - 1
+            newer = [base for base in list_segments(self.shard_dir) if base > current]
             if not newer:
                 return False
+            if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
+                return True  # the writer added to this segment (then rotated): read the rest
         if newer[0] != nxt:
+            if self._fd < 0:
+                raise LsnNotRetainedError(nxt, newer[0], path=self.shard_dir)
             raise CorruptionError(
-                f"no segment starts at LSN {nxt}; the next one starts at {newer[0]}",
-                path=self.shard_dir,
+                f"no segment starts at LSN {nxt}: the segment before ends at LSN {nxt - 1} "
+                f"and the next one starts at LSN {newer[0]}",
+                path=segment_path(self.shard_dir, newer[0]),
+                offset=0,
                 lsn=nxt,
             )
-        if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
-            return True  # the writer finished this segment after our last read: read the rest
         self._close_segment()
         self._open_segment(nxt)
         return True

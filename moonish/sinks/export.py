@@ -43,7 +43,12 @@ import orjson
 from moonish.api import Tail, existing_shard_dirs
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.envelope import CONNECTOR
-from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
+from moonish.errors import (
+    InvalidArgumentError,
+    MoonishError,
+    UnavailableError,
+    UnsupportedFormatError,
+)
 from moonish.fileio import replace_atomically
 from moonish.follow import ChangeSignal
 from moonish.log.reader import ShardReader
@@ -180,7 +185,12 @@ class Exporter:
         while not self._closed:
             if self._signal is not None:
                 self._signal.clear()
-            pulls = [self._pull(state) for state in self._shards]
+            try:
+                pulls = [self._pull(state) for state in self._shards]
+            except MoonishError:
+                for state in self._shards:  # every valid change before the damage, in files
+                    self._cut(state, stats, flush=True)
+                raise
             for state, (_, at_end) in zip(self._shards, pulls, strict=True):
                 self._cut(state, stats, flush=at_end and not follow)
             if all(at_end for _, at_end in pulls):

@@ -1,0 +1,224 @@
+"""Readers under a live writer and around damage (issue: followers that never stall or cry
+corruption on a healthy log; every valid record delivered before damage, nothing skipped)."""
+
+from __future__ import annotations
+
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+import moonish.api
+import moonish.log.reader
+from moonish.errors import CorruptionError
+from moonish.log.format import FLAG_BATCH, MAGIC, RecordType
+from moonish.log.frames import encode_frame
+from moonish.log.reader import ShardReader
+from moonish.log.records import KV_HEAD, encode_payload
+from moonish.sinks.export import Exporter
+from tests.conftest import kv, open_writer
+from tests.golden import segments
+
+
+def test_a_follower_drops_stale_bytes_after_a_new_writer_cuts_a_torn_tail(shard: Path) -> None:
+    with open_writer(shard) as writer:
+        for i in range(5):
+            writer.append(kv(b"key-%d" % i))
+    with ShardReader(shard) as reader:
+        reader.seek(1)
+        assert [f.lsn for f in reader.poll(100)] == [1, 2, 3, 4, 5]
+        seg = segments(shard)[-1]
+        # the start of a frame that never finished: a torn tail, longer than what follows
+        torn = encode_frame(6, RecordType.KV, encode_payload(kv(b"big", b"x" * 4000))[1], 1)
+        with open(seg, "ab") as handle:
+            handle.write(torn[:300])
+        assert reader.poll(100) == []  # nothing yet
+        with open_writer(shard) as writer:  # cuts the torn bytes, appends a shorter record
+            assert writer.append(kv(b"new")) == 6
+        assert [f.lsn for f in reader.poll(100)] == [6]
+        with open_writer(shard, segment_bytes=400) as writer:  # rotate: still no error
+            for i in range(20):
+                writer.append(kv(b"more-%d" % i))
+        got = []
+        while frames := reader.poll(100):
+            got += [f.lsn for f in frames]
+        assert got == list(range(7, 27))
+
+
+def test_a_reader_at_an_empty_segment_survives_fill_and_rotation_during_its_listing(
+    shard: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def newest() -> int:
+        return max(int(path.stem, 16) for path in segments(shard))
+
+    with open_writer(shard, segment_bytes=400) as writer, ShardReader(shard) as reader:
+        while len(segments(shard)) < 3:
+            writer.append(kv(b"key"))
+        reader.seek(1)
+        while reader.poll(1000):
+            pass
+        # the reader is at the end of the newest segment: it finds no more bytes there and
+        # lists the directory, and between its fstat and that listing the writer fills the
+        # segment and rotates (the reader must read the rest, not report a gap)
+        rotated = newest()
+        while newest() == rotated:
+            writer.append(kv(b"fill"))
+        assert reader.poll(1000)
+        start, real_list, raced = writer.next_lsn, moonish.log.reader.list_segments, []
+
+        def list_after_the_writer_moved(shard_dir: str) -> list[int]:
+            if not raced:
+                raced.append(newest())
+                while newest() == raced[0]:
+                    writer.append(kv(b"race"))
+            return real_list(shard_dir)
+
+        monkeypatch.setattr(moonish.log.reader, "list_segments", list_after_the_writer_moved)
+        got = []
+        while frames := reader.poll(1000):
+            got += [f.lsn for f in frames]
+        assert raced and got == list(range(start, writer.next_lsn))
+
+
+def _flip(path: Path, offset: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    path.write_bytes(bytes(data))
+
+
+def test_records_before_a_damaged_segment_are_delivered_then_the_error_and_none_skipped(
+    shard: Path,
+) -> None:
+    with open_writer(shard, segment_bytes=400) as writer:
+        for i in range(60):
+            writer.append(kv(b"key-%d" % i))
+    damaged = segments(shard)[3]
+    first_damaged = int(damaged.stem, 16)
+    _flip(damaged, 0)  # the magic
+    reader = ShardReader(shard)
+    reader.seek(1)
+    assert [f.lsn for f in reader.poll(1000)] == list(range(1, first_damaged))
+    with pytest.raises(CorruptionError, match="magic") as info:
+        reader.poll(1000)
+    assert info.value.path == str(damaged)
+    _flip(damaged, 0)  # restored: the reader continues exactly where it stopped
+    assert [f.lsn for f in reader.poll(1000)] == list(range(first_damaged, 61))
+    reader.close()
+
+
+def test_tail_delivers_every_event_before_a_damaged_segment_and_skips_none(shard: Path) -> None:
+    with open_writer(shard, segment_bytes=400) as writer:
+        for i in range(60):
+            writer.append(kv(b"key-%d" % i))
+    damaged = segments(shard)[3]
+    first_damaged = int(damaged.stem, 16)
+    _flip(damaged, 0)
+    with moonish.api.tail(shard, 0) as stream:
+        got = []
+        with pytest.raises(CorruptionError):
+            for event in stream:
+                got.append(event.lsn)
+        assert got == list(range(1, first_damaged))
+        assert stream.cursor.lsn == first_damaged
+        _flip(damaged, 0)
+        assert [event.lsn for event in stream] == list(range(first_damaged, 61))
+
+
+def test_cdc_tail_prints_every_record_before_the_damage_then_exits_4(shard: Path) -> None:
+    with open_writer(shard, segment_bytes=400) as writer:
+        for i in range(60):
+            writer.append(kv(b"key-%d" % i))
+    damaged = segments(shard)[3]
+    data = bytearray(damaged.read_bytes())
+    data[: len(MAGIC)] = b"NOTAWAL\x00"
+    damaged.write_bytes(bytes(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "cli.main", "cdc", "tail", str(shard)],
+        capture_output=True,
+        check=False,
+    )
+    assert run.returncode == 4, run.stderr
+    assert len(run.stdout.splitlines()) == int(damaged.stem, 16) - 1
+    assert str(damaged).encode() in run.stderr
+
+
+def _kv_payload(lengths: tuple[int, int], argv: bytes) -> bytes:
+    return KV_HEAD.pack(0, 1, 2) + struct.pack("<2I", *lengths) + argv
+
+
+GOOD = _kv_payload((3, 50), b"SET" + b"x" * 50)
+BAD = _kv_payload((3, 100), b"SET" + b"x" * 50)  # lengths overrun: the writer was broken
+
+
+def _with_bad_payload_in_a_batch(shard: Path) -> Path:
+    """Records 1..10 alone, a batch 11..13 whose record 12's payload breaks its grammar (its
+    frame checksum is valid), then 14..20."""
+    with open_writer(shard) as writer:
+        for i in range(10):
+            writer.append(kv(b"key-%d" % i))
+    seg = segments(shard)[-1]
+    with open(seg, "ab") as handle:
+        for index, payload in enumerate((GOOD, BAD, GOOD)):
+            handle.write(encode_frame(11 + index, RecordType.KV, payload, 5, index, 3, FLAG_BATCH))
+    with open_writer(shard) as writer:
+        for i in range(7):
+            writer.append(kv(b"after-%d" % i))
+    return seg
+
+
+def _repair_payload(seg: Path) -> None:
+    bad, good = (encode_frame(12, RecordType.KV, p, 5, 1, 3, FLAG_BATCH) for p in (BAD, GOOD))
+    data = seg.read_bytes()
+    assert data.count(bad) == 1
+    seg.write_bytes(data.replace(bad, good))  # same length: every offset stays valid
+
+
+def test_an_undecodable_record_ends_the_events_at_its_batch_and_the_tail_resumes_there(
+    shard: Path,
+) -> None:
+    seg = _with_bad_payload_in_a_batch(shard)
+    with moonish.api.tail(shard, 0) as stream:
+        got = []
+        with pytest.raises(CorruptionError, match="payload") as info:
+            for event in stream:
+                got.append(event.lsn)
+        assert got == list(range(1, 11))  # the whole batch 11..13 is held back
+        assert (info.value.path, info.value.lsn) == (str(seg), 12)
+        assert stream.cursor.lsn == 11
+        _repair_payload(seg)
+        assert [event.lsn for event in stream] == list(range(11, 21))
+
+
+def test_read_returns_the_records_before_an_undecodable_batch_then_raises(shard: Path) -> None:
+    seg = _with_bad_payload_in_a_batch(shard)
+    first = moonish.api.read(shard, 0, limit=100)
+    assert [event.lsn for event in first.events] == list(range(1, 11))
+    assert first.cursor.lsn == 11
+    with pytest.raises(CorruptionError) as info:
+        moonish.api.read(shard, first.cursor, limit=100)
+    assert (info.value.path, info.value.lsn) == (str(seg), 12)
+    _repair_payload(seg)
+    assert [e.lsn for e in moonish.api.read(shard, 11, limit=100).events] == list(range(11, 21))
+
+
+def test_export_places_every_change_before_the_damage_in_files_then_raises(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    with open_writer(data / "shard-0", segment_bytes=400) as writer:
+        for i in range(60):
+            writer.append(kv(b"key-%d" % i))
+    damaged = segments(data / "shard-0")[3]
+    _flip(damaged, 0)
+    out = tmp_path / "export"
+    with Exporter(data, out) as exporter, pytest.raises(CorruptionError):
+        exporter.run()
+    lines = b"".join(path.read_bytes() for path in sorted(out.glob("shard-*.ndjson")))
+    lsns = [orjson.loads(line)["source"]["lsn"] for line in lines.splitlines()]
+    assert lsns == list(range(1, int(damaged.stem, 16)))
+    _flip(damaged, 0)
+    with Exporter(data, out) as exporter:
+        assert exporter.run().records == 60 - len(lsns)

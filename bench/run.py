@@ -36,7 +36,12 @@ import orjson
 import moonish.api
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
-from moonish.log.format import FRAME_PREFIX, SEGMENT_HEADER_BYTES
+from moonish.log.format import (
+    FRAME_CRC,
+    FRAME_HEADER_BYTES,
+    FRAME_TRAILER_BYTES,
+    SEGMENT_HEADER_BYTES,
+)
 from moonish.log.reader import ShardReader
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
@@ -99,23 +104,26 @@ def moonish_events(shard: Path) -> tuple[int, float]:
 
 
 def bare_loop(shard: Path) -> tuple[int, float]:
-    """Read each segment in 1 MiB chunks, check every frame's CRC, orjson.dumps once each."""
+    """Read each segment in 1 MiB chunks, check every frame's CRC (format version 2: the
+    trailer over header and payload), orjson.dumps once each."""
     started = time.perf_counter()
     count = 0
-    dumps, crc_of, prefix = orjson.dumps, crc32c.crc32c, FRAME_PREFIX.unpack_from
+    dumps, crc_of, u32 = orjson.dumps, crc32c.crc32c, FRAME_CRC.unpack_from
+    overhead = FRAME_HEADER_BYTES + FRAME_TRAILER_BYTES
     for base in list_segments(str(shard)):
         with open(segment_path(str(shard), base), "rb") as handle:
             buf = handle.read(1 << 20)[SEGMENT_HEADER_BYTES:]
             while buf:
                 view, pos, end = memoryview(buf), 0, len(buf)
                 while end - pos >= 8:
-                    crc, body = prefix(buf, pos)
-                    if pos + 8 + body > end:
+                    (length,) = u32(buf, pos + 4)
+                    frame_end = pos + overhead + length
+                    if frame_end > end:
                         break
-                    if crc_of(view[pos + 4 : pos + 8 + body]) != crc:
+                    if crc_of(view[pos : frame_end - 4]) != u32(buf, frame_end - 4)[0]:
                         raise SystemExit("bad CRC in the benchmark WAL")
-                    dumps({"offset": pos, "bytes": body})
-                    pos += 8 + body
+                    dumps({"offset": pos, "bytes": length})
+                    pos = frame_end
                     count += 1
                 more = handle.read(1 << 20)
                 buf = buf[pos:] + more if more else b""

@@ -16,6 +16,7 @@ from cli.spark_materialize import materialize, show
 from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
+from cli.wal_repair import repair
 from cli.wal_stream import stream
 from cli.wal_verify import verify
 from moonish import __version__
@@ -45,7 +46,7 @@ def cdc() -> None:
 
 @moonish.group()
 def wal() -> None:
-    """Manage logs: import a Redis AOF, verify, dump, checkpoint, stream configuration.
+    """Manage logs: import a Redis AOF, verify, dump, checkpoint, stream configuration, repair.
 
     Example:
 
@@ -72,6 +73,7 @@ wal.add_command(verify)
 wal.add_command(dump)
 wal.add_command(checkpoint)
 wal.add_command(stream)
+wal.add_command(repair)
 spark.add_command(materialize)
 spark.add_command(show)
 

@@ -10,11 +10,12 @@ import moonish.api
 @click.command("verify")
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
 def verify(wal_dir: str) -> None:
-    """Check headers, CRCs, LSN continuity, batches, payloads and indexes.
+    """Check headers, CRCs, LSN continuity, batches, payloads, indexes and the log's end.
 
     Exits 0 and prints one line per shard when sound; otherwise exits 4 with the file, byte
-    offset and LSN of the first damage. A torn tail at the end of the newest segment (left by
-    a writer that died) is reported but is not damage.
+    offset and LSN of the first damage. A torn tail at the end of the newest segment (what a
+    writer that died mid-append leaves) is reported but is not damage; LSNs a repair
+    discarded are reported.
 
     Example:
 
@@ -26,7 +27,8 @@ def verify(wal_dir: str) -> None:
         r = verify_shard(path)
         span = f"LSN {r.first_lsn}..{r.last_lsn}" if r.records else "empty"
         torn = f", torn tail of {r.torn_tail_bytes} bytes" if r.torn_tail_bytes else ""
+        cut = "".join(f", LSNs {a}..{b} discarded by a repair" for a, b in r.discarded)
         click.echo(
             f"ok {path}: shard {r.shard}, {r.records} records, {span}, {r.segments} segments, "
-            f"{r.bytes} bytes, {r.index_entries} index entries{torn}"
+            f"{r.bytes} bytes, {r.index_entries} index entries{torn}{cut}, next LSN {r.next_lsn}"
         )

@@ -36,6 +36,7 @@ from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.events import ChangeEvent, EventBatch
 from moonish.follow import ChangeSignal
 from moonish.hotloop import paused_gc
+from moonish.log.control import load_control
 from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, require_shard_dir, segment_path
@@ -332,35 +333,61 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Facts about one shard's log as a JSON-ready dict.
 
     Keys: ``wal_dir``, ``shard``, ``oldest_lsn`` and ``latest_lsn`` (``None`` when empty),
-    ``next_lsn``, ``segments``, ``bytes`` (all segment files), ``active_segment``,
-    ``torn_tail_bytes`` (bytes after the last committed record of the active segment),
+    ``next_lsn`` (where the next record goes: after LSNs a repair discarded, and kept by
+    control.json when every segment was removed), ``segments``, ``bytes`` (all segment
+    files), ``active_segment``, ``torn_tail_bytes`` (bytes after the last committed record of
+    the active segment), ``discarded`` (LSN ranges ``moonish wal repair`` cut out),
     ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
-    written without keyspace tracking) and ``snapshot_lsns`` (oldest first).
+    written without keyspace tracking), ``snapshot_lsns`` (oldest first) and ``checked``:
+    what was read to find the end, ``{"segment", "from_offset", "from_lsn", "to_offset"}``
+    (the newest segment from its last verified index entry to its end) or ``None``; the rest
+    of the log was not read (``moonish wal verify`` reads every byte).
+
     Reading cost: one directory listing plus a scan from the newest segment's last index entry.
 
     Raises:
         InvalidArgumentError: not an existing shard directory.
-        CorruptionError: the newest segment is damaged.
+        CorruptionError: the checked part of the newest segment is damaged, or control.json.
     """
     path = require_shard_dir(wal_dir)
     bases = list_segments(path)
     config = load_config(path)
+    control = load_control(path)
     reader = ShardReader(path)
     try:
         torn = reader.seek_end()
         next_lsn = reader.next_lsn
+        checked_from = reader.checked_from
     finally:
         reader.close()
+    last = next_lsn - 1
+    if control is not None:
+        while (span := control.discarded_range(last)) is not None:
+            last = span[0] - 1  # the latest LSN a record holds
+    has_records = bool(bases) and last >= bases[0]
+    checked = None
+    if checked_from is not None:
+        newest = segment_path(path, bases[-1])
+        checked = {
+            "segment": os.path.basename(newest),
+            "from_offset": checked_from[0],
+            "from_lsn": checked_from[1],
+            "to_offset": os.path.getsize(newest),
+        }
     return {
         "wal_dir": path,
-        "shard": reader.shard_id,
-        "oldest_lsn": bases[0] if bases and next_lsn > bases[0] else None,
-        "latest_lsn": next_lsn - 1 if bases and next_lsn > bases[0] else None,
+        "shard": reader.shard_id
+        if reader.shard_id is not None
+        else (control.shard if control is not None else None),
+        "oldest_lsn": bases[0] if has_records else None,
+        "latest_lsn": last if has_records else None,
         "next_lsn": next_lsn,
         "segments": len(bases),
         "bytes": sum(os.path.getsize(segment_path(path, base)) for base in bases),
         "active_segment": os.path.basename(segment_path(path, bases[-1])) if bases else None,
         "torn_tail_bytes": torn,
+        "discarded": [list(span) for span in control.discarded] if control is not None else [],
         "stream": None if config is None else config.to_json(),
         "snapshot_lsns": list_snapshots(path),
+        "checked": checked,
     }

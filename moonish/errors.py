@@ -80,6 +80,29 @@ class LsnNotRetainedError(InvalidArgumentError):
         )
 
 
+class LsnDiscardedError(LsnNotRetainedError):
+    """The requested LSN lies in a range that ``moonish wal repair`` cut out of the log (the
+    records were damaged, or stood after damage). Those LSNs are never written again.
+
+    Attributes:
+        first_lsn, last_lsn: the discarded range, inclusive.
+        oldest_lsn: where the log continues (``last_lsn + 1``).
+    """
+
+    def __init__(
+        self, requested_lsn: int, first_lsn: int, last_lsn: int, *, path: str | None = None
+    ) -> None:
+        self.first_lsn, self.last_lsn = first_lsn, last_lsn
+        MoonishError.__init__(
+            self,
+            f"LSN {requested_lsn} was discarded by a repair (LSNs {first_lsn}..{last_lsn}); "
+            f"the log continues at LSN {last_lsn + 1}",
+            path=path,
+            lsn=requested_lsn,
+        )
+        self.oldest_lsn = last_lsn + 1
+
+
 class CorruptionError(MoonishError):
     """Stored bytes are damaged; reading stops here and nothing is skipped."""
 

@@ -1,10 +1,16 @@
-"""Writing a file so that it appears complete or not at all: temporary name, fsync, rename,
-fsync of the directory."""
+"""Writing a file so that it appears complete or not at all (temporary name, fsync, rename,
+fsync of the directory), and small JSON files that carry their own checksum."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from typing import Any
+
+import crc32c
+import orjson
+
+from moonish.errors import CorruptionError
 
 
 def fsync_dir(path: str) -> None:
@@ -32,3 +38,34 @@ def replace_atomically(path: str, chunks: Iterable[bytes]) -> int:
     os.replace(temporary, path)
     fsync_dir(directory or ".")
     return written
+
+
+CHECKSUM_MARK = b',\n  "crc32c": '
+
+
+def dump_checked(document: dict[str, object]) -> bytes:
+    """``document`` as indented JSON whose last member is ``"crc32c"``: the crc32c of every
+    byte of the file before ``,\\n  "crc32c": `` (so a flipped byte anywhere is caught, white
+    space included). ``document`` must be a non-empty object without a ``crc32c`` member."""
+    body = orjson.dumps(document, option=orjson.OPT_INDENT_2)[:-2]  # without "\n}"
+    return body + CHECKSUM_MARK + b"%d\n}\n" % crc32c.crc32c(body)
+
+
+def load_checked(data: bytes, path: str) -> dict[str, Any]:
+    """The members of a document written by :func:`dump_checked`, ``crc32c`` removed.
+
+    Raises:
+        CorruptionError: not JSON, no checksum, or a checksum that does not match (``path``
+            and the byte offset of the checksum in the error).
+    """
+    mark = data.rfind(CHECKSUM_MARK)
+    try:
+        document = orjson.loads(data)
+        if not isinstance(document, dict):
+            raise ValueError("not a JSON object")
+        stored = document.pop("crc32c")
+    except (orjson.JSONDecodeError, KeyError, ValueError) as error:
+        raise CorruptionError(f"unreadable checked file: {error}", path=path, offset=0) from None
+    if mark < 0 or stored != crc32c.crc32c(data[:mark]):
+        raise CorruptionError("file checksum mismatch", path=path, offset=max(mark, 0))
+    return document

@@ -8,6 +8,12 @@ A golden file is what successive ``cdc read`` calls print, resuming from each cu
 limit 7 and a fixed clock: for every batch, the cursor line and then its envelopes; the reading
 ends at the first idle batch (its cursor line is the last line) or with one ``{"error": ...}``
 line naming the kind, the file (its name only), the byte offset and the LSN.
+
+Scenarios named ``v1-*`` are frozen: their WALs were written in format version 1 by moonish
+0.1.0 (the builders of this module at commit 5fc0260, and ``v1-length-flip``: 20 records of
+``sample_records`` with bit 2 of byte 5 of the tenth frame flipped, so that its length points
+past the end of the file). No builder can write them again; ``make golden`` only re-reads them.
+They hold readers to reading version 1 (docs/wal-format.md, "Versions").
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ import orjson
 import moonish.api
 from moonish.clock import FixedClock
 from moonish.errors import MoonishError
+from moonish.log.control import Control, store_control
 from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from moonish.log.frames import LAYOUTS
 from moonish.log.records import Checkpoint, EntityKind, GraphMutation, KvCommand, TemporalUpsert
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.redis.importer import import_aof
@@ -60,14 +68,29 @@ def segments(path: Path) -> list[Path]:
     return sorted(path.glob("*.seg"))
 
 
-def frame_offsets(segment: Path) -> list[int]:
+def frame_spans(segment: Path) -> list[tuple[int, int]]:
+    """``(start, end)`` of each frame of ``segment``, by the length fields (either version)."""
     data = segment.read_bytes()
-    offsets, pos = [], SEGMENT_HEADER_BYTES
+    (version,) = struct.unpack_from("<H", data, 8)
+    overhead = LAYOUTS[version].overhead
+    spans, pos = [], SEGMENT_HEADER_BYTES
     while pos + 8 <= len(data):
-        offsets.append(pos)
-        (body,) = struct.unpack_from("<I", data, pos + 4)
-        pos += 8 + body
-    return offsets
+        (length,) = struct.unpack_from("<I", data, pos + 4)
+        spans.append((pos, pos + overhead + length))
+        pos += overhead + length
+    return spans
+
+
+def frame_offsets(segment: Path) -> list[int]:
+    """Where each frame of ``segment`` starts, by the length fields (of either version)."""
+    return [start for start, _ in frame_spans(segment)]
+
+
+def as_if_killed(path: Path, started_at: int = 1, shard: int = 0) -> None:
+    """Leave control.json as a writer that opened the shard at LSN ``started_at`` and was
+    killed leaves it (not closed cleanly), for scenarios that cut a segment to simulate the
+    crash: a clean close would have recorded the end the cut takes away."""
+    store_control(str(path), Control(shard, started_at, False))
 
 
 # -- scenarios ---------------------------------------------------------------------------------
@@ -104,6 +127,7 @@ def torn_tail(path: Path) -> None:
     seg = segments(path)[-1]
     last = frame_offsets(seg)[-1]
     os.truncate(seg, last + FRAME_HEADER_BYTES + 3)
+    as_if_killed(path)
 
 
 def torn_batch(path: Path) -> None:
@@ -114,6 +138,7 @@ def torn_batch(path: Path) -> None:
         w.append_batch(sample_records(3))
     seg = segments(path)[-1]
     os.truncate(seg, frame_offsets(seg)[-1])
+    as_if_killed(path)
 
 
 def zero_filled_tail(path: Path) -> None:
@@ -123,6 +148,7 @@ def zero_filled_tail(path: Path) -> None:
             w.append(record)
     with open(segments(path)[-1], "ab") as handle:
         handle.write(b"\x00" * 100)
+    as_if_killed(path)
 
 
 def frame_checksum_mismatch(path: Path) -> None:
@@ -157,13 +183,26 @@ def bad_magic(path: Path) -> None:
 
 
 def unsupported_version(path: Path) -> None:
-    """A segment written by a future moonish (version 2, valid header checksum)."""
+    """A segment written by a future moonish (version 3, valid header checksum)."""
     with writer(path) as w:
         w.append(sample_records(1)[0])
     seg = segments(path)[0]
     data = bytearray(seg.read_bytes())
-    struct.pack_into("<H", data, 8, 2)
+    struct.pack_into("<H", data, 8, 3)
     struct.pack_into("<I", data, 36, crc32c.crc32c(bytes(data[:36])))
+    seg.write_bytes(bytes(data))
+
+
+def length_flip(path: Path) -> None:
+    """A flipped bit in the length field of the tenth of 20 records, in the active segment:
+    the length points past the end of the file, yet valid records follow. The header checksum
+    tells this damage from a record cut short: corruption, never a torn tail."""
+    with writer(path) as w:
+        for record in sample_records(20):
+            w.append(record)
+    seg = segments(path)[-1]
+    data = bytearray(seg.read_bytes())
+    data[frame_offsets(seg)[9] + 5] ^= 0x04  # the length + 1024
     seg.write_bytes(bytes(data))
 
 
@@ -194,9 +233,23 @@ SCENARIOS: dict[str, Callable[[Path], None]] = {
     "sealed-segment-truncated": sealed_segment_truncated,
     "bad-magic": bad_magic,
     "unsupported-version": unsupported_version,
+    "length-flip": length_flip,
     "aof-slice-shard-0": _aof_slice_shard(0),
     "aof-slice-shard-1": _aof_slice_shard(1),
 }
+
+
+FROZEN_V1 = (
+    "v1-mixed-records",
+    "v1-torn-tail",
+    "v1-torn-batch",
+    "v1-zero-filled-tail",
+    "v1-frame-checksum-mismatch",
+    "v1-sealed-segment-truncated",
+    "v1-length-flip",
+    "v1-aof-slice-shard-0",
+)
+"""Scenarios whose WALs are kept as written by moonish 0.1.0 (format version 1)."""
 
 
 def build(name: str, path: Path) -> None:
@@ -234,9 +287,10 @@ def read_golden(path: Path) -> bytes:
 
 
 def main() -> None:
-    for name in SCENARIOS:
+    for name in [*SCENARIOS, *FROZEN_V1]:
         wal = FIXTURES / "wal" / name
-        build(name, wal)
+        if name in SCENARIOS:
+            build(name, wal)
         golden = FIXTURES / "golden" / f"{name}.ndjson"
         golden.parent.mkdir(parents=True, exist_ok=True)
         golden.write_bytes(read_golden(wal))

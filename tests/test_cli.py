@@ -128,7 +128,7 @@ def test_missing_directory_exits_2(tmp_path: Path) -> None:
 def test_corruption_exits_4_naming_file_offset_and_lsn() -> None:
     out = run("cdc", "read", str(FIXTURES / "wal" / "frame-checksum-mismatch"), "3")
     assert out.returncode == 4
-    assert b"0000000000000001.seg" in out.stderr and b"offset 182" in out.stderr
+    assert b"0000000000000001.seg" in out.stderr and b"offset 190" in out.stderr
     assert b"LSN 3" in out.stderr
 
 
@@ -145,7 +145,7 @@ def test_retention_exits_3_and_names_the_oldest_lsn(tmp_path: Path) -> None:
 
 def test_unsupported_version_exits_5() -> None:
     out = run("cdc", "read", str(FIXTURES / "wal" / "unsupported-version"), "0")
-    assert out.returncode == 5 and b"version 2" in out.stderr
+    assert out.returncode == 5 and b"version 3" in out.stderr
 
 
 def test_locked_shard_exits_6(tmp_path: Path) -> None:

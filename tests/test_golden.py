@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.golden import FIXTURES, SCENARIOS, build, read_golden
+from tests.golden import FIXTURES, FROZEN_V1, SCENARIOS, build, read_golden
 
 
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize("scenario", sorted([*SCENARIOS, *FROZEN_V1]))
 def test_reading_the_fixture_gives_the_golden_output(scenario: str) -> None:
     expected = (FIXTURES / "golden" / f"{scenario}.ndjson").read_bytes()
     assert read_golden(FIXTURES / "wal" / scenario) == expected
@@ -28,5 +28,12 @@ def test_writing_the_scenario_again_gives_the_same_bytes(scenario: str, tmp_path
 
 
 def test_every_scenario_has_a_fixture_and_a_golden_file() -> None:
-    assert sorted(p.name for p in (FIXTURES / "wal").iterdir()) == sorted(SCENARIOS)
-    assert sorted(p.stem for p in (FIXTURES / "golden").iterdir()) == sorted(SCENARIOS)
+    names = sorted([*SCENARIOS, *FROZEN_V1])
+    assert sorted(p.name for p in (FIXTURES / "wal").iterdir()) == names
+    assert sorted(p.stem for p in (FIXTURES / "golden").iterdir()) == names
+
+
+@pytest.mark.parametrize("scenario", FROZEN_V1)
+def test_frozen_fixtures_are_format_version_1(scenario: str) -> None:
+    for segment in (FIXTURES / "wal" / scenario).glob("*.seg"):
+        assert segment.read_bytes()[8:10] == b"\x01\x00", segment

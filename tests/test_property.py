@@ -16,7 +16,8 @@ from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
 from tests.conftest import open_writer
-from tests.golden import frame_offsets
+from tests.golden import as_if_killed
+from tests.golden import frame_spans as segment_frame_spans
 
 operations = st.lists(
     st.tuples(st.integers(1, 4), st.binary(min_size=0, max_size=40)), min_size=0, max_size=30
@@ -43,6 +44,7 @@ def crash(path: Path, fraction: float) -> int:
     size = os.path.getsize(last)
     cut = SEGMENT_HEADER_BYTES + int((size - SEGMENT_HEADER_BYTES) * fraction)
     os.truncate(last, cut)
+    as_if_killed(path)
     return cut
 
 
@@ -50,11 +52,7 @@ def frame_spans(path: Path) -> dict[int, tuple[int, int]]:
     """LSN -> (start, end) byte span of every frame of the newest segment, as written."""
     base = list_segments(str(path))[-1]
     segment = Path(segment_path(str(path), base))
-    data = segment.read_bytes()
-    spans = {}
-    for lsn, start in enumerate(frame_offsets(segment), start=base):
-        spans[lsn] = (start, start + 8 + int.from_bytes(data[start + 4 : start + 8], "little"))
-    return spans
+    return dict(enumerate(segment_frame_spans(segment), start=base))
 
 
 def committed(batches: list[list[int]], spans: dict[int, tuple[int, int]], cut: int) -> list[int]:

@@ -11,11 +11,16 @@ from pathlib import Path
 import pytest
 
 from moonish.errors import CorruptionError, InvalidArgumentError, WriterLockedError
-from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES, segment_name
+from moonish.log.format import (
+    FRAME_HEADER_BYTES,
+    FRAME_TRAILER_BYTES,
+    SEGMENT_HEADER_BYTES,
+    segment_name,
+)
 from moonish.log.reader import ShardReader
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from tests.conftest import kv, open_writer
-from tests.golden import frame_offsets, segments
+from tests.golden import as_if_killed, frame_offsets, segments
 
 
 def read_lsns(path: Path) -> list[int]:
@@ -75,13 +80,15 @@ def test_recovery_cuts_a_torn_record_and_reuses_no_visible_lsn(shard: Path) -> N
     seg = segments(shard)[-1]
     last = frame_offsets(seg)[-1]
     os.truncate(seg, last + FRAME_HEADER_BYTES - 1)
+    as_if_killed(shard)
     assert read_lsns(shard) == [1, 2]
     with open_writer(shard) as writer:
         assert writer.recovery.truncated_bytes == FRAME_HEADER_BYTES - 1
         assert writer.next_lsn == 3
         assert writer.append(kv(b"c2")) == 3
     assert read_lsns(shard) == [1, 2, 3]
-    assert seg.stat().st_size == frame_offsets(seg)[-1] + FRAME_HEADER_BYTES + len(b"c2") + 24
+    overhead = FRAME_HEADER_BYTES + FRAME_TRAILER_BYTES
+    assert seg.stat().st_size == frame_offsets(seg)[-1] + overhead + len(b"c2") + 24
 
 
 def test_recovery_cuts_a_torn_batch_whole(shard: Path) -> None:
@@ -90,6 +97,7 @@ def test_recovery_cuts_a_torn_batch_whole(shard: Path) -> None:
         writer.append_batch([kv(b"b"), kv(b"c"), kv(b"d")])
     seg = segments(shard)[-1]
     os.truncate(seg, frame_offsets(seg)[-1] + 5)  # first two frames of the batch are complete
+    as_if_killed(shard)
     assert read_lsns(shard) == [1]
     with open_writer(shard) as writer:
         assert writer.next_lsn == 2

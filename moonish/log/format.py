@@ -1,4 +1,5 @@
-"""The moonish WAL byte layout (format version 1). docs/wal-format.md has the same tables.
+"""The moonish WAL byte layout (format version 2; version 1 is still read). docs/wal-format.md
+has the same tables.
 
 A shard is a directory of segment files::
 
@@ -9,20 +10,32 @@ A shard is a directory of segment files::
 Names are fixed-width lowercase hex of the segment's base LSN (the LSN of its first record), so
 sorting names sorts positions, and the segment after one whose last LSN is ``n`` is named ``n+1``.
 
-Segment header (40 bytes, little-endian)::
+Segment header (40 bytes, little-endian, both versions)::
 
     segment_header := magic[8] version:u16 header_bytes:u16 shard_id:u32 base_lsn:u64
                       created_us:i64 reserved:u32 header_crc:u32
 
-``header_crc`` is crc32c of header bytes ``[0, 36)``.
+``header_crc`` is crc32c of header bytes ``[0, header_bytes - 4)``. Every version keeps
+``magic``, ``version`` and ``header_bytes`` where they are and the CRC as the header's last four
+bytes, so a reader checks the CRC before it believes the version.
 
-Frame (one record; 36-byte header, little-endian)::
+Frame, version 2 (36-byte header, payload, 4-byte trailer; little-endian)::
 
-    frame := crc:u32 body_bytes:u32 lsn:u64 type:u8 flags:u8 reserved:u16
-             batch_index:u32 batch_size:u32 commit_us:i64 payload[body_bytes - 32]
+    frame := header_crc:u32 payload_bytes:u32 lsn:u64 type:u8 flags:u8 reserved:u16
+             batch_index:u32 batch_size:u32 commit_us:i64 payload[payload_bytes] frame_crc:u32
 
-``crc`` is crc32c of every byte of the frame after the ``crc`` field itself: ``body_bytes``, the
-rest of the header and the payload, i.e. frame bytes ``[4, 8 + body_bytes)``.
+``header_crc`` is crc32c of frame bytes ``[4, 36)``: the length and every other header field,
+so a damaged length is told apart from a frame cut short. ``frame_crc`` is crc32c of frame bytes
+``[0, 36 + payload_bytes)``: the header (its CRC included) and the payload. A frame whose header
+checksum holds and whose trailer does not was cut short or damaged; which of the two depends on
+where it is (moonish.log.frames, ``is_torn_tail``).
+
+Frame, version 1 (read only; 36-byte header, then the payload)::
+
+    frame_v1 := crc:u32 body_bytes:u32 lsn:u64 type:u8 flags:u8 reserved:u16
+                batch_index:u32 batch_size:u32 commit_us:i64 payload[body_bytes - 28]
+
+``crc`` is crc32c of frame bytes ``[4, 8 + body_bytes)``; nothing protects the length alone.
 
 A record appended on its own has ``flags = 0, batch_index = 0, batch_size = 1``. The records of
 an atomic batch of ``n`` records (``n >= 1``) have ``FLAG_BATCH`` set, consecutive LSNs,
@@ -45,9 +58,9 @@ import enum
 import struct
 
 MAGIC = b"MOONWAL\x00"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 """The version this build writes."""
-SUPPORTED_VERSIONS = (1,)
+SUPPORTED_VERSIONS = (1, 2)
 """Every segment version this build reads."""
 
 SEGMENT_SUFFIX = ".seg"
@@ -67,16 +80,13 @@ SEGMENT_HEADER = struct.Struct(
 )
 SEGMENT_HEADER_CRC = struct.Struct("<I")  # header_crc: crc32c of the preceding header bytes
 SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size + SEGMENT_HEADER_CRC.size
+SEGMENT_VERSION_OFFSET = 8
+SEGMENT_HEADER_BYTES_OFFSET = 10
 
-FRAME_PREFIX = struct.Struct(
-    "<"
-    "I"  # crc: crc32c of frame bytes [4, 8 + body_bytes)
-    "I"  # body_bytes: bytes after this field (rest of header + payload)
-)
 FRAME_HEADER = struct.Struct(
     "<"
-    "I"  # crc
-    "I"  # body_bytes
+    "I"  # v2 header_crc: crc32c of frame bytes [4, 36) | v1 crc: of [4, 8 + body_bytes)
+    "I"  # v2 payload_bytes | v1 body_bytes: the bytes after this field, payload included
     "Q"  # lsn: dense, strictly increasing, starts at 1 in every shard
     "B"  # type: RecordType
     "B"  # flags: bit 0 FLAG_BATCH (appended in an atomic batch); readers reject unknown bits
@@ -86,10 +96,12 @@ FRAME_HEADER = struct.Struct(
     "q"  # commit_us: commit time, microseconds since the Unix epoch
 )
 FRAME_HEADER_BYTES = FRAME_HEADER.size
-FRAME_BODY_MIN_BYTES = FRAME_HEADER_BYTES - FRAME_PREFIX.size
+FRAME_CRC = struct.Struct("<I")  # v2 frame_crc (trailer): crc32c of frame bytes [0, 36 + payload)
+FRAME_TRAILER_BYTES = FRAME_CRC.size
 MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
 """Largest payload accepted (Redis's own proto-max-bulk-len default)."""
-MAX_BODY_BYTES = FRAME_BODY_MIN_BYTES + MAX_PAYLOAD_BYTES
+V1_BODY_MIN_BYTES = FRAME_HEADER_BYTES - 8
+"""Version 1: ``body_bytes`` of an empty payload (the header bytes after the length)."""
 FLAG_BATCH = 0x01
 """Flag bit 0: the record was appended as part of an atomic batch (even a batch of one)."""
 KNOWN_FLAGS = FLAG_BATCH

@@ -1,15 +1,29 @@
-"""Encoding frames, and the frame scanner shared by the reader, the writer's recovery and verify.
+"""Encoding frames, the frame scanner, and the torn-tail rule, shared by the reader, the
+writer's recovery and verify.
 
 The scanner walks a buffer of frames and returns the *committed* frames (whole records, whole
 batches) plus, when it stops early, a :class:`Stop` that says why. It does not decide whether a
-stop is corruption or just the end of what the writer has written so far: that depends on where
-the buffer came from (the end of the active segment, or a sealed segment), which only the caller
-knows. :func:`is_torn_tail` makes that call for the end of the active segment.
+stop is damage or the end of what the writer has written so far: that depends on where the
+bytes came from (the end of the active segment, or a sealed segment), which only the caller
+knows. :func:`is_torn_tail` makes that call for the end of the active segment, by one rule
+(docs/wal-format.md, "Incomplete is not corrupt"): what follows the last committed record is a
+torn tail only if an interrupted append could have left it, that is
+
+- a prefix of the frames that were being appended: whole frames of an unfinished batch with
+  valid checksums, then at most one frame cut short, whose header (if it is all there) is
+  valid, in version 2 by its own checksum; and
+- optionally, after that prefix, zero bytes to the end of the file, starting at the committed
+  end or at a 512-byte boundary (file systems extend a file with zero-filled blocks when a
+  power loss beats the data to the disk).
+
+Anything else (a complete record that fails its checksum, a damaged header, valid frames after
+a bad one) is damage, wherever it is.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -17,13 +31,48 @@ import crc32c
 
 from moonish.log.format import (
     FLAG_BATCH,
-    FRAME_BODY_MIN_BYTES,
+    FORMAT_VERSION,
+    FRAME_CRC,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
+    FRAME_TRAILER_BYTES,
     KNOWN_FLAGS,
-    MAX_BODY_BYTES,
     MAX_PAYLOAD_BYTES,
+    V1_BODY_MIN_BYTES,
 )
+
+ZERO_FILL_ALIGN_BYTES = 512
+"""Zero-filled tails start at the committed end or at a multiple of this file offset (a
+sector: the smallest unit a disk writes, so the smallest unit a power loss leaves unwritten)."""
+V1_RESYNC_LSNS = 8
+"""Version 1 only: LSNs after the stop searched for an intact frame before a stop is called a
+torn tail (version 1 frames have no header checksum)."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameLayout:
+    """What differs between frame format versions.
+
+    Attributes:
+        version: the segment format version.
+        overhead: frame bytes besides the value of the length field (v1: the CRC and length
+            fields; v2: the whole header and the trailer).
+        min_length, max_length: the range of the length field.
+        trailer: the frame CRC is a trailer over ``[0, 36 + payload)`` (v2), not the first
+            field over ``[4, 8 + body)`` (v1).
+    """
+
+    version: int
+    overhead: int
+    min_length: int
+    max_length: int
+    trailer: bool
+
+
+LAYOUT_V1 = FrameLayout(1, 8, V1_BODY_MIN_BYTES, V1_BODY_MIN_BYTES + MAX_PAYLOAD_BYTES, False)
+LAYOUT_V2 = FrameLayout(2, FRAME_HEADER_BYTES + FRAME_TRAILER_BYTES, 0, MAX_PAYLOAD_BYTES, True)
+LAYOUTS = {1: LAYOUT_V1, 2: LAYOUT_V2}
+LATEST = LAYOUTS[FORMAT_VERSION]
 
 
 class Frame(NamedTuple):
@@ -44,10 +93,11 @@ class StopKind(enum.Enum):
 
     SHORT = "frame extends past the end of the data"
     OPEN_BATCH = "atomic batch is not finished at the end of the data"
+    BAD_HEADER = "frame header checksum mismatch"
     BAD_LENGTH = "frame length is out of range"
     BAD_CRC = "frame checksum mismatch"
     BAD_LSN = "LSN out of sequence"
-    BAD_FLAGS = "unknown flag bits"
+    BAD_FLAGS = "unknown flag bits or a non-zero reserved field"
     BAD_BATCH = "batch fields out of sequence"
 
 
@@ -57,9 +107,9 @@ class Stop:
 
     Attributes:
         kind: the reason.
-        offset: buffer offset of the frame that could not be taken (or of the open batch).
+        offset: file offset of the frame that could not be taken (or of the open batch).
         lsn: the LSN expected there.
-        frame_end: buffer offset where that frame claims to end (``None`` if unknown).
+        frame_end: file offset where that frame claims to end (``None`` if unknown).
         detail: extra words for the error message.
     """
 
@@ -74,6 +124,10 @@ class Stop:
         return f"{self.kind.value}{': ' + self.detail if self.detail else ''}"
 
 
+_U32 = struct.Struct("<I")
+_CRC_AND_LENGTH = struct.Struct("<II")
+
+
 def encode_frame(
     lsn: int,
     record_type: int,
@@ -83,15 +137,24 @@ def encode_frame(
     batch_size: int = 1,
     flags: int = 0,
 ) -> bytes:
-    """The bytes of one frame. Raises ValueError if the payload exceeds 512 MiB."""
+    """The bytes of one frame in the latest format (version 2).
+
+    Raises:
+        ValueError: the payload exceeds 512 MiB.
+    """
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
-    body_bytes = FRAME_BODY_MIN_BYTES + len(payload)
-    head = FRAME_HEADER.pack(
-        0, body_bytes, lsn, record_type, flags, 0, batch_index, batch_size, commit_us
-    )
-    body = head[4:] + payload
-    return crc32c.crc32c(body).to_bytes(4, "little") + body
+    fields = FRAME_HEADER.pack(
+        0, len(payload), lsn, record_type, flags, 0, batch_index, batch_size, commit_us
+    )[4:]
+    head = _U32.pack(crc32c.crc32c(fields)) + fields
+    return b"".join((head, payload, _U32.pack(crc32c.crc32c(payload, crc32c.crc32c(head)))))
+
+
+def header_checksum_holds(data: bytes | memoryview, pos: int) -> bool:
+    """Whether the version 2 frame header at ``data[pos:]`` (36 bytes) passes its checksum."""
+    (stored,) = _U32.unpack_from(data, pos)
+    return bool(crc32c.crc32c(data[pos + 4 : pos + FRAME_HEADER_BYTES]) == stored)
 
 
 def scan_frames(
@@ -100,6 +163,7 @@ def scan_frames(
     next_lsn: int,
     max_records: int,
     *,
+    layout: FrameLayout = LATEST,
     mid_batch_start: bool = False,
     file_offset: int = 0,
 ) -> tuple[list[Frame], int, Stop | None]:
@@ -111,22 +175,23 @@ def scan_frames(
         next_lsn: the LSN the first frame must have.
         max_records: stop once at least this many committed records are collected. A batch is
             never cut: if the cap falls inside a batch, the whole batch is returned.
+        layout: the frame layout of the segment the bytes come from.
         mid_batch_start: the first frame may be inside a batch (``batch_index > 0``), as when a
             reader resumes at an LSN in the middle of a batch.
         file_offset: the file offset ``buf`` was read from; ``Frame.offset``, ``Stop.offset``
             and ``Stop.frame_end`` are file offsets (``file_offset`` + buffer position).
 
     Returns:
-        ``(frames, end, stop)``: the committed frames in LSN order, the *buffer* position just after
-        the last of them, and why scanning stopped early (``None`` when it ended cleanly at the
-        end of ``buf`` or at ``max_records``). Frames of a batch that was still open when
-        scanning stopped are not returned; ``stop`` then points at the open batch's first frame
-        if the trouble is only that the data ended (SHORT / OPEN_BATCH).
+        ``(frames, end, stop)``: the committed frames in LSN order, the *buffer* position just
+        after the last of them, and why scanning stopped early (``None`` when it ended cleanly
+        at the end of ``buf`` or at ``max_records``). Frames of a batch that was still open
+        when scanning stopped are not returned; ``stop`` then points at the open batch's first
+        frame if the trouble is only that the data ended (SHORT / OPEN_BATCH).
     """
     frames: list[Frame] = []
     append = frames.append
     new = tuple.__new__  # builds the Frame without NamedTuple's slower __new__
-    unpack = FRAME_HEADER.unpack_from
+    unpack, crc_at = FRAME_HEADER.unpack_from, FRAME_CRC.unpack_from
     crc_of = crc32c.crc32c
     view = memoryview(buf)
     end = len(buf)
@@ -135,26 +200,29 @@ def scan_frames(
     open_size = 0  # size of the batch being collected, 0 when none is open
     expect_index = 0
     header_bytes = FRAME_HEADER_BYTES
-    min_body, max_body, unknown_flags = FRAME_BODY_MIN_BYTES, MAX_BODY_BYTES, ~KNOWN_FLAGS
+    overhead, trailer = layout.overhead, layout.trailer
+    min_len, max_len, unknown_flags = layout.min_length, layout.max_length, ~KNOWN_FLAGS
+    crc_from, crc_cut = (0, FRAME_TRAILER_BYTES) if trailer else (4, 0)
     stop: Stop | None = None
     while pos < end:
         if end - pos < header_bytes:
             stop = Stop(StopKind.SHORT, file_offset + pos, next_lsn)
             break
-        crc, body, lsn, rtype, flags, _, bidx, bsize, commit_us = unpack(buf, pos)
-        frame_end = pos + 8 + body
+        crc, length, lsn, rtype, flags, reserved, bidx, bsize, commit_us = unpack(buf, pos)
+        frame_end = pos + overhead + length
         if (
             frame_end > end
-            or body < min_body
-            or body > max_body
+            or length < min_len
+            or length > max_len
             or lsn != next_lsn
-            or flags & unknown_flags
-            or crc_of(view[pos + 4 : frame_end]) != crc
+            or (flags & unknown_flags) | reserved
+            or crc_of(view[pos + crc_from : frame_end - crc_cut])
+            != (crc_at(buf, frame_end - 4)[0] if trailer else crc)
         ):
-            stop = _diagnose(view, pos, end, next_lsn, file_offset)
+            stop = _diagnose(view, pos, end, next_lsn, file_offset, layout)
             break
+        payload = buf[pos + header_bytes : frame_end - crc_cut]
         if bsize == 1 and not open_size and not bidx:  # a record on its own: the usual case
-            payload = buf[pos + header_bytes : frame_end]
             append(new(Frame, (lsn, rtype, flags, 0, 1, commit_us, payload, file_offset + pos)))
             pos = committed_pos = frame_end
             next_lsn += 1
@@ -162,27 +230,14 @@ def scan_frames(
             if committed >= max_records:
                 break
             continue
-        if open_size:
-            if bidx != expect_index or bsize != open_size:
-                stop = Stop(
-                    StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
-                    f"expected record {expect_index} of a batch of {open_size}, "
-                    f"found {bidx} of {bsize}",
-                )  # fmt: skip
-                break
-        elif (
-            bsize == 0
-            or bidx >= bsize
-            or (bidx and not (mid_batch_start and not frames))
-            or not flags & FLAG_BATCH
-        ):
-            stop = Stop(
-                StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
-                f"record {bidx} of a batch of {bsize} where a batch must begin",
-            )  # fmt: skip
+        problem = _batch_problem(bidx, bsize, flags, open_size, expect_index,
+                                 mid_batch_start and not frames)  # fmt: skip
+        if problem:
+            stop = Stop(StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
+                        problem)  # fmt: skip
             break
-        append(new(Frame, (lsn, rtype, flags, bidx, bsize, commit_us,
-                           buf[pos + header_bytes : frame_end], file_offset + pos)))  # fmt: skip
+        append(new(Frame, (lsn, rtype, flags, bidx, bsize, commit_us, payload,
+                           file_offset + pos)))  # fmt: skip
         pos = frame_end
         next_lsn += 1
         if bidx + 1 == bsize:
@@ -205,37 +260,142 @@ def scan_frames(
     return frames, committed_pos, stop
 
 
-def _diagnose(view: memoryview, pos: int, end: int, next_lsn: int, file_offset: int) -> Stop:
+def _batch_problem(
+    bidx: int, bsize: int, flags: int, open_size: int, expect_index: int, may_resume: bool
+) -> str:
+    """Why a frame's batch fields do not continue the frames before it ("" if they do)."""
+    if open_size:
+        if bidx != expect_index or bsize != open_size:
+            return (
+                f"expected record {expect_index} of a batch of {open_size}, found {bidx} of {bsize}"
+            )
+        return ""
+    if bsize == 0 or bidx >= bsize or (bidx and not may_resume) or not flags & FLAG_BATCH:
+        return f"record {bidx} of a batch of {bsize} where a batch must begin"
+    return ""
+
+
+def _diagnose(
+    view: memoryview, pos: int, end: int, next_lsn: int, file_offset: int, layout: FrameLayout
+) -> Stop:
     """Why the frame at ``pos`` failed the scanner's combined check, in this precedence:
-    length out of range, cut short, checksum, LSN, flags."""
-    crc, body, lsn, _, flags, *_ = FRAME_HEADER.unpack_from(view, pos)
+    header checksum (v2), length out of range, cut short, frame checksum, LSN, flags."""
+    crc, length, lsn, _, flags, reserved, *_ = FRAME_HEADER.unpack_from(view, pos)
     at = file_offset + pos
-    if body < FRAME_BODY_MIN_BYTES or body > MAX_BODY_BYTES:
-        return Stop(StopKind.BAD_LENGTH, at, next_lsn, None, f"{body} body bytes")
-    frame_end = pos + 8 + body
+    if layout.trailer and not header_checksum_holds(view, pos):
+        return Stop(StopKind.BAD_HEADER, at, next_lsn)
+    if length < layout.min_length or length > layout.max_length:
+        return Stop(StopKind.BAD_LENGTH, at, next_lsn, None, f"length field {length}")
+    frame_end = pos + layout.overhead + length
     if frame_end > end:
         return Stop(StopKind.SHORT, at, next_lsn, file_offset + frame_end)
-    if crc32c.crc32c(view[pos + 4 : frame_end]) != crc:
+    if not _frame_checksum_holds(view, pos, frame_end, layout, crc):
         return Stop(StopKind.BAD_CRC, at, next_lsn, file_offset + frame_end)
     if lsn != next_lsn:
         return Stop(StopKind.BAD_LSN, at, next_lsn, file_offset + frame_end, f"found LSN {lsn}")
-    return Stop(StopKind.BAD_FLAGS, at, lsn, file_offset + frame_end, f"flags 0x{flags:02x}")
+    return Stop(StopKind.BAD_FLAGS, at, lsn, file_offset + frame_end,
+                f"flags 0x{flags:02x}, reserved 0x{reserved:04x}")  # fmt: skip
 
 
-def is_torn_tail(buf: bytes, stop: Stop, file_offset: int = 0) -> bool:
-    """Whether ``stop`` at the end of the *active* segment is a torn tail (nothing yet).
+def _frame_checksum_holds(
+    data: bytes | memoryview, pos: int, frame_end: int, layout: FrameLayout, crc: int
+) -> bool:
+    if layout.trailer:
+        (stored,) = FRAME_CRC.unpack_from(data, frame_end - FRAME_TRAILER_BYTES)
+        return bool(crc32c.crc32c(data[pos : frame_end - FRAME_TRAILER_BYTES]) == stored)
+    return bool(crc32c.crc32c(data[pos + 4 : frame_end]) == crc)
 
-    A torn tail is what a writer that died mid-append leaves, and what a reader sees while a
-    write is in flight: a frame or batch cut short by the end of the file, a last frame whose
-    checksum fails with no byte after it, or a zero-filled tail. Anything else (a bad frame with
-    data after it, a wrong LSN, unknown flags) is corruption.
 
-    ``buf`` must run to the current end of the segment file; it was read from ``file_offset``.
+def is_torn_tail(
+    data: bytes,
+    next_lsn: int,
+    layout: FrameLayout,
+    file_offset: int,
+    *,
+    mid_batch_start: bool = False,
+) -> bool:
+    """Whether ``data``, everything after the last committed record of the *active* segment
+    up to the end of the file, is a torn tail (nothing yet; the next writer cuts it) rather
+    than damage. The rule is in the module docstring.
+
+    Args:
+        data: the bytes from the committed end to the current end of the file.
+        next_lsn: the LSN expected at the committed end.
+        layout: the segment's frame layout.
+        file_offset: where ``data`` starts in the file (the committed end).
+        mid_batch_start: the committed end is inside a batch (a reader that resumed there).
     """
-    if stop.kind in (StopKind.SHORT, StopKind.OPEN_BATCH):
-        return True
-    if stop.kind is StopKind.BAD_CRC:
-        return stop.frame_end == file_offset + len(buf)
-    if stop.kind is StopKind.BAD_LENGTH:
-        return not buf[stop.offset - file_offset :].lstrip(b"\x00")
-    return False
+    nonzero = len(data.rstrip(b"\x00"))
+    if not nonzero:
+        return True  # nothing, or zeros from the committed end on
+    limit = len(data)
+    if nonzero < limit:  # the zero run must start at a sector boundary
+        align = ZERO_FILL_ALIGN_BYTES
+        limit = min(limit, -(-(file_offset + nonzero) // align) * align - file_offset)
+    cut = _append_prefix(data, limit, next_lsn, layout, mid_batch_start)
+    if cut is None:
+        return False
+    return layout.trailer or not _v1_intact_frame_after(data, *cut)
+
+
+def _append_prefix(
+    data: bytes, limit: int, lsn: int, layout: FrameLayout, mid_batch_start: bool
+) -> tuple[int, int] | None:
+    """Whether ``data[:limit]`` is a prefix of an append: whole valid frames of one unfinished
+    batch, then at most one frame cut short at ``limit`` whose header, if whole, is valid.
+    Returns where the frame cut short starts and its LSN (``(limit, lsn)`` when none is), or
+    ``None`` when it is not such a prefix."""
+    pos, open_size, expect_index = 0, 0, 0
+    while pos < limit:
+        if limit - pos < FRAME_HEADER_BYTES:
+            return pos, lsn  # a header cut short: nothing in it can be checked
+        crc, length, found, _, flags, reserved, bidx, bsize, _ = FRAME_HEADER.unpack_from(data, pos)
+        if (
+            (layout.trailer and not header_checksum_holds(data, pos))
+            or found != lsn
+            or (flags & ~KNOWN_FLAGS) | reserved
+            or not layout.min_length <= length <= layout.max_length
+            or _batch_problem(bidx, bsize, flags | (FLAG_BATCH if bsize == 1 else 0),
+                              open_size, expect_index, mid_batch_start and pos == 0)
+        ):  # fmt: skip
+            return None
+        frame_end = pos + layout.overhead + length
+        if frame_end > limit:
+            return pos, lsn  # the frame being written when the append stopped
+        if not _frame_checksum_holds(data, pos, frame_end, layout, crc) or bidx + 1 == bsize:
+            return None  # damaged, or a whole record: a torn tail never holds one
+        pos, lsn, open_size, expect_index = frame_end, lsn + 1, bsize, bidx + 1
+    return pos, lsn  # whole frames of an unfinished batch, then (maybe) zeros
+
+
+def _v1_intact_frame_after(data: bytes, cut_pos: int, cut_lsn: int) -> bool:
+    """Version 1 only: whether an intact frame with the LSN of the frame cut short at
+    ``cut_pos``, or one of the next, stands anywhere after that frame's first byte (its length
+    was damaged, so it only looks cut short: the records after it are there)."""
+    return find_intact_frame(data, cut_pos + 1, cut_lsn, LAYOUT_V1) is not None
+
+
+def find_intact_frame(
+    data: bytes, start: int, first_lsn: int, layout: FrameLayout, lsns: int = V1_RESYNC_LSNS
+) -> tuple[int, int] | None:
+    """The first intact frame at or after ``data[start]`` whose LSN is one of ``first_lsn``
+    .. ``first_lsn + lsns - 1`` (tried in that order), as ``(position, lsn)``; ``None`` if
+    there is none. Intact: a length in range, the whole frame inside ``data``, and valid
+    checksums (in version 2 the header's too). Used to find where damage ends."""
+    for lsn in range(first_lsn, first_lsn + lsns):
+        pattern = lsn.to_bytes(8, "little")
+        hit = data.find(pattern, start + 8)
+        while hit != -1:
+            pos = hit - 8
+            crc, length = _CRC_AND_LENGTH.unpack_from(data, pos)
+            frame_end = pos + layout.overhead + length
+            if (
+                layout.min_length <= length <= layout.max_length
+                and frame_end <= len(data)
+                and len(data) - pos >= FRAME_HEADER_BYTES
+                and (not layout.trailer or header_checksum_holds(data, pos))
+                and _frame_checksum_holds(data, pos, frame_end, layout, crc)
+            ):
+                return pos, lsn
+            hit = data.find(pattern, hit + 1)
+    return None

@@ -29,21 +29,34 @@ import os
 from moonish.errors import (
     CorruptionError,
     InvalidArgumentError,
+    LsnDiscardedError,
     LsnNotRetainedError,
     MoonishError,
 )
+from moonish.log.control import Control, control_path, load_control
 from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
-from moonish.log.frames import Frame, StopKind, is_torn_tail, scan_frames
+from moonish.log.frames import (
+    LATEST,
+    LAYOUTS,
+    Frame,
+    StopKind,
+    header_checksum_holds,
+    is_torn_tail,
+    scan_frames,
+)
 from moonish.log.segment import (
     decode_segment_header,
     index_path,
     list_segments,
+    list_snapshots,
     read_index,
     require_shard_dir,
     segment_path,
 )
 
 READ_CHUNK_BYTES = 1024 * 1024
+HEADER_READ_BYTES = 4096
+"""Bytes read to decode a segment header (a later version may have a longer one)."""
 _NEEDS_MORE = (StopKind.SHORT, StopKind.OPEN_BATCH)
 
 
@@ -66,7 +79,11 @@ class ShardReader:
         self._offset = 0
         self._next_lsn = 1
         self._mid_batch = False
+        self._layout = LATEST
         self._buf, self._buf_start = b"", 0
+        self._control: Control | None = None
+        self._control_key: tuple[int, int, int] | None = None
+        self._checked_from: tuple[int, int] | None = None
 
     @property
     def next_lsn(self) -> int:
@@ -79,16 +96,26 @@ class ShardReader:
         """Position at ``lsn`` (0 and 1 both mean the first record of the shard).
 
         Raises:
-            LsnNotRetainedError: ``lsn`` is older than the oldest retained LSN (carries it).
+            LsnNotRetainedError: ``lsn`` is older than the oldest retained LSN (carries it),
+                also when every segment was removed (the log's end survives in control.json).
+            LsnDiscardedError: ``lsn`` was cut out by ``moonish wal repair`` (carries where
+                the log continues).
             InvalidArgumentError: ``lsn`` is beyond the end of the log (past the next LSN).
             CorruptionError: the segment that holds ``lsn`` is damaged before it.
         """
         target = max(lsn, 1)
         self._close_segment()
         self._next_lsn, self._mid_batch = 1, False
+        control = self._load_control()
+        span = control.discarded_range(target) if control is not None else None
+        if span is not None:
+            raise LsnDiscardedError(lsn, *span, path=self.shard_dir)
         bases = list_segments(self.shard_dir)
         if not bases:
-            if target != 1:
+            self._next_lsn = self._floor(control)
+            if target < self._next_lsn:
+                raise LsnNotRetainedError(lsn, self._next_lsn, path=self.shard_dir)
+            if target > self._next_lsn:
                 raise self._beyond_end(lsn)
             return
         if target < bases[0]:
@@ -108,28 +135,77 @@ class ShardReader:
                     offset=self._offset,
                     lsn=self._next_lsn,
                 )
+            if (
+                control is not None
+                and target == control.next_lsn
+                and control.covers(self._next_lsn, target - 1)
+                and os.fstat(self._fd).st_size == self._offset
+            ):  # the log continues after a discarded range, in a segment not yet created
+                self._close_segment()
+                self._next_lsn = target
+                return
             raise self._beyond_end(lsn)
+
+    def _load_control(self) -> Control | None:
+        """The shard's control file, read again only when it was replaced (one stat)."""
+        try:
+            stat = os.stat(control_path(self.shard_dir))
+        except FileNotFoundError:
+            self._control, self._control_key = None, None
+            return None
+        key = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        if key != self._control_key:
+            self._control, self._control_key = load_control(self.shard_dir), key
+        return self._control
+
+    def _floor(self, control: Control | None) -> int:
+        """The next LSN of a shard that holds no segment: where control.json says the log
+        ended, else after the newest snapshot, else 1."""
+        if control is not None:
+            return control.next_lsn
+        snapshots = list_snapshots(self.shard_dir)
+        return snapshots[-1] + 1 if snapshots else 1
 
     def seek_end(self) -> int:
         """Position after the last committed record; returns the bytes of torn tail after it.
 
-        Scans the newest segment from its last verified index entry.
+        Scans the newest segment from its last verified index entry. When the log continues
+        after a range ``moonish wal repair`` discarded (no segment holds its next LSN yet), or
+        holds no segment at all, the position is the next LSN control.json gives.
 
         Raises:
-            CorruptionError: the newest segment is damaged.
+            CorruptionError: the newest segment is damaged after its last index entry.
         """
         self._close_segment()
-        self._next_lsn, self._mid_batch = 1, False
+        self._next_lsn, self._mid_batch, self._checked_from = 1, False, None
+        control = self._load_control()
         bases = list_segments(self.shard_dir)
         if not bases:
+            self._next_lsn = self._floor(control)
             return 0
         self._open_segment(bases[-1])
         entries = read_index(index_path(self.shard_dir, bases[-1]))
         if entries:
             self._offset, self._next_lsn = self._index_hint(bases[-1], entries[-1][0])
+        self._checked_from = (self._offset, self._next_lsn)
         while self._fetch(1 << 30):
             pass
-        return os.fstat(self._fd).st_size - self._offset
+        torn = os.fstat(self._fd).st_size - self._offset
+        if (
+            control is not None
+            and control.next_lsn > self._next_lsn
+            and control.covers(self._next_lsn, control.next_lsn - 1)
+            and not torn
+        ):
+            self._close_segment()
+            self._next_lsn = control.next_lsn
+        return torn
+
+    @property
+    def checked_from(self) -> tuple[int, int] | None:
+        """After :meth:`seek_end`: ``(offset, lsn)`` in the newest segment where its scan
+        began (the last verified index entry, else the first record), or ``None``."""
+        return self._checked_from
 
     def _beyond_end(self, lsn: int) -> InvalidArgumentError:
         return InvalidArgumentError(
@@ -147,7 +223,11 @@ class ShardReader:
             head = os.pread(self._fd, FRAME_HEADER_BYTES, offset)
             if len(head) == FRAME_HEADER_BYTES:
                 fields = FRAME_HEADER.unpack(head)
-                if fields[2] == lsn and fields[6] == 0:
+                if (
+                    fields[2] == lsn
+                    and fields[6] == 0
+                    and (not self._layout.trailer or header_checksum_holds(head, 0))
+                ):
                     return offset, lsn
         return SEGMENT_HEADER_BYTES, base
 
@@ -160,7 +240,7 @@ class ShardReader:
             oldest = next((b for b in bases if b > base), base + 1)
             raise LsnNotRetainedError(base, oldest, path=self.shard_dir) from None
         try:
-            header = decode_segment_header(os.pread(fd, SEGMENT_HEADER_BYTES, 0), path, base)
+            header = decode_segment_header(os.pread(fd, HEADER_READ_BYTES, 0), path, base)
         except BaseException:
             os.close(fd)
             raise
@@ -174,6 +254,7 @@ class ShardReader:
             )
         self.shard_id = header.shard_id
         self._fd, self._base, self._path = fd, base, path
+        self._layout = LAYOUTS[header.version]
         self._buf, self._buf_start = b"", 0
         self._offset, self._next_lsn, self._mid_batch = SEGMENT_HEADER_BYTES, base, False
 
@@ -249,7 +330,7 @@ class ShardReader:
                 buf, start = os.pread(fd, min(want, size - offset), offset), offset
                 self._buf, self._buf_start, fresh = buf, start, True
             frames, end, stop = scan_frames(
-                buf, offset - start, self._next_lsn, max_records,
+                buf, offset - start, self._next_lsn, max_records, layout=self._layout,
                 mid_batch_start=self._mid_batch, file_offset=start,
             )  # fmt: skip
             if frames:
@@ -261,9 +342,12 @@ class ShardReader:
                     self._offset, self._next_lsn = start + end, frames[-1].lsn + 1
                     self._mid_batch = False
                 return frames
-            if (stop is None or stop.kind in _NEEDS_MORE) and start + len(buf) < size:
-                if start == offset and stop is not None:  # one frame or batch outgrew the buffer
-                    want = max(want * 2, (stop.frame_end or 0) - offset)
+            if start + len(buf) < size:  # decide nothing before the bytes reach the end
+                if stop is None or stop.kind in _NEEDS_MORE:
+                    if start == offset and stop is not None:  # a frame outgrew the buffer
+                        want = max(want * 2, (stop.frame_end or 0) - offset)
+                else:
+                    want = size - offset  # damage or a torn tail: judge it on every byte
                 self._buf = b""
                 continue
             if stop is None:
@@ -273,16 +357,27 @@ class ShardReader:
                 # have cut a torn tail and written other records over the same offsets.
                 self._buf = b""
                 continue
-            torn = is_torn_tail(buf, stop, start)
-            if torn and not self._sealed():
-                return []
+            if not is_torn_tail(
+                buf[offset - start :],
+                self._next_lsn,
+                self._layout,
+                offset,
+                mid_batch_start=self._mid_batch,
+            ):
+                raise CorruptionError(
+                    stop.describe(), path=self._path, offset=stop.offset, lsn=stop.lsn
+                )
+            if not self._sealed():
+                return []  # nothing yet: a record being appended, or a writer that died
             new_size = os.fstat(fd).st_size
-            if new_size != size:
+            if new_size != size:  # the writer finished this append, then rotated
                 size, self._buf = new_size, b""
                 continue
-            sealed = " in a sealed segment (a newer one exists)" if torn else ""
             raise CorruptionError(
-                stop.describe() + sealed, path=self._path, offset=stop.offset, lsn=stop.lsn
+                f"{stop.describe()} in a sealed segment (a newer one exists)",
+                path=self._path,
+                offset=stop.offset,
+                lsn=stop.lsn,
             )
         return []
 
@@ -306,6 +401,7 @@ class ShardReader:
             CorruptionError: a newer segment exists but none starts at the next LSN.
             LsnNotRetainedError: no segment is open and the oldest one starts after the next
                 LSN (the segments were removed).
+            LsnDiscardedError: the next LSN was cut out by ``moonish wal repair``.
         """
         if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
             return False  # bytes we could not take yet (a torn tail or a record in flight)
@@ -317,10 +413,14 @@ class ShardReader:
         else:
             current = self._base if self._fd >= 0 and self._base is not None else nxt - 1
             newer = [base for base in list_segments(self.shard_dir) if base > current]
+            if newer and self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
+                return True  # the writer added to this segment (then rotated): read the rest
+            control = self._load_control()
+            span = control.discarded_range(nxt) if control is not None else None
+            if span is not None:
+                raise LsnDiscardedError(nxt, *span, path=self.shard_dir)
             if not newer:
                 return False
-            if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
-                return True  # the writer added to this segment (then rotated): read the rest
         if newer[0] != nxt:
             if self._fd < 0:
                 raise LsnNotRetainedError(nxt, newer[0], path=self.shard_dir)

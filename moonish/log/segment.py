@@ -14,7 +14,9 @@ from moonish.log.format import (
     MAGIC,
     SEGMENT_HEADER,
     SEGMENT_HEADER_BYTES,
+    SEGMENT_HEADER_BYTES_OFFSET,
     SEGMENT_HEADER_CRC,
+    SEGMENT_VERSION_OFFSET,
     SUPPORTED_VERSIONS,
     index_name,
     parse_segment_name,
@@ -43,47 +45,63 @@ def encode_segment_header(shard_id: int, base_lsn: int, created_us: int) -> byte
 def decode_segment_header(data: bytes, path: str, expected_base_lsn: int) -> SegmentHeader:
     """Decode and check a segment header read from ``path``.
 
+    The checks run in this order, so that a damaged byte is never mistaken for a newer
+    format: length, magic, header checksum (over ``[0, header_bytes - 4)``, wherever a later
+    version puts the end of its header), then the version, then the fields.
+
     Args:
         data: at least the first 40 bytes of the segment (fewer means a truncated header).
         path: the segment file, for error messages.
         expected_base_lsn: the base LSN the file name promises.
 
     Raises:
-        CorruptionError: short header, bad magic, bad header CRC, or a base LSN that differs
-            from the file name.
-        UnsupportedFormatError: a version this build does not read.
+        CorruptionError: short header, bad magic, bad header CRC, a non-zero reserved field,
+            or a base LSN that differs from the file name (errors carry ``expected_base_lsn``).
+        UnsupportedFormatError: a version this build does not read, under a valid checksum.
     """
+    lsn = expected_base_lsn
     if len(data) < SEGMENT_HEADER_BYTES:
         raise CorruptionError(
             f"segment header is truncated: {len(data)} of {SEGMENT_HEADER_BYTES} bytes",
             path=path,
             offset=0,
+            lsn=lsn,
         )
-    magic, version, header_bytes, shard_id, base_lsn, created_us, _ = SEGMENT_HEADER.unpack_from(
-        data
+    magic, version, header_bytes, shard_id, base_lsn, created_us, reserved = (
+        SEGMENT_HEADER.unpack_from(data)
     )
     if magic != MAGIC:
         raise CorruptionError(
-            f"bad segment magic {magic!r}, expected {MAGIC!r}", path=path, offset=0
+            f"bad segment magic {magic!r}, expected {MAGIC!r}", path=path, offset=0, lsn=lsn
         )
+    crc_at = header_bytes - SEGMENT_HEADER_CRC.size
+    if (
+        not SEGMENT_HEADER_BYTES <= header_bytes <= len(data)
+        or crc32c.crc32c(data[:crc_at]) != SEGMENT_HEADER_CRC.unpack_from(data, crc_at)[0]
+    ):
+        raise CorruptionError("segment header checksum mismatch", path=path, offset=0, lsn=lsn)
     if version not in SUPPORTED_VERSIONS:
         raise UnsupportedFormatError(
             f"segment format version {version} is not supported (this build reads "
             f"{', '.join(map(str, SUPPORTED_VERSIONS))})",
             path=path,
-            offset=8,
+            offset=SEGMENT_VERSION_OFFSET,
+            lsn=lsn,
         )
-    (stored_crc,) = SEGMENT_HEADER_CRC.unpack_from(data, SEGMENT_HEADER.size)
-    if crc32c.crc32c(data[: SEGMENT_HEADER.size]) != stored_crc or (
-        header_bytes != SEGMENT_HEADER_BYTES
-    ):
-        raise CorruptionError("segment header checksum mismatch", path=path, offset=0)
+    if header_bytes != SEGMENT_HEADER_BYTES or reserved:
+        raise CorruptionError(
+            f"segment header of version {version} has header_bytes {header_bytes} and "
+            f"reserved {reserved} (expected {SEGMENT_HEADER_BYTES} and 0)",
+            path=path,
+            offset=SEGMENT_HEADER_BYTES_OFFSET,
+            lsn=lsn,
+        )
     if base_lsn != expected_base_lsn:
         raise CorruptionError(
             f"segment header says base LSN {base_lsn} but the file name says {expected_base_lsn}",
             path=path,
             offset=16,
-            lsn=base_lsn,
+            lsn=lsn,
         )
     return SegmentHeader(version, shard_id, base_lsn, created_us)
 
@@ -123,6 +141,27 @@ def list_segments(shard_dir: str) -> list[int]:
     bases = [base for base in map(parse_segment_name, names) if base is not None]
     bases.sort()
     return bases
+
+
+SNAPSHOT_SUFFIX = ".snap"
+
+
+def snapshot_path(shard_dir: str, lsn: int) -> str:
+    """Path of the snapshot of the keyspace after record ``lsn`` (moonish.state.snapshot)."""
+    return os.path.join(shard_dir, f"{lsn:016x}{SNAPSHOT_SUFFIX}")
+
+
+def list_snapshots(shard_dir: str) -> list[int]:
+    """LSNs of the shard's snapshot files (``<lsn:016x>.snap``), oldest first."""
+    found = []
+    for name in os.listdir(shard_dir):
+        stem = name[: -len(SNAPSHOT_SUFFIX)]
+        if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 16 and not name.startswith("."):
+            try:
+                found.append(int(stem, 16))
+            except ValueError:
+                continue
+    return sorted(found)
 
 
 def segment_path(shard_dir: str, base_lsn: int) -> str:

@@ -9,8 +9,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from moonish.errors import CorruptionError
-from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES, RecordType, segment_name
-from moonish.log.frames import Frame, is_torn_tail, scan_frames
+from moonish.log.control import Control, control_path, load_control
+from moonish.log.format import (
+    FRAME_HEADER_BYTES,
+    FRAME_TRAILER_BYTES,
+    INDEX_ENTRY,
+    SEGMENT_HEADER_BYTES,
+    RecordType,
+    segment_name,
+)
+from moonish.log.frames import LAYOUTS, Frame, is_torn_tail, scan_frames
 from moonish.log.reader import ShardReader
 from moonish.log.records import (
     Checkpoint,
@@ -27,6 +35,7 @@ from moonish.log.segment import (
     decode_segment_header,
     index_path,
     list_segments,
+    list_snapshots,
     read_index,
     require_shard_dir,
     segment_path,
@@ -50,14 +59,22 @@ class VerifyReport:
     index_entries: int
     torn_tail_bytes: int
     """Bytes of torn tail after the last committed record (cut off by the next writer)."""
+    next_lsn: int
+    """The LSN the next writer appends (after any discarded range; control.json's when the
+    shard holds no segment)."""
+    discarded: tuple[tuple[int, int], ...]
+    """LSN ranges ``moonish wal repair`` cut out (control.json)."""
 
 
 def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
     """Check every segment of a shard: headers, frame CRCs, LSN continuity within and across
-    segments, batch framing, payload grammar and the sparse index entries.
+    segments (a gap only where control.json records a repair discarded it), batch framing,
+    payload grammar, the sparse index entries, and that the log reaches the end control.json
+    and the snapshots say it had reached.
 
     A torn tail at the end of the newest segment is not damage (it is the normal end of a log
-    whose writer died); it is reported in ``torn_tail_bytes``.
+    whose writer died: the rule is moonish.log.frames, ``is_torn_tail``); it is reported in
+    ``torn_tail_bytes``.
 
     Raises:
         InvalidArgumentError: not an existing shard directory.
@@ -66,6 +83,7 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
     """
     path = require_shard_dir(shard_dir)
     bases = list_segments(path)
+    control = load_control(path)
     shard: int | None = None
     records = total_bytes = index_entries = torn = 0
     expected = bases[0] if bases else 1
@@ -78,7 +96,9 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
         if shard is not None and header.shard_id != shard:
             raise CorruptionError(f"segment of shard {header.shard_id} in shard {shard}", path=seg)
         shard = header.shard_id
-        if base != expected:
+        if base != expected and not (
+            number and control is not None and control.covers(expected, base - 1)
+        ):
             raise CorruptionError(
                 f"segment starts at LSN {base}, but the previous one ends at LSN {expected - 1}",
                 path=seg,
@@ -86,34 +106,42 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
                 lsn=base,
             )
         offsets: dict[int, int] = {}
+        layout = LAYOUTS[header.version]
         pos, lsn = SEGMENT_HEADER_BYTES, base
         while True:
-            frames, end, stop = scan_frames(data, pos, lsn, SCAN_BATCH_RECORDS)
+            frames, end, stop = scan_frames(data, pos, lsn, SCAN_BATCH_RECORDS, layout=layout)
             for frame in frames:
                 _decode(frame, seg)
                 offsets[frame.lsn] = frame.offset
             records += len(frames)
             pos, lsn = end, lsn + len(frames)
             if stop is not None:
-                if number < len(bases) - 1 or not is_torn_tail(data, stop):
+                torn_like = is_torn_tail(data[pos:], lsn, layout, pos)
+                if number < len(bases) - 1 or not torn_like:
+                    sealed = " in a sealed segment (a newer one exists)" if torn_like else ""
                     raise CorruptionError(
-                        stop.describe(), path=seg, offset=stop.offset, lsn=stop.lsn
+                        stop.describe() + sealed, path=seg, offset=stop.offset, lsn=stop.lsn
                     )
                 torn = len(data) - pos
                 break
             if pos == len(data):
                 break
-        for entry_lsn, entry_offset in read_index(index_path(path, base)):
+        for number_in_index, (entry_lsn, entry_offset) in enumerate(
+            read_index(index_path(path, base))
+        ):
             if number == len(bases) - 1 and entry_offset >= pos:
                 continue  # points into the torn tail: the next writer drops it with the tail
             if offsets.get(entry_lsn) != entry_offset:
                 raise CorruptionError(
-                    f"index entry says LSN {entry_lsn} is at offset {entry_offset}, but it is not",
+                    f"index entry says LSN {entry_lsn} is at offset {entry_offset} of "
+                    f"{segment_name(base)}, but it is not",
                     path=index_path(path, base),
+                    offset=number_in_index * INDEX_ENTRY.size,
                     lsn=entry_lsn,
                 )
             index_entries += 1
         expected = lsn
+    next_lsn = _check_end(path, expected if bases else None, control)
     return VerifyReport(
         path,
         shard,
@@ -124,7 +152,35 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
         total_bytes,
         index_entries,
         torn,
+        next_lsn,
+        control.discarded if control is not None else (),
     )
+
+
+def _check_end(path: str, log_end: int | None, control: Control | None) -> int:
+    """The next LSN, checked against control.json and the snapshots (``log_end``: the LSN
+    after the last record of the segments, ``None`` when there is none)."""
+    if log_end is None:
+        return control.next_lsn if control is not None else 1
+    next_lsn = log_end
+    if control is not None and control.next_lsn > log_end:
+        if not (control.clean and control.covers(log_end, control.next_lsn - 1)):
+            raise CorruptionError(
+                f"the log ends at LSN {log_end - 1}, but control.json says it had reached LSN "
+                f"{control.next_lsn - 1}: segments or records were removed from its end",
+                path=control_path(path),
+                lsn=log_end,
+            )
+        next_lsn = control.next_lsn
+    snapshots = list_snapshots(path)
+    if snapshots and snapshots[-1] >= next_lsn:
+        raise CorruptionError(
+            f"the log ends at LSN {next_lsn - 1}, but a snapshot covers records up to LSN "
+            f"{snapshots[-1]}: records were lost from the end of the log",
+            path=path,
+            lsn=next_lsn,
+        )
+    return next_lsn
 
 
 def _decode(frame: Frame, path: str) -> Record:
@@ -173,6 +229,14 @@ def describe(record: Record) -> str:
     return f"checkpoint_lsn: {record.checkpoint_lsn}, label: {record.label!r}"
 
 
+def _frame_overhead(seg: str, base: int) -> int:
+    """Bytes of a frame of segment ``seg`` besides its payload (header, and trailer in v2)."""
+    with open(seg, "rb") as handle:
+        version = decode_segment_header(handle.read(SEGMENT_HEADER_BYTES), seg, base).version
+    layout = LAYOUTS[version]
+    return FRAME_HEADER_BYTES + (FRAME_TRAILER_BYTES if layout.trailer else 0)
+
+
 def dump_lines(
     shard_dir: str | os.PathLike[str], from_lsn: int = 0, limit: int | None = None
 ) -> Iterator[str]:
@@ -186,6 +250,7 @@ def dump_lines(
     """
     reader = ShardReader(shard_dir)
     bases: list[int] = []
+    overheads: dict[int, int] = {}  # frame bytes besides the payload, by segment
     try:
         reader.seek(from_lsn)
         remaining = limit
@@ -197,11 +262,14 @@ def dump_lines(
                 bases = list_segments(reader.shard_dir)
             for frame in frames:
                 base = bases[bisect.bisect_right(bases, frame.lsn) - 1]
-                record = _decode(frame, segment_path(reader.shard_dir, base))
+                seg = segment_path(reader.shard_dir, base)
+                if base not in overheads:
+                    overheads[base] = _frame_overhead(seg, base)
+                record = _decode(frame, seg)
                 commit = EPOCH + datetime.timedelta(microseconds=frame.commit_us)  # exact, no float
                 yield (
                     f"lsn: {frame.lsn}, segment: {segment_name(base)}, offset: {frame.offset}, "
-                    f"bytes: {FRAME_HEADER_BYTES + len(frame.payload)}, "
+                    f"bytes: {overheads[base] + len(frame.payload)}, "
                     f"type: {RecordType(frame.record_type).name.lower()}, "
                     f"batch: {frame.batch_index + 1}/{frame.batch_size}, "
                     f"commit: {commit.isoformat().replace('+00:00', 'Z')}, {describe(record)}"

@@ -33,14 +33,22 @@ from dataclasses import dataclass
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError, InvalidArgumentError, WriterLockedError
-from moonish.log.format import FLAG_BATCH, INDEX_ENTRY, LOCK_NAME, SEGMENT_HEADER_BYTES
-from moonish.log.frames import encode_frame, is_torn_tail, scan_frames
+from moonish.log.control import Control, control_path, load_control, store_control
+from moonish.log.format import (
+    FLAG_BATCH,
+    FORMAT_VERSION,
+    INDEX_ENTRY,
+    LOCK_NAME,
+    SEGMENT_HEADER_BYTES,
+)
+from moonish.log.frames import LAYOUTS, Frame, encode_frame, is_torn_tail, scan_frames
 from moonish.log.records import Record, encode_payload
 from moonish.log.segment import (
     decode_segment_header,
     encode_segment_header,
     index_path,
     list_segments,
+    list_snapshots,
     read_index,
     segment_path,
 )
@@ -101,6 +109,26 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def lock_shard(shard_dir: str) -> int:
+    """Take the shard's writer lock (``flock`` on ``<shard_dir>/LOCK``, which then holds
+    ``pid=<n>``); returns the lock file's descriptor: closing it releases the lock.
+
+    Raises:
+        WriterLockedError: another writer (or a repair) holds it.
+    """
+    path = os.path.join(shard_dir, LOCK_NAME)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise WriterLockedError(path, holder) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid={os.getpid()}\n".encode(), 0)
+    return fd
+
+
 def _fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -135,8 +163,10 @@ class WalWriter:
         self._lock = threading.Lock()
         self._fd = -1
         self._dirty = False
+        self.index_rebuilt = False
+        """Whether opening found the newest segment's index damaged and rebuilt it."""
         os.makedirs(self.shard_dir, exist_ok=True)
-        self._lock_fd = self._take_lock()
+        self._lock_fd = lock_shard(self.shard_dir)
         try:
             self.recovery = self._recover()
         except BaseException:
@@ -152,60 +182,146 @@ class WalWriter:
 
     # -- opening ---------------------------------------------------------------------------
 
-    def _take_lock(self) -> int:
-        path = os.path.join(self.shard_dir, LOCK_NAME)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-            os.close(fd)
-            raise WriterLockedError(path, holder) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid={os.getpid()}\n".encode(), 0)
-        return fd
-
     def _recover(self) -> Recovery:
+        """Find where the log ends, cut a torn tail, open (or create) the newest segment and
+        mark the control file unclean (a writer is running). Nothing is changed on disk
+        before every check has passed."""
+        control = load_control(self.shard_dir)
         bases = list_segments(self.shard_dir)
         if not bases:
-            self.shard_id = self.options.shard_id or 0
-            self._create_segment(1)
-            return Recovery(segment_path(self.shard_dir, 1), 0, 1)
-        base = bases[-1]
+            start = self._start_without_segments(control)
+            self._check_snapshots(start)
+            self._create_segment(start)
+            recovery = Recovery(segment_path(self.shard_dir, start), 0, start)
+        else:
+            recovery = self._recover_newest(bases[-1], control)
+        discarded = control.discarded if control is not None else ()
+        store_control(self.shard_dir, Control(self.shard_id, self._next_lsn, False, discarded))
+        return recovery
+
+    def _check_shard_id(self, shard_id: int, path: str) -> None:
+        if self.options.shard_id is not None and self.options.shard_id != shard_id:
+            raise InvalidArgumentError(
+                f"shard id {self.options.shard_id} was asked for, but the log is shard {shard_id}",
+                path=path,
+            )
+        self.shard_id = shard_id
+
+    def _start_without_segments(self, control: Control | None) -> int:
+        """The first LSN of a shard that holds no segment: 1 for a new shard, else where the
+        control file says the log ended. Raises when nobody can know."""
+        snapshots = list_snapshots(self.shard_dir)
+        if control is None:
+            self._check_shard_id(self.options.shard_id or 0, self.shard_dir)
+            if snapshots:
+                raise CorruptionError(
+                    f"the shard has no segment and no control file, but a snapshot at LSN "
+                    f"{snapshots[-1]}: its log was removed and where it ended is unknown; "
+                    f"choose the next LSN (past every LSN a consumer saw): moonish wal "
+                    f"repair {self.shard_dir} --next-lsn <lsn>",
+                    path=self.shard_dir,
+                    lsn=snapshots[-1] + 1,
+                )
+            return 1
+        self._check_shard_id(control.shard, control_path(self.shard_dir))
+        if not control.clean:
+            raise CorruptionError(
+                f"every segment was removed after a writer that started at LSN "
+                f"{control.next_lsn} stopped without closing: the LSNs it wrote are unknown, "
+                f"and writing them again would give consumers different records under the "
+                f"same LSNs; choose the next LSN (past every LSN a consumer saw): moonish "
+                f"wal repair {self.shard_dir} --next-lsn <lsn>",
+                path=control_path(self.shard_dir),
+                lsn=control.next_lsn,
+            )
+        return control.next_lsn
+
+    def _check_snapshots(self, next_lsn: int) -> None:
+        """A snapshot at LSN ``L`` means records up to ``L`` were written: the log must not
+        end before it (the writer would give those LSNs other records)."""
+        snapshots = list_snapshots(self.shard_dir)
+        if snapshots and snapshots[-1] >= next_lsn:
+            raise CorruptionError(
+                f"the log ends at LSN {next_lsn - 1}, but a snapshot covers the records up to "
+                f"LSN {snapshots[-1]}: records were lost from the end of the log",
+                path=self.shard_dir,
+                lsn=next_lsn,
+            )
+
+    def _recover_newest(self, base: int, control: Control | None) -> Recovery:
         path = segment_path(self.shard_dir, base)
         with open(path, "rb") as handle:
             data = handle.read()
         header = decode_segment_header(data, path, base)
-        if self.options.shard_id is not None and self.options.shard_id != header.shard_id:
-            raise InvalidArgumentError(
-                f"shard id {self.options.shard_id} was asked for, but the log is shard "
-                f"{header.shard_id}",
-                path=path,
-            )
-        self.shard_id = header.shard_id
-        frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data))
-        if stop is not None and not is_torn_tail(data, stop):
+        self._check_shard_id(header.shard_id, path)
+        layout = LAYOUTS[header.version]
+        frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
+        next_lsn = frames[-1].lsn + 1 if frames else base
+        if stop is not None and not is_torn_tail(data[end:], next_lsn, layout, end):
             raise CorruptionError(
-                f"cannot open the writer: {stop.describe()}",
+                f"cannot open the writer: {stop.describe()}, and what follows the last "
+                f"committed record (LSN {next_lsn - 1}) is not what an interrupted append "
+                f"leaves; to cut it anyway (discarding every record from LSN {next_lsn} on, "
+                f"whose LSNs are then never used again): moonish wal repair "
+                f"{self.shard_dir} --truncate-at {end}",
                 path=path,
                 offset=stop.offset,
                 lsn=stop.lsn,
             )
-        next_lsn = frames[-1].lsn + 1 if frames else base
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-        if end < len(data):
-            os.ftruncate(self._fd, end)
-            os.fsync(self._fd)
-        self._base_lsn = base
-        self._size = end
-        self._next_lsn = next_lsn
-        self._recover_index(base, end)
-        return Recovery(path, len(data) - end, next_lsn)
+        start = next_lsn  # where the next append goes
+        if control is not None and control.next_lsn > next_lsn:
+            if not (control.clean and control.covers(next_lsn, control.next_lsn - 1)):
+                raise CorruptionError(
+                    f"the log ends at LSN {next_lsn - 1}, but it had reached LSN "
+                    f"{control.next_lsn - 1} (control.json): segments or records were removed "
+                    f"from its end",
+                    path=path,
+                    lsn=next_lsn,
+                )
+            start = control.next_lsn  # after LSNs a repair discarded: a segment of its own
+        self._check_snapshots(start)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            if end < len(data):
+                os.ftruncate(fd, end)
+            os.fsync(fd)  # what a killed writer left in the page cache is durable before
+        finally:  # control.json records where this writer starts
+            os.close(fd)
+        if header.version != FORMAT_VERSION or start != next_lsn:
+            # Frames of this version never go into a segment of another, and a segment holds
+            # consecutive LSNs: continue in a new segment (which replaces the newest one if
+            # that holds no record and would have the same name).
+            self._create_segment(start)
+        else:
+            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+            self._base_lsn = base
+            self._size = end
+            self._next_lsn = next_lsn
+            self._recover_index(base, frames)
+        return Recovery(path, len(data) - end, start)
 
-    def _recover_index(self, base: int, segment_end: int) -> None:
-        entries = read_index(index_path(self.shard_dir, base))
-        keep = [entry for entry in entries if entry[1] < segment_end]
-        self._index_fd = os.open(index_path(self.shard_dir, base), os.O_WRONLY | os.O_CREAT, 0o644)
+    def _recover_index(self, base: int, frames: list[Frame]) -> None:
+        """Keep the index entries of the newest segment that point at a committed frame that
+        starts a batch; rebuild the index from the frames if any other entry is there (an
+        entry into a cut tail is expected; a wrong one means the index file was damaged, and
+        the index is derived data: Kafka rebuilds a damaged index the same way)."""
+        path = index_path(self.shard_dir, base)
+        entries = read_index(path)
+        starts = {(frame.lsn, frame.offset) for frame in frames if frame.batch_index == 0}
+        end = frames[-1].offset if frames else SEGMENT_HEADER_BYTES
+        keep = [entry for entry in entries if entry in starts]
+        wrong = [entry for entry in entries if entry not in starts and entry[1] <= end]
+        if wrong:
+            interval = self.options.index_interval_bytes
+            keep, last = [], -interval
+            for frame in frames:
+                if frame.batch_index == 0 and frame.offset - last >= interval:
+                    keep.append((frame.lsn, frame.offset))
+                    last = frame.offset
+        self.index_rebuilt = bool(wrong)
+        self._index_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        if wrong:
+            os.pwrite(self._index_fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in keep), 0)
         os.ftruncate(self._index_fd, len(keep) * INDEX_ENTRY.size)
         os.lseek(self._index_fd, 0, os.SEEK_END)
         self._last_indexed = keep[-1][1] if keep else -self.options.index_interval_bytes
@@ -340,7 +456,14 @@ class WalWriter:
             os.close(self._fd)
             os.close(self._index_fd)
             self._fd = -1
-            os.close(self._lock_fd)
+            try:
+                control = load_control(self.shard_dir)
+                discarded = control.discarded if control is not None else ()
+                store_control(
+                    self.shard_dir, Control(self.shard_id, self._next_lsn, True, discarded)
+                )
+            finally:
+                os.close(self._lock_fd)
 
     def __enter__(self) -> WalWriter:
         return self

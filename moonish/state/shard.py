@@ -31,6 +31,7 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
     CommandError,
     CorruptionError,
+    LsnDiscardedError,
     LsnNotRetainedError,
     UnavailableError,
     UnsupportedFormatError,
@@ -337,18 +338,32 @@ class ShardWriter:
             return
         reader = ShardReader(self.shard_dir)
         try:
-            try:
-                reader.seek(start)
-            except LsnNotRetainedError as exc:
-                raise CorruptionError(
-                    f"cannot rebuild the keyspace: records {start}..{exc.oldest_lsn - 1} were "
-                    "removed and no snapshot covers them", path=self.shard_dir, lsn=start,
-                ) from None  # fmt: skip
-            while frames := reader.poll(4096):
+            self._seek_replay(reader, start)
+            while True:
+                try:
+                    frames = reader.poll(4096)
+                except LsnDiscardedError as exc:  # cut out by `wal repair`: gone from the log
+                    self._seek_replay(reader, exc.oldest_lsn)
+                    continue
+                if not frames:
+                    break
                 for frame in frames:
                     self._replay(frame.lsn, frame.record_type, frame.payload, frame.commit_us)
         finally:
             reader.close()
+
+    def _seek_replay(self, reader: ShardReader, lsn: int) -> None:
+        """Position the replay at ``lsn``; past LSNs a repair discarded (the keyspace then
+        holds what the log holds: the discarded records' changes are lost with them)."""
+        try:
+            reader.seek(lsn)
+        except LsnDiscardedError as exc:
+            reader.seek(exc.oldest_lsn)
+        except LsnNotRetainedError as exc:
+            raise CorruptionError(
+                f"cannot rebuild the keyspace: records {lsn}..{exc.oldest_lsn - 1} were "
+                "removed and no snapshot covers them", path=self.shard_dir, lsn=lsn,
+            ) from None  # fmt: skip
 
     def _replay(self, lsn: int, record_type: int, payload: bytes, commit_us: int) -> None:
         if record_type == RecordType.KV:

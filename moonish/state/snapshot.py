@@ -22,12 +22,20 @@ import orjson
 
 from moonish.errors import CorruptionError, UnsupportedFormatError
 from moonish.fileio import replace_atomically
+from moonish.log.segment import SNAPSHOT_SUFFIX, list_snapshots, snapshot_path
 from moonish.state.keyspace import Keyspace
 from moonish.state.values import state_image
 
-SNAPSHOT_SUFFIX = ".snap"
 FORMAT = "moonish-snapshot"
 VERSION = 1
+__all__ = [
+    "SNAPSHOT_SUFFIX",
+    "Snapshot",
+    "list_snapshots",
+    "read_snapshot",
+    "snapshot_path",
+    "write_snapshot",
+]
 KEEP_SNAPSHOTS = 2
 """Snapshots kept per shard: the newest and the one before it."""
 
@@ -41,23 +49,6 @@ class Snapshot:
     lsn: int
     created_us: int
     images: list[bytes]
-
-
-def snapshot_path(shard_dir: str, lsn: int) -> str:
-    return os.path.join(shard_dir, f"{lsn:016x}{SNAPSHOT_SUFFIX}")
-
-
-def list_snapshots(shard_dir: str) -> list[int]:
-    """LSNs of the shard's snapshot files, oldest first."""
-    found = []
-    for name in os.listdir(shard_dir):
-        stem = name[: -len(SNAPSHOT_SUFFIX)]
-        if name.endswith(SNAPSHOT_SUFFIX) and len(stem) == 16 and not name.startswith("."):
-            try:
-                found.append(int(stem, 16))
-            except ValueError:
-                continue
-    return sorted(found)
 
 
 def write_snapshot(
@@ -80,30 +71,44 @@ def write_snapshot(
 
 
 def read_snapshot(path: str) -> Snapshot:
-    """Read and verify a snapshot file.
+    """Read and verify a snapshot file. The checksum is checked before anything in the file
+    is believed, so a damaged byte is never read as a format or version.
 
     Raises:
-        CorruptionError: wrong format, bad CRC or a key count that does not match (path and
-            byte offset in the error).
+        CorruptionError: a bad or unreadable checksum trailer, a checksum that does not match,
+            or (under a valid checksum) a header of the wrong format or fields or a key count
+            that does not match (path and byte offset in the error).
         UnsupportedFormatError: a version this build does not read.
     """
     with open(path, "rb") as file:
         data = file.read()
-    end = data.rfind(b"\n", 0, len(data) - 1) + 1
+    end = data.rfind(b"\n", 0, len(data) - 1) + 1  # where the trailer line starts
     try:
-        expected = orjson.loads(data[end:])["crc32c"]
+        stored = orjson.loads(data[end:])["crc32c"]
+    except (orjson.JSONDecodeError, KeyError, TypeError) as exc:
+        raise CorruptionError(
+            f"snapshot checksum trailer is unreadable: {exc!r}", path=path, offset=end
+        ) from None
+    if crc32c.crc32c(data[:end]) != stored:
+        raise CorruptionError("snapshot CRC mismatch", path=path, offset=end)
+    try:
         header = orjson.loads(data[: data.index(b"\n")])
         if header["format"] != FORMAT:
             raise ValueError(f"format {header['format']!r}")
+        version = header["version"]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CorruptionError(f"not a moonish snapshot: {exc}", path=path, offset=0) from None
-    if header["version"] != VERSION:
-        raise UnsupportedFormatError(f"snapshot version {header['version']}", path=path)
-    if crc32c.crc32c(data[:end]) != expected:
-        raise CorruptionError("snapshot CRC mismatch", path=path, offset=end)
-    images = data[:end].split(b"\n")[1:-1]
-    if len(images) != header["keys"]:
-        raise CorruptionError(
-            f"snapshot has {len(images)} keys, its header says {header['keys']}", path=path
+        raise CorruptionError(f"not a moonish snapshot: {exc!r}", path=path, offset=0) from None
+    if version != VERSION:
+        raise UnsupportedFormatError(f"snapshot version {version}", path=path, offset=0)
+    try:
+        shard, lsn, keys, created_us = (
+            int(header[name]) for name in ("shard", "lsn", "keys", "created_us")
         )
-    return Snapshot(path, header["shard"], header["lsn"], header["created_us"], images)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptionError(f"bad snapshot header: {exc!r}", path=path, offset=0) from None
+    images = data[:end].split(b"\n")[1:-1]
+    if len(images) != keys:
+        raise CorruptionError(
+            f"snapshot has {len(images)} keys, its header says {keys}", path=path, offset=0
+        )
+    return Snapshot(path, shard, lsn, created_us, images)

@@ -1,0 +1,119 @@
+"""The shard's control file (``<shard_dir>/control.json``): where the log ends, kept apart
+from the segments so that it survives their removal (PostgreSQL keeps the WAL position in
+``pg_control`` for the same reason).
+
+::
+
+    {
+      "format": "moonish-control",
+      "version": 1,
+      "shard": <id>,              the shard id its segments carry
+      "next_lsn": <n>,            the writer never writes an LSN below this
+      "clean": true | false,      the last writer closed: next_lsn is the exact end of the log
+      "discarded": [[a, b], ...], inclusive LSN ranges cut out by `moonish wal repair`
+      "crc32c": <checksum of the bytes before this member>
+    }
+
+The writer stores ``clean: false`` and its starting LSN when it opens and ``clean: true`` and
+the next LSN when it closes; ``moonish wal repair`` adds discarded ranges. So:
+
+- when every segment is removed (retention, a person), the next writer continues at
+  ``next_lsn`` and readers know that LSNs below it are no longer retained, rather than
+  starting over at LSN 1 and giving old LSNs new contents;
+- when a writer died and every segment was removed after it, nobody knows which LSNs it used:
+  the next writer refuses to guess (``moonish wal repair --next-lsn``);
+- LSNs in a discarded range are never written again; a reader that reaches one gets
+  :class:`~moonish.errors.LsnDiscardedError` naming where the log continues.
+
+A shard without the file (written before it existed) is read as if it said ``clean: false``
+with the end its segments give.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from moonish.errors import CorruptionError, UnsupportedFormatError
+from moonish.fileio import dump_checked, load_checked, replace_atomically
+
+CONTROL_NAME = "control.json"
+FORMAT, VERSION = "moonish-control", 1
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """What the control file says (see the module docstring)."""
+
+    shard: int
+    next_lsn: int
+    clean: bool
+    discarded: tuple[tuple[int, int], ...] = field(default=())
+
+    def discarded_range(self, lsn: int) -> tuple[int, int] | None:
+        """The discarded range ``(first, last)`` that holds ``lsn``, or ``None``."""
+        for first, last in self.discarded:
+            if first <= lsn <= last:
+                return first, last
+        return None
+
+    def covers(self, first: int, last: int) -> bool:
+        """Whether the discarded ranges cover every LSN in ``[first, last]``."""
+        lsn = first
+        while lsn <= last:
+            span = self.discarded_range(lsn)
+            if span is None:
+                return False
+            lsn = span[1] + 1
+        return True
+
+
+def control_path(shard_dir: str) -> str:
+    return os.path.join(shard_dir, CONTROL_NAME)
+
+
+def load_control(shard_dir: str) -> Control | None:
+    """The shard's control file, or ``None`` if it has none.
+
+    Raises:
+        CorruptionError: the file is damaged (checksum) or its fields are out of range.
+        UnsupportedFormatError: another format or a version this build does not read.
+    """
+    path = control_path(shard_dir)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    document = load_checked(data, path)
+    if document.get("format") != FORMAT or document.get("version") != VERSION:
+        raise UnsupportedFormatError(
+            f"control file is not {FORMAT} version {VERSION}: "
+            f"{document.get('format')!r} version {document.get('version')!r}",
+            path=path,
+        )
+    try:
+        shard, next_lsn, clean = document["shard"], document["next_lsn"], document["clean"]
+        discarded = tuple((int(a), int(b)) for a, b in document["discarded"])
+        if not isinstance(shard, int) or shard < 0 or not isinstance(clean, bool):
+            raise ValueError(f"shard {shard!r}, clean {clean!r}")
+        if not isinstance(next_lsn, int) or next_lsn < 1:
+            raise ValueError(f"next_lsn {next_lsn!r}")
+        if any(not 1 <= a <= b < next_lsn for a, b in discarded):
+            raise ValueError(f"discarded ranges {discarded} (next_lsn {next_lsn})")
+    except (KeyError, TypeError, ValueError) as error:
+        raise CorruptionError(f"bad control file fields: {error}", path=path) from None
+    return Control(shard, next_lsn, clean, discarded)
+
+
+def store_control(shard_dir: str, control: Control) -> None:
+    """Replace the control file atomically (temporary name, fsync, rename)."""
+    document: dict[str, object] = {
+        "format": FORMAT,
+        "version": VERSION,
+        "shard": control.shard,
+        "next_lsn": control.next_lsn,
+        "clean": control.clean,
+        "discarded": [list(span) for span in control.discarded],
+    }
+    replace_atomically(control_path(shard_dir), [dump_checked(document)])

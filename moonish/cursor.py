@@ -47,16 +47,32 @@ class Cursor:
         stripped = text.strip()
         if stripped.startswith("snapshot:"):
             parts = stripped.split(":")
-            if len(parts) != 3 or not all(p.isdigit() and p.isascii() for p in parts[1:]):
+            if len(parts) != 3 or not all(_is_number(p) for p in parts[1:]):
                 raise InvalidArgumentError(
-                    f"snapshot cursor must be snapshot:<lsn>:<row>, got {text!r}"
+                    f"snapshot cursor must be snapshot:<lsn>:<row>, got {_shown(text)}"
                 )
             return cls(int(parts[1]) + 1, int(parts[2]))
-        if not stripped.isdigit() or not stripped.isascii():
-            raise InvalidArgumentError(f"cursor must be a non-negative integer LSN, got {text!r}")
+        if not _is_number(stripped):
+            raise InvalidArgumentError(
+                f"cursor must be a non-negative integer LSN below 2**64, got {_shown(text)}"
+            )
         return cls(int(stripped))
 
     def __str__(self) -> str:
         if self.snapshot_row is not None:
             return f"snapshot:{self.lsn - 1}:{self.snapshot_row}"
         return str(self.lsn)
+
+
+MAX_DIGITS = len(str(MAX_LSN))
+
+
+def _is_number(text: str) -> bool:
+    """Decimal digits that can be a u64 (checked by length first: Python refuses to convert
+    strings of more than 4,300 digits, and a huge one is no LSN anyway)."""
+    return text.isascii() and text.isdigit() and len(text.lstrip("0") or "0") <= MAX_DIGITS
+
+
+def _shown(text: str) -> str:
+    """``text`` for an error message, cut short when it is long."""
+    return repr(text) if len(text) <= 40 else f"{text[:20]!r}... ({len(text)} characters)"

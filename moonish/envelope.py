@@ -280,6 +280,7 @@ class EnvelopeEncoder:
             envelope = None
             if rtype == change_type:
                 if len(payload) > 2 and payload[2] == 0:
+                    self._check_skipped(lsn, payload, offset)
                     continue  # written while the stream was off: not a change event
                 op, envelope = change(lsn, flags, bidx, bsize, commit_us, payload, offset,
                                       change_tail)  # fmt: skip
@@ -353,6 +354,14 @@ class EnvelopeEncoder:
             add_op(op)
             add_envelope(envelope)
 
+    def _check_skipped(self, lsn: int, payload: bytes, offset: int) -> None:
+        """A record written with the stream off is passed over, but only once it is known to
+        follow its grammar (readers accept exactly what ``wal verify`` accepts)."""
+        try:
+            change_fields(payload)
+        except PayloadError as exc:
+            raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
+
     def _change(
         self, lsn: int, flags: int, bidx: int, bsize: int, commit_us: int, payload: bytes,
         offset: int, tail: bytes,
@@ -360,7 +369,9 @@ class EnvelopeEncoder:
         """(op, envelope) of a kv_change record or a snapshot row: the images are spliced in
         as stored (the writer made them JSON), no JSON is parsed."""
         try:
-            op_code, change_flags, _, db, command, _, before, after = change_fields(payload)
+            op_code, change_flags, _, db, command, _, before, after = change_fields(
+                payload, snapshot_row=bool(flags & FLAG_SNAPSHOT)
+            )
         except PayloadError as exc:
             raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
         before, after = before or b"null", after or b"null"

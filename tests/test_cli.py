@@ -258,8 +258,10 @@ def test_console_script_is_installed() -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
-        (["-1"], b"non-negative integer LSN, got '-1'"),
-        (["abc"], b"non-negative integer LSN, got 'abc'"),
+        (["-1"], b"non-negative integer LSN below 2**64, got '-1'"),
+        (["abc"], b"non-negative integer LSN below 2**64, got 'abc'"),
+        (["1" * 5000], b"got '11111111111111111111'... (5000 characters)"),
+        (["18446744073709551616"], b"must be between 0 and 18446744073709551615"),
         (["0", "--limit", "0"], b"0 is not in the range 1<=x<=10000"),
         (["99"], b"beyond the end of the log; the next LSN is 13"),
     ],

@@ -17,8 +17,10 @@ from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, MAGIC, RecordType
 from moonish.log.frames import encode_frame
 from moonish.log.reader import ShardReader
-from moonish.log.records import KV_HEAD, encode_payload
+from moonish.log.records import KV_HEAD, KvChange, Replay, ViewType, encode_payload
+from moonish.log.verify import verify_shard
 from moonish.sinks.export import Exporter
+from moonish.state.shard import ShardOptions, ShardWriter
 from tests.conftest import kv, open_writer
 from tests.golden import segments
 
@@ -222,3 +224,118 @@ def test_export_places_every_change_before_the_damage_in_files_then_raises(
     _flip(damaged, 0)
     with Exporter(data, out) as exporter:
         assert exporter.run().records == 60 - len(lsns)
+
+
+# -- smaller findings: every damaged byte is corruption, with its file, offset and LSN -------
+
+
+def test_a_flipped_segment_version_byte_is_corruption_not_an_unsupported_format(
+    shard: Path,
+) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"a"))
+    seg = segments(shard)[0]
+    _flip(seg, 8)  # version 2 -> 3, the header checksum not updated
+    with pytest.raises(CorruptionError, match="header checksum") as info:
+        moonish.api.read(shard, 0)
+    assert (info.value.path, info.value.offset, info.value.lsn) == (str(seg), 0, 1)
+
+
+def _keyspace_shard(path: Path) -> Path:
+    with ShardWriter(path, ShardOptions(expiry_sweep_ms=0)) as writer:
+        writer.execute(0, ["SET", "k", "v"])
+        writer.execute(0, ["HSET", "h", "f", "v"])
+        writer.checkpoint()
+    return path
+
+
+@pytest.mark.parametrize("target", [b'"format"', b'"version":1', b'"keys"', b'"lsn"'])
+def test_any_damaged_snapshot_byte_is_corruption_never_a_traceback(
+    tmp_path: Path, target: bytes
+) -> None:
+    shard = _keyspace_shard(tmp_path / "shard-0")
+    (snap,) = shard.glob("*.snap")
+    data = snap.read_bytes()
+    position = data.index(target) + len(target) - 2
+    for bit in range(8):
+        damaged = bytearray(data)
+        damaged[position] ^= 1 << bit
+        snap.write_bytes(bytes(damaged))
+        with pytest.raises(CorruptionError) as info:
+            moonish.api.read(shard, 0, snapshot=True)
+        assert info.value.path == str(snap)
+
+
+def test_a_flipped_stream_configuration_byte_is_corruption(tmp_path: Path) -> None:
+    shard = _keyspace_shard(tmp_path / "shard-0")
+    config = shard / "stream.json"
+    data = config.read_bytes()
+    position = data.index(b"4096") + 3  # 4096 -> 4097: still a valid configuration
+    damaged = bytearray(data)
+    damaged[position] ^= 0x01
+    config.write_bytes(bytes(damaged))
+    with pytest.raises(CorruptionError, match="checksum") as info:
+        moonish.api.info(shard)
+    assert info.value.path == str(config)
+
+
+def test_a_stream_configuration_of_0_1_0_is_read_and_given_a_checksum(tmp_path: Path) -> None:
+    shard = _keyspace_shard(tmp_path / "shard-0")
+    config = shard / "stream.json"
+    config.write_bytes(b'{"enabled": true, "view_type": "KEYS_ONLY", "max_value_bytes": 10}\n')
+    assert moonish.api.info(shard)["stream"]["view_type"] == "KEYS_ONLY"
+    with ShardWriter(shard, ShardOptions(expiry_sweep_ms=0)):
+        pass
+    assert b'"crc32c"' in config.read_bytes()
+    assert moonish.api.info(shard)["stream"]["max_value_bytes"] == 10
+
+
+def _change(**fields: object) -> KvChange:
+    base: dict[str, object] = {
+        "op": "u", "db": 0, "command": b"SET", "key": b"k", "before": b"", "after": b'"v"',
+        "view": ViewType.NEW_IMAGE, "replay": Replay.COMMAND, "argv": (b"SET", b"k", b"v"),
+    }  # fmt: skip
+    return KvChange(**{**base, **fields})  # type: ignore[arg-type]
+
+
+def _payload_variants() -> dict[str, bytes]:
+    """kv_change payloads that break one rule each (frames with valid checksums)."""
+    good = encode_payload(_change())[1]
+    reserved = bytearray(good)
+    reserved[6] = 1
+    flags = bytearray(good)
+    flags[1] = 0x80
+    return {
+        "good": good,
+        "good, stream off": encode_payload(_change(view=ViewType.OFF))[1],
+        "non-zero reserved": bytes(reserved),
+        "unknown change flags": bytes(flags),
+        "trailing bytes": good + b"\x00",
+        "argv overruns": good[:-1],
+        "state without replay by value": encode_payload(_change(state=b"{}"))[1],
+        "argv with replay by value": encode_payload(_change(replay=Replay.STATE))[1],
+        "no argv with replay by command": encode_payload(_change(argv=()))[1],
+        "op r in a log": encode_payload(_change(op="r"))[1],
+        "stream off, trailing bytes": encode_payload(_change(view=ViewType.OFF))[1] + b"x",
+    }
+
+
+@pytest.mark.parametrize("variant", sorted(_payload_variants()))
+def test_readers_accept_exactly_what_verify_accepts(shard: Path, variant: str) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"before"))
+    seg = segments(shard)[-1]
+    with open(seg, "ab") as handle:
+        handle.write(encode_frame(2, RecordType.KV_CHANGE, _payload_variants()[variant], 5))
+    try:
+        verify_shard(shard)
+        verified = True
+    except CorruptionError:
+        verified = False
+    try:
+        moonish.api.read(shard, 2)
+        read = True
+    except CorruptionError as error:
+        read = False
+        assert (error.path, error.lsn) == (str(seg), 2)
+    assert verified == read == variant.startswith("good"), variant

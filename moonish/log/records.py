@@ -304,7 +304,14 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
         value, pos = _read_blob(payload, pos)
         record: Record = TemporalUpsert(key, value, valid_from_ms, system_from_ms)
     elif record_type == RecordType.GRAPH:
-        kind, has_valid_to, _, valid_to_ms, system_from_ms = _GRAPH_HEAD.unpack_from(payload, 0)
+        kind, has_valid_to, reserved, valid_to_ms, system_from_ms = _GRAPH_HEAD.unpack_from(
+            payload, 0
+        )
+        if reserved or has_valid_to > 1 or (not has_valid_to and valid_to_ms):
+            raise PayloadError(
+                f"bad graph header (has_valid_to {has_valid_to}, valid_to_ms {valid_to_ms}, "
+                f"reserved {reserved})"
+            )
         entity_id, pos = _read_blob(payload, _GRAPH_HEAD.size)
         properties, pos = _read_blob(payload, pos)
         try:
@@ -334,16 +341,45 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
     return record
 
 
-def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, bytes, bytes]:
+KNOWN_CHANGE_FLAGS = CHANGE_EXPIRED | CHANGE_LOADING
+
+
+def change_fields(
+    payload: bytes, *, snapshot_row: bool = False
+) -> tuple[int, int, int, int, bytes, bytes, bytes, bytes]:
     """The fields of a kv_change payload a reader needs, without the replay state:
     ``(op byte, change_flags, view, db, command, key, before, after)``; an image is ``b""``
-    for null. Costs a few slices: no JSON is parsed.
+    for null. Costs a few slices: no JSON is parsed. The whole payload is checked by the same
+    rules as :func:`decode_payload` (verify), so a reader never accepts what verify rejects.
+
+    Args:
+        payload: the payload bytes.
+        snapshot_row: the payload is a snapshot row built by a reader (op ``r``), not a record.
 
     Raises:
-        PayloadError: the fields overrun the payload, or the op is not c/u/d/r.
+        PayloadError: the payload does not follow the kv_change grammar (see
+            :func:`_change_parts`).
+    """
+    op, flags, view, _, db, command, key, before, after, _, _ = _change_parts(
+        payload, snapshot_row, False
+    )
+    return op, flags, view, db, command, key, before, after
+
+
+def _change_parts(
+    payload: bytes, snapshot_row: bool, want_argv: bool
+) -> tuple[int, int, int, int, int, bytes, bytes, bytes, bytes, bytes, list[bytes]]:
+    """Every field of a kv_change payload, checked: ``(op, change_flags, view, replay, db,
+    command, key, before, after, state, argv)`` (``argv`` only with ``want_argv``).
+
+    Raises:
+        PayloadError: a field overruns the payload or bytes are left after the last one; the
+            op is not ``c``/``u``/``d`` (``r`` only in snapshot rows); unknown change flags; a
+            view or replay value out of range; a non-zero reserved field; state or argv
+            where ``replay`` says there are none (or argv missing for replay 1).
     """
     try:  # unrolled: the read path calls this once per kv_change record
-        op, flags, view, _, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
+        op, flags, view, replay, db, reserved = KV_CHANGE_HEAD.unpack_from(payload, 0)
         pos = KV_CHANGE_HEAD.size
         (size,) = _U32.unpack_from(payload, pos)
         command = payload[pos + 4 : pos + 4 + size]
@@ -357,34 +393,51 @@ def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, byt
         (size,) = _U32.unpack_from(payload, pos)
         after = payload[pos + 4 : pos + 4 + size]
         pos += 4 + size
+        (size,) = _U32.unpack_from(payload, pos)
+        state = payload[pos + 4 : pos + 4 + size]
+        pos += 4 + size
+        (argc,) = _U32.unpack_from(payload, pos)
+        pos += 4
+        argv: list[bytes] = []
+        for _ in range(argc):
+            (size,) = _U32.unpack_from(payload, pos)
+            if want_argv:
+                argv.append(payload[pos + 4 : pos + 4 + size])
+            pos += 4 + size
     except struct.error as error:
         raise PayloadError(f"kv_change fields overrun the payload: {error}") from None
-    if pos > len(payload) or op not in b"cudr":
-        raise PayloadError(f"bad kv_change payload (op {op}, fields end at {pos})")
-    return op, flags, view, db, command, key, before, after
+    if pos != len(payload):
+        raise PayloadError(f"kv_change fields end at {pos}, the payload has {len(payload)} bytes")
+    if (
+        op not in (_OPS_SNAPSHOT if snapshot_row else _OPS)
+        or flags & ~KNOWN_CHANGE_FLAGS
+        or view > ViewType.NEW_AND_OLD_IMAGES
+        or replay > Replay.STATE
+        or reserved
+        or (state and replay != Replay.STATE)
+        or (argc and replay != Replay.COMMAND)
+        or (not argc and replay == Replay.COMMAND)
+    ):
+        raise PayloadError(
+            f"bad kv_change header (op {op}, flags {flags}, view {view}, replay {replay}, "
+            f"reserved {reserved}, {len(state)} state bytes, {argc} argv)"
+        )
+    return op, flags, view, replay, db, command, key, before, after, state, argv
+
+
+_OPS = frozenset(b"cud")
+_OPS_SNAPSHOT = frozenset(b"cudr")
 
 
 def _decode_change(payload: bytes) -> tuple[KvChange, int]:
-    op, flags, view, replay, db, _ = KV_CHANGE_HEAD.unpack_from(payload, 0)
-    pos = KV_CHANGE_HEAD.size
-    blobs = []
-    for _ in range(5):
-        blob, pos = _read_blob(payload, pos)
-        blobs.append(blob)
-    (argc,) = _U32.unpack_from(payload, pos)
-    pos += 4
-    argv = []
-    for _ in range(argc):
-        arg, pos = _read_blob(payload, pos)
-        argv.append(arg)
-    if op not in b"cudr" or view not in ViewType.__members__.values() or replay > 2:
-        raise PayloadError(f"bad kv_change header (op {op}, view {view}, replay {replay})")
-    command, key, before, after, state = blobs
+    op, flags, view, replay, db, command, key, before, after, state, argv = _change_parts(
+        payload, False, True
+    )
     record = KvChange(
         chr(op), db, command, key, before, after, ViewType(view), bool(flags & CHANGE_EXPIRED),
         Replay(replay), state, tuple(argv), bool(flags & CHANGE_LOADING),
     )  # fmt: skip
-    return record, pos
+    return record, len(payload)
 
 
 def decode_payload(record_type: int, payload: bytes) -> Record:

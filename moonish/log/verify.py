@@ -94,7 +94,12 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
         total_bytes += len(data)
         header = decode_segment_header(data, seg, base)
         if shard is not None and header.shard_id != shard:
-            raise CorruptionError(f"segment of shard {header.shard_id} in shard {shard}", path=seg)
+            raise CorruptionError(
+                f"segment of shard {header.shard_id} in shard {shard}",
+                path=seg,
+                offset=12,
+                lsn=base,
+            )
         shard = header.shard_id
         if base != expected and not (
             number and control is not None and control.covers(expected, base - 1)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from moonish.errors import CorruptionError, InvalidArgumentError
-from moonish.fileio import replace_atomically
+from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
+from moonish.fileio import CHECKSUM_MARK, dump_checked, load_checked, replace_atomically
 from moonish.log.records import ViewType
 
 CONFIG_NAME = "stream.json"
@@ -64,24 +64,72 @@ def parse_view(name: str) -> ViewType:
         raise InvalidArgumentError(f"unknown view type {name!r}; one of {names}") from None
 
 
+FORMAT, VERSION = "moonish-stream", 2
+_LEGACY_KEYS = {"enabled", "view_type", "max_value_bytes"}
+
+
 def load_config(shard_dir: str) -> StreamConfig | None:
     """The stored configuration, or ``None`` when the shard has none yet.
 
+    The file carries a crc32c of its bytes (moonish.fileio, ``dump_checked``), checked before
+    anything in it is believed. A file of moonish 0.1.0 (exactly ``enabled``, ``view_type`` and
+    ``max_value_bytes``, no checksum) is still read; the next ``ShardWriter`` rewrites it with
+    one (:func:`upgrade_config`).
+
     Raises:
-        CorruptionError: the file is not a configuration.
+        CorruptionError: a checksum that does not match, or fields that are not a
+            configuration (path in the error).
+        UnsupportedFormatError: another format or version, under a valid checksum.
     """
+    loaded = _load(shard_dir)
+    return loaded[0] if loaded is not None else None
+
+
+def upgrade_config(shard_dir: str) -> None:
+    """Rewrite a configuration of moonish 0.1.0 (no checksum) in the current format."""
+    loaded = _load(shard_dir)
+    if loaded is not None and loaded[1]:
+        store_config(shard_dir, loaded[0])
+
+
+def _load(shard_dir: str) -> tuple[StreamConfig, bool] | None:
+    """``(configuration, whether it is of the old unchecked kind)``, or ``None``."""
     path = os.path.join(shard_dir, CONFIG_NAME)
     try:
         with open(path, "rb") as file:
-            data = orjson.loads(file.read())
-        return StreamConfig(ViewType[data["view_type"]], int(data["max_value_bytes"]))
+            data = file.read()
     except FileNotFoundError:
         return None
-    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-        raise CorruptionError(f"unreadable stream configuration: {exc}", path=path) from None
+    legacy = CHECKSUM_MARK not in data
+    if legacy:
+        try:
+            document = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise CorruptionError(f"unreadable stream configuration: {exc}", path=path) from None
+        if not isinstance(document, dict) or set(document) != _LEGACY_KEYS:
+            raise CorruptionError(
+                "stream configuration without a checksum that is not one of moonish 0.1.0",
+                path=path,
+            )
+    else:
+        document = load_checked(data, path)
+        if document.get("format") != FORMAT or document.get("version") != VERSION:
+            raise UnsupportedFormatError(
+                f"stream configuration is not {FORMAT} version {VERSION}", path=path
+            )
+    try:
+        config = StreamConfig(ViewType[document["view_type"]], document["max_value_bytes"])
+        if not isinstance(config.max_value_bytes, int) or document["enabled"] != (
+            config.view is not ViewType.OFF
+        ):
+            raise ValueError(f"max_value_bytes {config.max_value_bytes!r}, enabled "
+                             f"{document['enabled']!r} with view {config.view.name}")  # fmt: skip
+    except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
+        raise CorruptionError(f"bad stream configuration: {exc!r}", path=path) from None
+    return config, legacy
 
 
 def store_config(shard_dir: str, config: StreamConfig) -> None:
-    """Write the configuration atomically."""
-    data = orjson.dumps(config.to_json(), option=orjson.OPT_INDENT_2) + b"\n"
-    replace_atomically(os.path.join(shard_dir, CONFIG_NAME), [data])
+    """Write the configuration atomically, with its checksum."""
+    document = {"format": FORMAT, "version": VERSION, **config.to_json()}
+    replace_atomically(os.path.join(shard_dir, CONFIG_NAME), [dump_checked(document)])

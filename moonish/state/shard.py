@@ -40,7 +40,7 @@ from moonish.log.format import RecordType
 from moonish.log.reader import ShardReader
 from moonish.log.records import Checkpoint, KvChange, Replay, ViewType, decode_payload
 from moonish.log.writer import WalWriter, WriterOptions
-from moonish.state.config import StreamConfig, load_config, store_config
+from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.execute import execute
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path, write_snapshot
@@ -115,6 +115,8 @@ class ShardWriter:
             stored = load_config(self.shard_dir)
             if stored is None:
                 store_config(self.shard_dir, self.options.stream)
+            else:
+                upgrade_config(self.shard_dir)  # a file of 0.1.0 gets its checksum
             self._config = stored or self.options.stream
             self._recover()
         except BaseException:

@@ -37,17 +37,22 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int, view: str
     expiry time has passed are removed at the end (d records marked as expiries). Running it
     again appends (the LSNs continue). Prints a JSON summary; progress goes to stderr.
 
+    Nothing is created when the import is refused: DATA_DIR must not be a file, a shard
+    directory or the AOF directory, an existing DATA_DIR must hold the same number of shards,
+    and the open-file limit must allow 3 descriptors per shard (a soft limit is raised up to
+    the hard limit when needed).
+
     Example:
 
         moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir data --shards 4
     """
-    from moonish.redis.aof import read_manifest
+    from moonish.redis.import_checks import check_import
     from moonish.redis.importer import import_aof
     from moonish.state.config import StreamConfig, parse_view
 
-    total = sum(
-        os.path.getsize(os.path.join(appendonlydir, f.name)) for f in read_manifest(appendonlydir)
-    )
+    # refusals (target, shard count, open-file limit) come before the progress bar and
+    # before anything is created
+    total = sum(os.path.getsize(path) for path in check_import(appendonlydir, data_dir, shards))
     with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
         stream = StreamConfig(parse_view(view))
         report = import_aof(appendonlydir, data_dir, shards, progress=bar.update, stream=stream)

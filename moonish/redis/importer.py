@@ -14,28 +14,44 @@ shard ``k``'s range (``k = slot * shards // 16384``). Replay follows Redis's loa
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.
 
 Running an import again appends to the existing shards; their LSNs continue.
+
+Everything that can be checked is checked before anything is created
+(moonish.redis.import_checks, :func:`check_import`): the manifest and its files, the target
+and the open-file limit. If opening the shards still fails, the writers opened are closed and
+the shard directories this import created are removed again.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import CommandError, InvalidArgumentError, UnsupportedFormatError
+from moonish.errors import (
+    CommandError,
+    MoonishError,
+    UnavailableError,
+    UnsupportedFormatError,
+)
+from moonish.log.control import CONTROL_NAME
+from moonish.log.format import (
+    LOCK_NAME,
+    SEGMENT_HEADER_BYTES,
+)
 from moonish.log.records import MAX_DB, KvChange, Replay
-from moonish.log.writer import FsyncPolicy, WriterOptions
-from moonish.redis.aof import AofCommands, AofFormatError, read_manifest
+from moonish.log.segment import index_path, segment_path
+from moonish.log.writer import FsyncPolicy, WriterOptions, lock_shard
+from moonish.redis.aof import AofCommands, AofFormatError
 from moonish.redis.commands import ALL_KEYS, KEYLESS
-from moonish.redis.slots import SLOT_COUNT, shard_of_key
-from moonish.state.config import StreamConfig
+from moonish.redis.import_checks import check_descriptors, check_import
+from moonish.redis.slots import shard_of_key
+from moonish.state.config import CONFIG_NAME, StreamConfig
 from moonish.state.execute import execute, keys_of
 from moonish.state.shard import Prepared, ShardOptions, ShardWriter
-
-MAX_SHARDS = SLOT_COUNT
-"""Every shard owns at least one hash slot."""
 
 
 @dataclass
@@ -63,19 +79,6 @@ class ImportReport:
     per_shard: list[int] = field(default_factory=list)
     lsn_ranges: list[tuple[int, int] | None] = field(default_factory=list)
     truncated_tail: str | None = None
-
-
-def _check_shard_count(data_dir: str, shards: int) -> None:
-    if not 1 <= shards <= MAX_SHARDS:
-        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
-    if os.path.isdir(data_dir):
-        existing = [name for name in os.listdir(data_dir) if name.startswith("shard-")]
-        if existing and len(existing) != shards:
-            raise InvalidArgumentError(
-                f"the data directory has {len(existing)} shards; importing with {shards} would "
-                "route keys to different shards",
-                path=data_dir,
-            )
 
 
 class _Router:
@@ -182,6 +185,10 @@ def import_aof(
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``.
 
+    Nothing is created unless every check of :func:`check_import` passes. A soft open-file
+    limit (``RLIMIT_NOFILE``) below :func:`descriptors_needed` is raised for this process (up
+    to what is needed; it stays raised).
+
     Args:
         appendonlydir: Redis's ``appendonlydir`` (holding the manifest).
         data_dir: the moonish data directory; ``shard-<k>`` directories are created in it.
@@ -195,33 +202,30 @@ def import_aof(
         An :class:`ImportReport`.
 
     Raises:
-        InvalidArgumentError: missing manifest, a shard count that differs from the existing
-            data directory, a bad SELECT.
+        InvalidArgumentError: anything :func:`check_import` refuses (a missing manifest or
+            AOF file, a data directory that is a file, a shard directory or the AOF
+            directory, a shard count that differs from the existing data directory, too low
+            an open-file limit), or a bad SELECT.
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
-        UnsupportedFormatError: an RDB-preamble base file, or a command moonish does not
+        UnsupportedFormatError: an RDB-preamble AOF file, or a command moonish does not
             implement.
         CommandError: a command Redis would have refused (path and offset in the error).
         WriterLockedError: another writer holds one of the shards.
+        UnavailableError: a shard could not be opened (too many open files, permissions; the
+            path in the error). The writers opened were closed and the shard directories the
+            import created removed.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
-    files = read_manifest(aof_dir)
-    _check_shard_count(out_dir, shards)
+    paths = check_import(aof_dir, out_dir, shards)
+    check_descriptors(shards, raise_soft=True)
     report = ImportReport(per_shard=[0] * shards)
-    writers: list[ShardWriter] = []
+    writers = _open_writers(out_dir, shards, stream or StreamConfig(), clock)
     try:
-        for shard in range(shards):
-            options = ShardOptions(
-                WriterOptions(shard_id=shard, fsync=FsyncPolicy.NEVER),
-                stream or StreamConfig(),
-                expiry_sweep_ms=0,
-            )
-            writers.append(ShardWriter(os.path.join(out_dir, f"shard-{shard}"), options, clock))
         router = _Router(writers, report, clock)
-        for number, aof_file in enumerate(files):
-            path = os.path.join(aof_dir, aof_file.name)
-            _replay_file(path, router, report, progress, last=number == len(files) - 1)
-            report.files.append(aof_file.name)
+        for number, path in enumerate(paths):
+            _replay_file(path, router, report, progress, last=number == len(paths) - 1)
+            report.files.append(os.path.basename(path))
         for shard, writer in enumerate(writers):  # as Redis does once loaded: expire keys
             expired = writer.sweep_expired()
             report.per_shard[shard] += expired
@@ -235,6 +239,95 @@ def import_aof(
         for first, writer in zip(router.first_lsn, writers, strict=True)
     ]
     return report
+
+
+def _open_writers(
+    out_dir: str, shards: int, stream: StreamConfig, clock: Clock
+) -> list[ShardWriter]:
+    """A writer per shard. If one cannot be opened, the others are closed, the directories
+    this call created are removed again (:func:`_remove_created`) and the error is raised, an
+    ``OSError`` as :class:`UnavailableError`."""
+    created = []  # directories this call creates: the data directory and missing parents
+    missing = os.path.abspath(out_dir)
+    while not os.path.lexists(missing):
+        created.append(missing)
+        missing = os.path.dirname(missing)
+    shard_dirs = [os.path.join(out_dir, f"shard-{shard}") for shard in range(shards)]
+    new = {path for path in shard_dirs if not os.path.lexists(path)}
+    writers: list[ShardWriter] = []
+    try:
+        for shard, shard_dir in enumerate(shard_dirs):
+            options = ShardOptions(
+                WriterOptions(shard_id=shard, fsync=FsyncPolicy.NEVER), stream, expiry_sweep_ms=0
+            )
+            try:
+                writers.append(ShardWriter(shard_dir, options, clock))
+            except OSError as exc:
+                raise _open_error(exc, shard, shards, shard_dir) from exc
+    except BaseException:
+        for writer in writers:
+            writer.close()
+        tried = shard_dirs[: len(writers) + 1]
+        _remove_created([path for path in tried if path in new], created)
+        raise
+    return writers
+
+
+def _open_error(exc: OSError, shard: int, shards: int, shard_dir: str) -> UnavailableError:
+    path = exc.filename if isinstance(exc.filename, str) else shard_dir
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return UnavailableError(
+            f"cannot open shard {shard} of {shards}: {reason}; nothing was imported (raise "
+            "the open-file limit, ulimit -n, or import into fewer shards)",
+            path=path,
+        )
+    return UnavailableError(
+        f"cannot open shard {shard} of {shards}: {reason}; nothing was imported", path=path
+    )
+
+
+def _remove_created(shard_dirs: list[str], created: list[str]) -> None:
+    """Best effort: remove ``shard_dirs`` (created by this import) when they hold nothing but
+    what opening a new shard writes, under the shard's lock, then the directories in
+    ``created`` (deepest first) that are empty."""
+    for shard_dir in reversed(shard_dirs):
+        try:
+            lock_fd = lock_shard(shard_dir)
+        except (MoonishError, OSError):
+            lock_fd = -1  # gone, never made, or another writer has it: leave it alone
+        if lock_fd >= 0:
+            try:
+                names = os.listdir(shard_dir)
+                if all(_fresh(shard_dir, name) for name in names):
+                    for name in sorted(names, key=lambda name: name == LOCK_NAME):
+                        os.unlink(os.path.join(shard_dir, name))
+            except OSError:
+                pass
+            finally:
+                os.close(lock_fd)
+        _rmdir(shard_dir)
+    for directory in created:
+        _rmdir(directory)
+
+
+def _fresh(shard_dir: str, name: str) -> bool:
+    """Whether ``name`` in ``shard_dir`` is a file a new, empty shard holds."""
+    if name in (LOCK_NAME, CONTROL_NAME, CONFIG_NAME) or name.endswith(".tmp"):
+        return True
+    try:
+        if name == os.path.basename(segment_path(shard_dir, 1)):
+            return os.path.getsize(os.path.join(shard_dir, name)) <= SEGMENT_HEADER_BYTES
+        if name == os.path.basename(index_path(shard_dir, 1)):
+            return os.path.getsize(os.path.join(shard_dir, name)) == 0
+    except OSError:
+        return False
+    return False
+
+
+def _rmdir(path: str) -> None:
+    with contextlib.suppress(OSError):  # not empty (someone else's files), or already gone
+        os.rmdir(path)
 
 
 def _replay_file(

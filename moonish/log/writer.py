@@ -170,7 +170,10 @@ class WalWriter:
         try:
             self.recovery = self._recover()
         except BaseException:
-            os.close(self._lock_fd)
+            for fd in (self._fd, getattr(self, "_index_fd", -1), self._lock_fd):
+                if fd >= 0:
+                    os.close(fd)
+            self._fd = -1
             raise
         self._stop = threading.Event()
         self._syncer: threading.Thread | None = None
@@ -338,13 +341,18 @@ class WalWriter:
             os.close(fd)
         os.replace(tmp, path)
         _fsync_dir(self.shard_dir)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        try:
+            self._index_fd = os.open(
+                index_path(self.shard_dir, base_lsn), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
+            )
+        except BaseException:
+            os.close(fd)  # no descriptor outlives a failed open (EMFILE)
+            raise
+        self._fd = fd
         self._base_lsn = base_lsn
         self._size = SEGMENT_HEADER_BYTES
         self._next_lsn = base_lsn
-        self._index_fd = os.open(
-            index_path(self.shard_dir, base_lsn), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644
-        )
         self._last_indexed = -self.options.index_interval_bytes
 
     # -- appending -------------------------------------------------------------------------

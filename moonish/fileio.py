@@ -66,6 +66,11 @@ def load_checked(data: bytes, path: str) -> dict[str, Any]:
         stored = document.pop("crc32c")
     except (orjson.JSONDecodeError, KeyError, ValueError) as error:
         raise CorruptionError(f"unreadable checked file: {error}", path=path, offset=0) from None
-    if mark < 0 or stored != crc32c.crc32c(data[:mark]):
+    if (
+        mark < 0
+        or not isinstance(stored, int)
+        or data[mark:] != CHECKSUM_MARK + b"%d\n}\n" % stored  # every byte is checked
+        or stored != crc32c.crc32c(data[:mark])
+    ):
         raise CorruptionError("file checksum mismatch", path=path, offset=max(mark, 0))
     return document

@@ -206,8 +206,10 @@ def test_the_writer_refuses_a_log_that_lost_records_from_its_end(shard: Path) ->
     fill(shard, 30, segment_bytes=400)
     segments(shard)[-1].unlink()  # the newest segment, after a clean close
     assert "removed from its end" in str(writer_error(shard))
-    with pytest.raises(CorruptionError, match="removed from its end"):
+    with pytest.raises(CorruptionError, match="lost from its end"):
         verify_shard(shard)
+    with pytest.raises(CorruptionError, match="lost from its end"):
+        moonish.api.read(shard, 26)
 
 
 def test_the_writer_refuses_to_start_below_a_snapshot(tmp_path: Path) -> None:

@@ -106,13 +106,9 @@ class ShardReader:
         target = max(lsn, 1)
         self._close_segment()
         self._next_lsn, self._mid_batch = 1, False
-        control = self._load_control()
-        span = control.discarded_range(target) if control is not None else None
-        if span is not None:
-            raise LsnDiscardedError(lsn, *span, path=self.shard_dir)
         bases = list_segments(self.shard_dir)
         if not bases:
-            self._next_lsn = self._floor(control)
+            self._next_lsn = self._floor(self._load_control())
             if target < self._next_lsn:
                 raise LsnNotRetainedError(lsn, self._next_lsn, path=self.shard_dir)
             if target > self._next_lsn:
@@ -127,6 +123,11 @@ class ShardReader:
             if not self._fetch(target - self._next_lsn):
                 break
         if self._next_lsn < target:
+            # control.json is read only here, where the segments alone cannot answer
+            control = self._load_control()
+            span = control.discarded_range(target) if control is not None else None
+            if span is not None:
+                raise LsnDiscardedError(lsn, *span, path=self.shard_dir)
             if base != bases[-1]:
                 raise CorruptionError(
                     f"segment ends at LSN {self._next_lsn - 1} but the next segment starts at "
@@ -368,7 +369,13 @@ class ShardReader:
                     stop.describe(), path=self._path, offset=stop.offset, lsn=stop.lsn
                 )
             if not self._sealed():
-                return []  # nothing yet: a record being appended, or a writer that died
+                if not self._end_lost():
+                    return []  # nothing yet: a record being appended, or a writer that died
+                new_size = os.fstat(fd).st_size
+                if new_size != size:  # the writer finished the append (then closed)
+                    size, self._buf = new_size, b""
+                    continue
+                raise self._lost_end()
             new_size = os.fstat(fd).st_size
             if new_size != size:  # the writer finished this append, then rotated
                 size, self._buf = new_size, b""
@@ -380,6 +387,31 @@ class ShardReader:
                 lsn=stop.lsn,
             )
         return []
+
+    def _end_lost(self) -> bool:
+        """Whether control.json says the log had reached further than the end of the newest
+        segment, where this reader stands (read only here, at the end of the log). The
+        caller looks at the segments once more before it believes it: a writer writes
+        control.json after its last append, so what it says is then visible."""
+        control = self._load_control()
+        nxt = self._next_lsn
+        return (
+            control is not None
+            and control.next_lsn > nxt
+            and not control.covers(nxt, control.next_lsn - 1)
+        )
+
+    def _lost_end(self) -> CorruptionError:
+        control = self._control
+        reached = control.next_lsn - 1 if control is not None else self._next_lsn - 1
+        return CorruptionError(
+            f"the log ends at LSN {self._next_lsn - 1}, but control.json says it had reached "
+            f"LSN {reached}: records were lost from its end (a truncated or removed newest "
+            "segment)",
+            path=self._path,
+            offset=self._offset,
+            lsn=self._next_lsn,
+        )
 
     def _newer_segments(self) -> list[int]:
         current = -1 if self._base is None else self._base
@@ -420,15 +452,19 @@ class ShardReader:
             if span is not None:
                 raise LsnDiscardedError(nxt, *span, path=self.shard_dir)
             if not newer:
+                if self._fd >= 0 and self._end_lost():
+                    if os.fstat(self._fd).st_size > self._offset or self._sealed():
+                        return True  # the writer appended (or rotated), then closed
+                    raise self._lost_end()
                 return False
         if newer[0] != nxt:
             if self._fd < 0:
                 raise LsnNotRetainedError(nxt, newer[0], path=self.shard_dir)
             raise CorruptionError(
-                f"no segment starts at LSN {nxt}: the segment before ends at LSN {nxt - 1} "
-                f"and the next one starts at LSN {newer[0]}",
-                path=segment_path(self.shard_dir, newer[0]),
-                offset=0,
+                f"no segment starts at LSN {nxt}: this segment ends at LSN {nxt - 1} and the "
+                f"next one starts at LSN {newer[0]}",
+                path=self._path,
+                offset=self._offset,
                 lsn=nxt,
             )
         self._close_segment()

@@ -86,6 +86,8 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
     control = load_control(path)
     shard: int | None = None
     records = total_bytes = index_entries = torn = 0
+    pos = SEGMENT_HEADER_BYTES  # where the previous segment's last record ends
+    index_error: CorruptionError | None = None  # raised after the segments: data comes first
     expected = bases[0] if bases else 1
     for number, base in enumerate(bases):
         seg = segment_path(path, base)
@@ -105,10 +107,11 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
             number and control is not None and control.covers(expected, base - 1)
         ):
             raise CorruptionError(
-                f"segment starts at LSN {base}, but the previous one ends at LSN {expected - 1}",
-                path=seg,
-                offset=16,
-                lsn=base,
+                f"no segment starts at LSN {expected}: this segment ends at LSN {expected - 1} "
+                f"and the next one starts at LSN {base}",
+                path=segment_path(path, bases[number - 1]),
+                offset=pos,
+                lsn=expected,
             )
         offsets: dict[int, int] = {}
         layout = LAYOUTS[header.version]
@@ -131,22 +134,15 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
                 break
             if pos == len(data):
                 break
-        for number_in_index, (entry_lsn, entry_offset) in enumerate(
-            read_index(index_path(path, base))
-        ):
-            if number == len(bases) - 1 and entry_offset >= pos:
-                continue  # points into the torn tail: the next writer drops it with the tail
-            if offsets.get(entry_lsn) != entry_offset:
-                raise CorruptionError(
-                    f"index entry says LSN {entry_lsn} is at offset {entry_offset} of "
-                    f"{segment_name(base)}, but it is not",
-                    path=index_path(path, base),
-                    offset=number_in_index * INDEX_ENTRY.size,
-                    lsn=entry_lsn,
-                )
-            index_entries += 1
+        newest = number == len(bases) - 1
+        checked, wrong = _check_index(path, base, offsets, pos if newest else None)
+        index_entries += checked
+        index_error = index_error or wrong
         expected = lsn
-    next_lsn = _check_end(path, expected if bases else None, control)
+    log_end = (segment_path(path, bases[-1]), pos) if bases else None
+    next_lsn = _check_end(path, expected if bases else None, control, log_end)
+    if index_error is not None:
+        raise index_error
     return VerifyReport(
         path,
         shard,
@@ -162,18 +158,48 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
     )
 
 
-def _check_end(path: str, log_end: int | None, control: Control | None) -> int:
+def _check_index(
+    shard_dir: str, base: int, offsets: dict[int, int], torn_from: int | None
+) -> tuple[int, CorruptionError | None]:
+    """``(entries checked, the first wrong entry as an error or None)`` for the index of the
+    segment ``base`` whose records start at ``offsets`` (LSN -> offset). ``torn_from``: in the
+    newest segment, where its torn tail starts (entries into it are dropped by the next
+    writer, not damage)."""
+    path = index_path(shard_dir, base)
+    checked = 0
+    for number, (entry_lsn, entry_offset) in enumerate(read_index(path)):
+        if torn_from is not None and entry_offset >= torn_from:
+            continue
+        if offsets.get(entry_lsn) != entry_offset:
+            return checked, CorruptionError(
+                f"index entry says LSN {entry_lsn} is at offset {entry_offset} of "
+                f"{segment_name(base)}, but it is not",
+                path=path,
+                offset=number * INDEX_ENTRY.size,
+                lsn=entry_lsn,
+            )
+        checked += 1
+    return checked, None
+
+
+def _check_end(
+    path: str, log_end: int | None, control: Control | None, newest: tuple[str, int] | None
+) -> int:
     """The next LSN, checked against control.json and the snapshots (``log_end``: the LSN
-    after the last record of the segments, ``None`` when there is none)."""
+    after the last record of the segments, ``None`` when there is none; ``newest``: the newest
+    segment's path and where its last record ends, named when records were lost there)."""
     if log_end is None:
         return control.next_lsn if control is not None else 1
     next_lsn = log_end
     if control is not None and control.next_lsn > log_end:
-        if not (control.clean and control.covers(log_end, control.next_lsn - 1)):
+        if not control.covers(log_end, control.next_lsn - 1):
+            seg, end = newest or (control_path(path), None)
             raise CorruptionError(
                 f"the log ends at LSN {log_end - 1}, but control.json says it had reached LSN "
-                f"{control.next_lsn - 1}: segments or records were removed from its end",
-                path=control_path(path),
+                f"{control.next_lsn - 1}: records were lost from its end (a truncated or "
+                "removed newest segment)",
+                path=seg,
+                offset=end,
                 lsn=log_end,
             )
         next_lsn = control.next_lsn

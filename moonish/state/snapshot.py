@@ -89,7 +89,11 @@ def read_snapshot(path: str) -> Snapshot:
         raise CorruptionError(
             f"snapshot checksum trailer is unreadable: {exc!r}", path=path, offset=end
         ) from None
-    if crc32c.crc32c(data[:end]) != stored:
+    if (
+        not isinstance(stored, int)
+        or data[end:] != b'{"crc32c":%d}\n' % stored  # the trailer exactly as written
+        or crc32c.crc32c(data[:end]) != stored
+    ):
         raise CorruptionError("snapshot CRC mismatch", path=path, offset=end)
     try:
         header = orjson.loads(data[: data.index(b"\n")])

@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: install demo demo-spark test lint format bench golden clean
+.PHONY: install demo demo-spark test stress lint format bench golden clean
 
 install: $(STAMP)
 
@@ -52,6 +52,12 @@ demo-spark: install
 
 test: install lint
 	$(BIN)/python -m pytest
+
+# The crash and damage adversaries at scale (docs/reliability.md): thousands of SIGKILLed
+# writers with a follower running, and thousands of random damages. Seeds are printed.
+stress: install
+	MOONISH_CRASH_ROUNDS=1000 MOONISH_DAMAGE_TRIALS=5000 MOONISH_DAMAGE_CLI_EVERY=50 \
+	  $(BIN)/python -m pytest -s -o timeout=7200 tests/test_crash.py tests/test_damage.py
 
 lint: install
 	$(BIN)/ruff check moonish cli tests bench

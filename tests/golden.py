@@ -10,7 +10,7 @@ ends at the first idle batch (its cursor line is the last line) or with one ``{"
 line naming the kind, the file (its name only), the byte offset and the LSN.
 
 Scenarios named ``v1-*`` are frozen: their WALs were written in format version 1 by moonish
-0.1.0 (the builders of this module at commit 5fc0260, and ``v1-length-flip``: 20 records of
+at commit 5fc0260 (the builders of this module then, and ``v1-length-flip``: 20 records of
 ``sample_records`` with bit 2 of byte 5 of the tenth frame flipped, so that its length points
 past the end of the file). No builder can write them again; ``make golden`` only re-reads them.
 They hold readers to reading version 1 (docs/wal-format.md, "Versions").
@@ -249,7 +249,7 @@ FROZEN_V1 = (
     "v1-length-flip",
     "v1-aof-slice-shard-0",
 )
-"""Scenarios whose WALs are kept as written by moonish 0.1.0 (format version 1)."""
+"""Scenarios whose WALs are kept as written by moonish at commit 5fc0260 (format 1)."""
 
 
 def build(name: str, path: Path) -> None:

@@ -72,9 +72,9 @@ def load_config(shard_dir: str) -> StreamConfig | None:
     """The stored configuration, or ``None`` when the shard has none yet.
 
     The file carries a crc32c of its bytes (moonish.fileio, ``dump_checked``), checked before
-    anything in it is believed. A file of moonish 0.1.0 (exactly ``enabled``, ``view_type`` and
-    ``max_value_bytes``, no checksum) is still read; the next ``ShardWriter`` rewrites it with
-    one (:func:`upgrade_config`).
+    anything in it is believed. A file written before format version 2 (exactly ``enabled``,
+    ``view_type`` and ``max_value_bytes``, no checksum) is still read; the next
+    ``ShardWriter`` rewrites it with one (:func:`upgrade_config`).
 
     Raises:
         CorruptionError: a checksum that does not match, or fields that are not a
@@ -86,7 +86,7 @@ def load_config(shard_dir: str) -> StreamConfig | None:
 
 
 def upgrade_config(shard_dir: str) -> None:
-    """Rewrite a configuration of moonish 0.1.0 (no checksum) in the current format."""
+    """Rewrite a configuration written before format version 2 (no checksum) with one."""
     loaded = _load(shard_dir)
     if loaded is not None and loaded[1]:
         store_config(shard_dir, loaded[0])
@@ -108,7 +108,8 @@ def _load(shard_dir: str) -> tuple[StreamConfig, bool] | None:
             raise CorruptionError(f"unreadable stream configuration: {exc}", path=path) from None
         if not isinstance(document, dict) or set(document) != _LEGACY_KEYS:
             raise CorruptionError(
-                "stream configuration without a checksum that is not one of moonish 0.1.0",
+                "stream configuration without a checksum, and not one of those written before "
+                "format version 2",
                 path=path,
             )
     else:

@@ -116,7 +116,7 @@ class ShardWriter:
             if stored is None:
                 store_config(self.shard_dir, self.options.stream)
             else:
-                upgrade_config(self.shard_dir)  # a file of 0.1.0 gets its checksum
+                upgrade_config(self.shard_dir)  # an older file gets its checksum
             self._config = stored or self.options.stream
             self._recover()
         except BaseException:

@@ -54,7 +54,7 @@ from moonish.log.records import (
     change_fields,
     decode_payload,
 )
-from moonish.log.segment import list_segments, segment_path
+from moonish.log.segment import segment_holding
 from moonish.state.values import is_plain
 
 CONNECTOR = "moonish"
@@ -192,11 +192,7 @@ class EnvelopeEncoder:
     def _damage(self, message: str, lsn: int, offset: int) -> CorruptionError:
         """A CorruptionError naming the segment that holds ``lsn`` (found only now: errors
         are rare, and the frames do not carry their segment)."""
-        path = self.path
-        if path:
-            bases = [base for base in list_segments(path) if base <= lsn]
-            if bases:
-                path = segment_path(path, bases[-1])
+        path = segment_holding(self.path, lsn) if self.path else self.path
         return CorruptionError(message, path=path, offset=offset, lsn=lsn)
 
     def _with_transactions(

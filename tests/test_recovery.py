@@ -179,6 +179,11 @@ def test_removing_every_segment_keeps_the_next_lsn(shard: Path) -> None:
     assert info.value.oldest_lsn == 31
     assert moonish.api.read(shard, 31).cursor.lsn == 31
     assert moonish.api.info(shard)["next_lsn"] == 31
+    cli = subprocess.run(
+        [sys.executable, "-m", "cli.main", "cdc", "read", str(shard), "1"],
+        capture_output=True, check=False,
+    )  # fmt: skip
+    assert cli.returncode == 3 and b"the oldest retained LSN is 31" in cli.stderr
     with open_writer(shard) as writer:
         assert writer.append(kv(b"next")) == 31
     assert lsns(shard, 31) == [31]

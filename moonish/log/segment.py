@@ -169,6 +169,17 @@ def segment_path(shard_dir: str, base_lsn: int) -> str:
     return os.path.join(shard_dir, segment_name(base_lsn))
 
 
+def segment_holding(shard_dir: str, lsn: int) -> str:
+    """Path of the segment of ``shard_dir`` that holds ``lsn`` (the newest whose base LSN is
+    at most ``lsn``), or ``shard_dir`` itself when none does. For error messages: one
+    directory listing."""
+    try:
+        bases = [base for base in list_segments(shard_dir) if base <= lsn]
+    except InvalidArgumentError:  # not (or no longer) a directory: name what we were given
+        return shard_dir
+    return segment_path(shard_dir, bases[-1]) if bases else shard_dir
+
+
 def index_path(shard_dir: str, base_lsn: int) -> str:
     """Path of the sparse index of the segment with ``base_lsn`` in ``shard_dir``."""
     return os.path.join(shard_dir, index_name(base_lsn))

@@ -30,6 +30,7 @@ from moonish.log.records import (
     change_fields,
     decode_payload,
 )
+from moonish.log.segment import segment_holding
 
 CHANGE_COLUMNS = (
     "shard INT NOT NULL, lsn BIGINT NOT NULL, op STRING NOT NULL, commit_ts TIMESTAMP NOT NULL, "
@@ -113,7 +114,10 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
                 add_after(after_)
         except PayloadError as error:
             raise CorruptionError(
-                f"undecodable record payload: {error}", path=path, offset=offset, lsn=lsn
+                f"undecodable record payload: {error}",
+                path=segment_holding(path, lsn),
+                offset=offset,
+                lsn=lsn,
             ) from None
         add_lsn(lsn)
         add_time(commit_us)
@@ -150,7 +154,9 @@ def _not_utf8(frames: Sequence[Frame], path: str) -> CorruptionError:
                 command.decode(), before.decode(), after.decode()
             except UnicodeDecodeError as error:
                 return CorruptionError(
-                    f"undecodable record payload: {error}", path=path, offset=frame.offset,
+                    f"undecodable record payload: {error}",
+                    path=segment_holding(path, frame.lsn),
+                    offset=frame.offset,
                     lsn=frame.lsn,
                 )  # fmt: skip
     raise AssertionError("Arrow refused text that decodes as UTF-8")

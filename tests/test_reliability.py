@@ -3,9 +3,12 @@ corruption on a healthy log; every valid record delivered before damage, nothing
 
 from __future__ import annotations
 
+import os
 import struct
 import subprocess
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -22,7 +25,7 @@ from moonish.log.verify import verify_shard
 from moonish.sinks.export import Exporter
 from moonish.state.shard import ShardOptions, ShardWriter
 from tests.conftest import kv, open_writer
-from tests.golden import segments
+from tests.golden import as_if_killed, segments
 
 
 def test_a_follower_drops_stale_bytes_after_a_new_writer_cuts_a_torn_tail(shard: Path) -> None:
@@ -339,3 +342,80 @@ def test_readers_accept_exactly_what_verify_accepts(shard: Path, variant: str) -
         read = False
         assert (error.path, error.lsn) == (str(seg), 2)
     assert verified == read == variant.startswith("good"), variant
+
+
+# -- found by the crash adversary (tests/test_crash.py) ---------------------------------------
+
+
+class _FstatHook:
+    """Stands in for ``os`` in moonish.log.reader: runs ``hook`` once, right after the
+    reader's first ``fstat``, the moment a racing writer acts."""
+
+    def __init__(self, hook: Callable[[], None]) -> None:
+        self.hook, self.fired = hook, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(os, name)
+
+    def fstat(self, fd: int) -> os.stat_result:
+        result = os.fstat(fd)
+        if not self.fired:
+            self.fired = True
+            self.hook()
+        return result
+
+
+def test_a_tail_cut_between_fstat_and_pread_does_not_make_the_reader_spin(
+    shard: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    options = {"segment_bytes": 4096}
+    with open_writer(shard, **options) as writer:
+        for i in range(10):
+            writer.append(kv(b"k%d" % i, b"v" * 300))
+    with open(segments(shard)[-1], "ab") as handle:
+        handle.write(b"\x01" * 10)  # a header cut short: a torn tail
+    as_if_killed(shard, started_at=1)
+    with ShardReader(shard) as reader:
+        reader.seek(1)
+        assert len(reader.poll(100)) == 10
+
+        def new_writer_cuts_and_rotates() -> None:
+            with open_writer(shard, **options) as writer:
+                writer.append(kv(b"new", b"v" * 1000))  # the segment is full: a new one
+
+        monkeypatch.setattr(moonish.log.reader, "os", _FstatHook(new_writer_cuts_and_rotates))
+        done: list[list[int]] = []
+        poller = threading.Thread(
+            target=lambda: done.append([f.lsn for f in reader.poll(100)]), daemon=True
+        )
+        poller.start()
+        poller.join(10)
+        assert done == [[11]], "the reader spun in _fetch"
+
+
+def test_a_listing_that_misses_a_just_created_segment_is_not_a_gap(
+    shard: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with open_writer(shard, segment_bytes=4096) as writer, ShardReader(shard) as reader:
+        for i in range(11):  # segment 1 holds LSNs 1..11
+            writer.append(kv(b"k%d" % i, b"v" * 300))
+        reader.seek(1)
+        assert len(reader.poll(100)) == 11
+        real_list, calls = moonish.log.reader.list_segments, []
+
+        def racing_listing(shard_dir: str) -> list[int]:
+            if calls:
+                return real_list(shard_dir)
+            calls.append(1)  # the writer rotates twice while the directory is listed ...
+            for i in range(11, 23):
+                writer.append(kv(b"k%d" % i, b"v" * 300))
+            # ... and the listing (readdir is no snapshot) holds the second new segment only
+            return [base for base in real_list(shard_dir) if base != 12]
+
+        monkeypatch.setattr(moonish.log.reader, "list_segments", racing_listing)
+        assert [f.lsn for f in reader.poll(100)] == list(range(12, 24))
+        monkeypatch.setattr(
+            moonish.log.reader, "list_segments", lambda d: [b for b in real_list(d) if b != 12]
+        )
+        reader.seek(15)  # positioning through such a listing, too
+        assert [f.lsn for f in reader.poll(100)] == list(range(15, 24))

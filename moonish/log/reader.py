@@ -117,21 +117,34 @@ class ShardReader:
         if target < bases[0]:
             raise LsnNotRetainedError(lsn, bases[0], path=self.shard_dir)
         base = bases[bisect.bisect_right(bases, target) - 1]
-        self._open_segment(base)
-        self._offset, self._next_lsn = self._index_hint(base, target)
-        while self._next_lsn < target:
-            if not self._fetch(target - self._next_lsn):
+        while True:
+            self._open_segment(base)
+            self._offset, self._next_lsn = self._index_hint(base, target)
+            while self._next_lsn < target:
+                if not self._fetch(target - self._next_lsn):
+                    break
+            nxt = self._next_lsn
+            if (
+                nxt >= target
+                or nxt == base
+                or not os.path.exists(segment_path(self.shard_dir, nxt))
+            ):
                 break
+            # A listing is no snapshot: during quick rotations it can miss a segment created
+            # before one it holds. The segment named after the next LSN is the truth.
+            self._close_segment()
+            base = nxt
         if self._next_lsn < target:
             # control.json is read only here, where the segments alone cannot answer
             control = self._load_control()
             span = control.discarded_range(target) if control is not None else None
             if span is not None:
                 raise LsnDiscardedError(lsn, *span, path=self.shard_dir)
-            if base != bases[-1]:
+            later = [b for b in list_segments(self.shard_dir) if b > base]
+            if later:
                 raise CorruptionError(
-                    f"segment ends at LSN {self._next_lsn - 1} but the next segment starts at "
-                    f"LSN {bases[bases.index(base) + 1]}",
+                    f"no segment starts at LSN {self._next_lsn}: this segment ends at LSN "
+                    f"{self._next_lsn - 1} and the next one starts at LSN {later[0]}",
                     path=self._path,
                     offset=self._offset,
                     lsn=self._next_lsn,
@@ -325,11 +338,15 @@ class ShardReader:
         size = os.fstat(fd).st_size
         want = READ_CHUNK_BYTES
         fresh = False  # whether ``buf`` was read by this call
+        rechecked = False  # whether the tail was read again after a writer seemed done
         while offset < size:
             buf, start = self._buf, self._buf_start
             if not start <= offset < start + len(buf):
-                buf, start = os.pread(fd, min(want, size - offset), offset), offset
+                asked = min(want, size - offset)
+                buf, start = os.pread(fd, asked, offset), offset
                 self._buf, self._buf_start, fresh = buf, start, True
+                if len(buf) < asked:  # a new writer cut the file since the fstat
+                    size = start + len(buf)
             frames, end, stop = scan_frames(
                 buf, offset - start, self._next_lsn, max_records, layout=self._layout,
                 mid_batch_start=self._mid_batch, file_offset=start,
@@ -368,18 +385,17 @@ class ShardReader:
                 raise CorruptionError(
                     stop.describe(), path=self._path, offset=stop.offset, lsn=stop.lsn
                 )
-            if not self._sealed():
-                if not self._end_lost():
-                    return []  # nothing yet: a record being appended, or a writer that died
-                new_size = os.fstat(fd).st_size
-                if new_size != size:  # the writer finished the append (then closed)
-                    size, self._buf = new_size, b""
-                    continue
-                raise self._lost_end()
-            new_size = os.fstat(fd).st_size
-            if new_size != size:  # the writer finished this append, then rotated
-                size, self._buf = new_size, b""
+            sealed = self._sealed()
+            if not sealed and not self._end_lost():
+                return []  # nothing yet: a record being appended, or a writer that died
+            if not rechecked:
+                # A newer segment, or a control.json that says the log goes further: a writer
+                # finished (or cut and rewrote) this tail before it rotated or closed, which
+                # it does only after its appends. Read once more, now, before believing it.
+                rechecked, size, self._buf = True, os.fstat(fd).st_size, b""
                 continue
+            if not sealed:
+                raise self._lost_end()
             raise CorruptionError(
                 f"{stop.describe()} in a sealed segment (a newer one exists)",
                 path=self._path,
@@ -457,7 +473,9 @@ class ShardReader:
                         return True  # the writer appended (or rotated), then closed
                     raise self._lost_end()
                 return False
-        if newer[0] != nxt:
+        if newer[0] != nxt and os.path.exists(segment_path(self.shard_dir, nxt)):
+            newer = [nxt]  # a listing is no snapshot: it can miss a segment created before one
+        if newer[0] != nxt:  # it holds (ext4, during two quick rotations): look once more
             if self._fd < 0:
                 raise LsnNotRetainedError(nxt, newer[0], path=self.shard_dir)
             raise CorruptionError(

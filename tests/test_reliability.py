@@ -17,7 +17,7 @@ import pytest
 import moonish.api
 import moonish.log.reader
 from moonish.errors import CorruptionError
-from moonish.log.format import FLAG_BATCH, MAGIC, RecordType
+from moonish.log.format import FLAG_BATCH, MAGIC, SEGMENT_HEADER_BYTES, RecordType
 from moonish.log.frames import encode_frame
 from moonish.log.reader import ShardReader
 from moonish.log.records import KV_HEAD, KvChange, Replay, ViewType, encode_payload
@@ -419,3 +419,19 @@ def test_a_listing_that_misses_a_just_created_segment_is_not_a_gap(
         )
         reader.seek(15)  # positioning through such a listing, too
         assert [f.lsn for f in reader.poll(100)] == list(range(15, 24))
+
+
+def test_a_sealed_segment_cut_to_its_header_is_a_gap_not_a_loop(shard: Path) -> None:
+    with open_writer(shard, segment_bytes=400) as writer:
+        for i in range(40):
+            writer.append(kv(b"key-%d" % i))
+    emptied = segments(shard)[2]
+    os.truncate(emptied, SEGMENT_HEADER_BYTES)  # found by tests/test_damage.py at 5,000 trials
+    first = int(emptied.stem, 16)
+    with moonish.api.tail(shard, 0) as stream:
+        got = []
+        with pytest.raises(CorruptionError, match=f"no segment starts at LSN {first}") as info:
+            for event in stream:
+                got.append(event.lsn)
+    assert got == list(range(1, first))
+    assert (info.value.path, info.value.offset) == (str(emptied), SEGMENT_HEADER_BYTES)

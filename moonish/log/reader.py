@@ -473,7 +473,11 @@ class ShardReader:
                         return True  # the writer appended (or rotated), then closed
                     raise self._lost_end()
                 return False
-        if newer[0] != nxt and os.path.exists(segment_path(self.shard_dir, nxt)):
+        if (
+            newer[0] != nxt
+            and (self._fd < 0 or nxt != self._base)
+            and os.path.exists(segment_path(self.shard_dir, nxt))
+        ):
             newer = [nxt]  # a listing is no snapshot: it can miss a segment created before one
         if newer[0] != nxt:  # it holds (ext4, during two quick rotations): look once more
             if self._fd < 0:

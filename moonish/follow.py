@@ -6,9 +6,23 @@ nothing, so an append that lands between the poll and the wait still wakes it at
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from typing import Any
+
+
+class _StopRace(logging.Filter):
+    """Drops the one error watchdog (7.x, ``watchdog.observers.inotify``) logs when an
+    observer is stopped while its emitter thread is reading an event: nothing is wrong (the
+    emitter returns as if there were no event; gorakhargosh/watchdog#963), but ``cdc tail
+    --follow`` would print it on Ctrl-C."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "called when the thread is inactive" not in record.getMessage()
+
+
+_STOP_RACE = _StopRace()
 
 
 class ChangeSignal:
@@ -40,6 +54,7 @@ class ChangeSignal:
                 def on_any_event(self, _: object) -> None:
                     event.set()
 
+            logging.getLogger("watchdog.observers.inotify").addFilter(_STOP_RACE)  # idempotent
             observer = Observer()
             for each in [directory] if isinstance(directory, str) else directory:
                 observer.schedule(Signal(), each, recursive=False)

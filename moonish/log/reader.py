@@ -6,10 +6,19 @@ What a reader sees:
 - ``poll`` re-reads the segment size on every call, so it sees appends as they land, and moves
   to the next segment when the current one is finished (the next segment is named after the
   LSN that follows the last record of the current one).
-- An incomplete record or batch at the end of the active segment is "nothing yet": ``poll``
-  returns ``[]`` and the position does not move. Damage anywhere else raises
+- A torn tail at the end of the active segment (what an interrupted append leaves; the rule is
+  moonish.log.frames, ``is_torn_tail``) is "nothing yet": ``poll`` returns ``[]`` and the
+  position does not move. Anything else is damage and raises
   :class:`~moonish.errors.CorruptionError` naming the file, byte offset and LSN. Valid frames
-  before the damage are returned first; the error comes on the next call.
+  before the damage are returned first and the position stays right after them; the error
+  comes on the next call, and again on every call until the damage is repaired.
+- Nothing is decided on bytes read before a stop: a new writer may have cut a torn tail and
+  written other records there. A directory listing is no snapshot (it can miss a segment
+  created just before one it holds), so a gap is only reported after the segment named after
+  the next LSN was looked up by name.
+- ``control.json`` (moonish.log.control) is read only where the segments cannot answer: at the
+  end of the log (a range ``wal repair`` discarded, records lost from the end), at a gap, and
+  when no segment is left.
 - ``seek`` costs a directory listing, a binary search over segment names, a binary search in
   that segment's sparse index, then a scan of at most one index interval (64 KiB by default).
 

@@ -2,8 +2,9 @@
 
 1. read: read + decode + encode over a WAL of >= 1M records made by importing the real Redis
    AOF fixture repeatedly into one shard, against a bare loop that only reads the file, checks
-   each frame's CRC and calls ``orjson.dumps`` once per record. Rounds alternate the two; the
-   report gives medians and the median of the per-round ratios.
+   each frame's CRC and calls ``orjson.dumps`` once per record, and against the same records
+   in WAL format version 1 (a converted copy). Rounds alternate them; the report gives
+   medians and the median of the per-round ratios.
 2. position: ``read`` of 10 records at the end of a 10 MB and of a 1 GB WAL (in process, and
    the whole ``moonish cdc read`` command), beside a full scan of each WAL (what a reader that
    rescans the log per poll, like Moon's CDC.READ, pays).
@@ -24,6 +25,7 @@ import os
 import platform
 import shutil
 import statistics
+import struct
 import subprocess
 import sys
 import time
@@ -38,10 +40,13 @@ from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from moonish.log.format import (
     FRAME_CRC,
+    FRAME_HEADER,
     FRAME_HEADER_BYTES,
     FRAME_TRAILER_BYTES,
     SEGMENT_HEADER_BYTES,
+    V1_BODY_MIN_BYTES,
 )
+from moonish.log.frames import scan_frames
 from moonish.log.reader import ShardReader
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
@@ -139,19 +144,54 @@ def bench_images() -> list[str]:
     return compare_with_bare_loop(shard, "kv_change records, NEW_AND_OLD_IMAGES")
 
 
+def v1_copy(shard: Path) -> Path:
+    """The same records in WAL format version 1 (as moonish wrote them before version 2: one
+    CRC per frame, no header checksum, no trailer), beside ``shard``, to measure in one run
+    what version 2 costs a reader. Segments only: the read benchmark reads from LSN 1."""
+    out = shard.parent / f"{shard.name}-v1"
+    stamp = out / "SOURCE"
+    source = f"{moonish.api.info(shard)['next_lsn']}"
+    if stamp.exists() and stamp.read_text() == source:
+        return out
+    shutil.rmtree(out, ignore_errors=True)
+    out.mkdir(parents=True)
+    for base in list_segments(str(shard)):
+        data = Path(segment_path(str(shard), base)).read_bytes()
+        head = bytearray(data[:SEGMENT_HEADER_BYTES])
+        struct.pack_into("<H", head, 8, 1)
+        struct.pack_into("<I", head, 36, crc32c.crc32c(bytes(head[:36])))
+        parts = [bytes(head)]
+        frames, _, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data))
+        assert stop is None
+        for f in frames:
+            body = FRAME_HEADER.pack(
+                0, V1_BODY_MIN_BYTES + len(f.payload), f.lsn, f.record_type, f.flags, 0,
+                f.batch_index, f.batch_size, f.commit_us,
+            )[4:] + f.payload  # fmt: skip
+            parts.append(FRAME_CRC.pack(crc32c.crc32c(body)) + body)
+        Path(segment_path(str(out), base)).write_bytes(b"".join(parts))
+    stamp.write_text(source)
+    return out
+
+
 def compare_with_bare_loop(shard: Path, what: str) -> list[str]:
-    ours, typed, bare, ratios = [], [], [], []
+    ours, typed, bare, ratios, v1, v1_ratios = [], [], [], [], [], []
+    old = v1_copy(shard)
     moonish_read(shard)  # warm-up round, not timed: allocator arenas, page cache
+    moonish_read(old)
     bare_loop(shard)
     for _ in range(ROUNDS):
         count, seconds = moonish_read(shard)
         event_count, event_seconds = moonish_events(shard)
+        old_count, old_seconds = moonish_read(old)
         bare_count, bare_seconds = bare_loop(shard)
-        assert bare_count == count == event_count
+        assert bare_count == count == event_count == old_count
         ours.append(count / seconds)
         typed.append(count / event_seconds)
         bare.append(count / bare_seconds)
+        v1.append(count / old_seconds)
         ratios.append((count / seconds) / (count / bare_seconds))
+        v1_ratios.append(old_seconds / seconds)
     return [
         f"records: {count:,} {what}, {moonish.api.info(shard)['bytes'] / 2**20:,.0f} MiB",
         f"moonish read + decode + encode (envelope batches, as `cdc tail`): median "
@@ -161,6 +201,9 @@ def compare_with_bare_loop(shard: Path, what: str) -> list[str]:
         f"{statistics.median(typed):,.0f} events/s",
         f"bare loop (read, CRC, orjson.dumps): median {statistics.median(bare):,.0f} records/s",
         f"ratio moonish / bare loop: median {statistics.median(ratios):.2f}",
+        f"the same records in WAL format version 1 (a converted copy): median "
+        f"{statistics.median(v1):,.0f} events/s; ratio version 2 / version 1 (same round): "
+        f"median {statistics.median(v1_ratios):.2f}",
     ]
 
 

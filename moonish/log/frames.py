@@ -126,6 +126,9 @@ class Stop:
 
 _U32 = struct.Struct("<I")
 _CRC_AND_LENGTH = struct.Struct("<II")
+_FIELDS = struct.Struct(FRAME_HEADER.format[:1] + FRAME_HEADER.format[2:]).pack
+"""The header without its checksum: frame bytes [4, 36)."""
+_CRC, _crc = _U32.pack, crc32c.crc32c
 
 
 def encode_frame(
@@ -144,11 +147,9 @@ def encode_frame(
     """
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise ValueError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
-    fields = FRAME_HEADER.pack(
-        0, len(payload), lsn, record_type, flags, 0, batch_index, batch_size, commit_us
-    )[4:]
-    head = _U32.pack(crc32c.crc32c(fields)) + fields
-    return b"".join((head, payload, _U32.pack(crc32c.crc32c(payload, crc32c.crc32c(head)))))
+    fields = _FIELDS(len(payload), lsn, record_type, flags, 0, batch_index, batch_size, commit_us)
+    head = _CRC(_crc(fields)) + fields
+    return b"".join((head, payload, _CRC(_crc(payload, _crc(head)))))
 
 
 def header_checksum_holds(data: bytes | memoryview, pos: int) -> bool:

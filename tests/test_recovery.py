@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 import moonish.api
+from moonish.clock import FixedClock
 from moonish.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -28,7 +30,7 @@ from moonish.log.segment import list_segments, snapshot_path
 from moonish.log.verify import verify_shard
 from moonish.state.shard import ShardOptions, ShardWriter
 from tests.conftest import kv, open_writer
-from tests.golden import as_if_killed, frame_spans, segments
+from tests.golden import FIXTURES, as_if_killed, frame_spans, segments
 
 
 def fill(path: Path, count: int, value: bytes = b"v", **options: object) -> None:
@@ -339,3 +341,30 @@ def test_a_reader_positioned_at_the_end_learns_of_a_repair_at_once(shard: Path) 
         with pytest.raises(LsnDiscardedError):
             reader.poll(10)
     assert list_segments(str(shard)) == [1]
+
+
+# -- format version 1 shards --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", ["v1-mixed-records", "v1-torn-tail", "v1-torn-batch"])
+def test_a_writer_continues_a_version_1_shard_in_a_version_2_segment(
+    tmp_path: Path, scenario: str
+) -> None:
+    shard = tmp_path / "shard-0"
+    shutil.copytree(FIXTURES / "wal" / scenario, shard)
+    clock = FixedClock(1_796_000_000_000_000)
+    before = moonish.api.read(shard, 0, limit=10_000, clock=clock)
+    old = {path.name: path.read_bytes() for path in segments(shard)}
+    with open_writer(shard) as writer:
+        assert writer.next_lsn == before.cursor.lsn
+        assert writer.append(kv(b"after-upgrade")) == before.cursor.lsn
+    newest = segments(shard)[-1]
+    assert newest.name not in old and newest.read_bytes()[8:10] == b"\x02\x00"
+    for name, data in old.items():  # version 1 segments: only a torn tail cut, nothing else
+        assert data.startswith((shard / name).read_bytes())
+    after = moonish.api.read(shard, 0, limit=10_000, clock=clock)
+    assert [e.envelope for e in after.events][: len(before.events)] == [
+        e.envelope for e in before.events
+    ]
+    assert [e.lsn for e in after.events][-1] == before.cursor.lsn
+    assert verify_shard(shard).next_lsn == before.cursor.lsn + 1

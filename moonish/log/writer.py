@@ -198,8 +198,11 @@ class WalWriter:
             recovery = Recovery(segment_path(self.shard_dir, start), 0, start)
         else:
             recovery = self._recover_newest(bases[-1], control)
-        discarded = control.discarded if control is not None else ()
-        store_control(self.shard_dir, Control(self.shard_id, self._next_lsn, False, discarded))
+        # the discarded ranges cannot change while this writer holds the lock (repair takes it)
+        self._discarded = control.discarded if control is not None else ()
+        store_control(
+            self.shard_dir, Control(self.shard_id, self._next_lsn, False, self._discarded)
+        )
         return recovery
 
     def _check_shard_id(self, shard_id: int, path: str) -> None:
@@ -290,24 +293,26 @@ class WalWriter:
             os.fsync(fd)  # what a killed writer left in the page cache is durable before
         finally:  # control.json records where this writer starts
             os.close(fd)
+        self._recover_index(base, frames)
         if header.version != FORMAT_VERSION or start != next_lsn:
             # Frames of this version never go into a segment of another, and a segment holds
             # consecutive LSNs: continue in a new segment (which replaces the newest one if
             # that holds no record and would have the same name).
+            os.close(self._index_fd)
             self._create_segment(start)
         else:
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
             self._base_lsn = base
             self._size = end
             self._next_lsn = next_lsn
-            self._recover_index(base, frames)
         return Recovery(path, len(data) - end, start)
 
     def _recover_index(self, base: int, frames: list[Frame]) -> None:
         """Keep the index entries of the newest segment that point at a committed frame that
         starts a batch; rebuild the index from the frames if any other entry is there (an
         entry into a cut tail is expected; a wrong one means the index file was damaged, and
-        the index is derived data: Kafka rebuilds a damaged index the same way)."""
+        the index is derived data: Kafka rebuilds a damaged index the same way). Leaves the
+        index open for appends (``_index_fd``)."""
         path = index_path(self.shard_dir, base)
         entries = read_index(path)
         starts = {(frame.lsn, frame.offset) for frame in frames if frame.batch_index == 0}
@@ -465,10 +470,8 @@ class WalWriter:
             os.close(self._index_fd)
             self._fd = -1
             try:
-                control = load_control(self.shard_dir)
-                discarded = control.discarded if control is not None else ()
                 store_control(
-                    self.shard_dir, Control(self.shard_id, self._next_lsn, True, discarded)
+                    self.shard_dir, Control(self.shard_id, self._next_lsn, True, self._discarded)
                 )
             finally:
                 os.close(self._lock_fd)

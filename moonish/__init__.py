@@ -4,8 +4,8 @@ The public API: :func:`read` (one batch from a cursor), :func:`tail` (an iterato
 following the log), :func:`info`; positions are :class:`Cursor` values; every error is a
 :class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
 c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
-``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; Redis AOF import:
-``moonish.redis.importer``.
+``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; operator repairs:
+``moonish.log.repair``; Redis AOF import: ``moonish.redis.importer``.
 """
 
 __version__ = "0.1.0"  # first: submodules import it while this package initialises
@@ -16,6 +16,7 @@ from moonish.errors import (
     CommandError,
     CorruptionError,
     InvalidArgumentError,
+    LsnDiscardedError,
     LsnNotRetainedError,
     MoonishError,
     UnavailableError,
@@ -35,6 +36,7 @@ __all__ = [
     "Cursor",
     "ExecResult",
     "InvalidArgumentError",
+    "LsnDiscardedError",
     "LsnNotRetainedError",
     "MoonishError",
     "ReadResult",

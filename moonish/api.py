@@ -39,7 +39,12 @@ from moonish.hotloop import paused_gc
 from moonish.log.control import load_control
 from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
-from moonish.log.segment import list_segments, require_shard_dir, segment_path
+from moonish.log.segment import (
+    list_segments,
+    require_shard_dir,
+    segment_path,
+    shard_id_from_headers,
+)
 from moonish.snapshot_rows import cursor_after, snapshot_frames, start_cursor
 from moonish.state.config import load_config
 from moonish.state.snapshot import list_snapshots
@@ -80,8 +85,23 @@ def _encoder_for(
     reader: ShardReader, name: str, clock: Clock, transactions: bool
 ) -> EnvelopeEncoder:
     return EnvelopeEncoder(
-        reader.shard_id or 0, name, clock, reader.shard_dir, transactions=transactions
+        _shard_id(reader), name, clock, reader.shard_dir, transactions=transactions
     )
+
+
+def _shard_id(reader: ShardReader) -> int:
+    """The shard's id: from the segment the reader has open, else control.json, else any
+    segment header (a consumer can be given snapshot rows before the log is positioned)."""
+    if reader.shard_id is not None:
+        return reader.shard_id
+    try:
+        control = load_control(reader.shard_dir)
+    except MoonishError:
+        control = None
+    if control is not None:
+        return control.shard
+    found = shard_id_from_headers(reader.shard_dir)
+    return found if found is not None else 0
 
 
 def _event_cursor(frame: Frame, op: str) -> Cursor:
@@ -128,13 +148,19 @@ def read(
         frames, cursor = snapshot_frames(path, cursor, limit)
     reader = ShardReader(path)
     try:
-        reader.seek(cursor.lsn)  # also where the log continues after a snapshot
-        with paused_gc():
+        try:
+            reader.seek(cursor.lsn)  # also where the log continues after a snapshot
             if cursor.snapshot_row is None and len(frames) < limit:
-                records = reader.poll(limit - len(frames))
+                with paused_gc():
+                    records = reader.poll(limit - len(frames))
                 if records:
                     frames += records
                     cursor = Cursor(reader.next_lsn)
+        except MoonishError:
+            if not frames:
+                raise
+            # snapshot rows first: the next read, from the cursor after them, meets it again
+        with paused_gc():
             encoder = _encoder_for(reader, name, clock, transactions)
             events, kept, damage = encoder.encode_until_damage(frames)
         if damage is not None:
@@ -167,9 +193,12 @@ class Tail:
         snapshot, transactions: as :func:`read`.
 
     Raises:
-        InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation.
-        CorruptionError: while iterating, when damage is reached (after every valid event
-            before it has been returned).
+        InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation (starting
+            from a snapshot: after its rows, while iterating).
+        CorruptionError: at creation when the segment that holds ``from_lsn`` is damaged
+            before it; while iterating when damage is reached, after every valid event of
+            every whole batch before it has been returned. Iterating again continues from
+            there (after a repair, with the next record).
     """
 
     def __init__(
@@ -189,11 +218,14 @@ class Tail:
         self._cursor = _start(path, from_lsn, snapshot)
         self._snapshot = self._cursor if self._cursor.snapshot_row is not None else None
         self._reader = ShardReader(path)
-        self._reader.seek(self._cursor.lsn)  # after a snapshot, the log continues there
+        self._resume_lsn: int | None = None  # where to position before the next poll
+        if self._snapshot is None:
+            self._reader.seek(self._cursor.lsn)
+        else:
+            self._resume_lsn = self._cursor.lsn  # after the rows: damage there costs none
         self._name, self._clock, self._transactions = name, clock, transactions
         self._encoder: EnvelopeEncoder | None = None
         self._damage: MoonishError | None = None  # raised after the events before it
-        self._resume_lsn: int | None = None  # where to re-read the log after the damage
         self._pending: deque[tuple[ChangeEvent, Cursor]] = deque()
         self._closed = False  # set by close(), from any thread
         self._released = False
@@ -219,8 +251,8 @@ class Tail:
                 if self._damage is not None:
                     damage, self._damage = self._damage, None
                     raise damage  # iterating again retries from the damaged record
-                if self._resume_lsn is not None:  # read the damaged batch again, afresh
-                    self._reader.seek(self._resume_lsn)
+                if self._resume_lsn is not None and self._snapshot is None:
+                    self._reader.seek(self._resume_lsn)  # after snapshot rows or damage
                     self._resume_lsn = None
                 if self._signal is not None:
                     self._signal.clear()
@@ -232,7 +264,7 @@ class Tail:
                         )
                         self._snapshot = after if after.snapshot_row is not None else None
                     else:
-                        frames = self._reader.poll(TAIL_BATCH_RECORDS)
+                        frames = self._reader.poll(TAIL_BATCH_RECORDS, whole_batches=True)
                     if frames:
                         if self._encoder is None:
                             self._encoder = _encoder_for(

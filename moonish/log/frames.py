@@ -23,6 +23,7 @@ a bad one) is damage, wherever it is.
 from __future__ import annotations
 
 import enum
+import re
 import struct
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -44,9 +45,6 @@ from moonish.log.format import (
 ZERO_FILL_ALIGN_BYTES = 512
 """Zero-filled tails start at the committed end or at a multiple of this file offset (a
 sector: the smallest unit a disk writes, so the smallest unit a power loss leaves unwritten)."""
-V1_RESYNC_LSNS = 8
-"""Version 1 only: LSNs after the stop searched for an intact frame before a stop is called a
-torn tail (version 1 frames have no header checksum)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,32 +369,35 @@ def _append_prefix(
 
 def _v1_intact_frame_after(data: bytes, cut_pos: int, cut_lsn: int) -> bool:
     """Version 1 only: whether an intact frame with the LSN of the frame cut short at
-    ``cut_pos``, or one of the next, stands anywhere after that frame's first byte (its length
-    was damaged, so it only looks cut short: the records after it are there)."""
-    return find_intact_frame(data, cut_pos + 1, cut_lsn, LAYOUT_V1) is not None
+    ``cut_pos`` or a later one stands anywhere after that frame's first byte (its length was
+    damaged, so it only looks cut short: the records after it are there)."""
+    return next_intact_frame(data, cut_pos + 1, cut_lsn, LAYOUT_V1) is not None
 
 
-def find_intact_frame(
-    data: bytes, start: int, first_lsn: int, layout: FrameLayout, lsns: int = V1_RESYNC_LSNS
+_CANDIDATE = re.compile(rb"(?=.{16}[\x01-\x05][\x00\x01]\x00\x00)", re.DOTALL)
+"""Where a frame header may start: its type byte (offset 16) a record type, its flags byte one
+of the known values, its reserved field zero. A C-speed pre-filter for :func:`next_intact_frame`."""
+
+
+def next_intact_frame(
+    data: bytes, start: int, min_lsn: int, layout: FrameLayout
 ) -> tuple[int, int] | None:
-    """The first intact frame at or after ``data[start]`` whose LSN is one of ``first_lsn``
-    .. ``first_lsn + lsns - 1`` (tried in that order), as ``(position, lsn)``; ``None`` if
-    there is none. Intact: a length in range, the whole frame inside ``data``, and valid
-    checksums (in version 2 the header's too). Used to find where damage ends."""
-    for lsn in range(first_lsn, first_lsn + lsns):
-        pattern = lsn.to_bytes(8, "little")
-        hit = data.find(pattern, start + 8)
-        while hit != -1:
-            pos = hit - 8
-            crc, length = _CRC_AND_LENGTH.unpack_from(data, pos)
-            frame_end = pos + layout.overhead + length
-            if (
-                layout.min_length <= length <= layout.max_length
-                and frame_end <= len(data)
-                and len(data) - pos >= FRAME_HEADER_BYTES
-                and (not layout.trailer or header_checksum_holds(data, pos))
-                and _frame_checksum_holds(data, pos, frame_end, layout, crc)
-            ):
-                return pos, lsn
-            hit = data.find(pattern, hit + 1)
+    """The first intact frame at or after ``data[start]`` with an LSN of at least
+    ``min_lsn``, as ``(position, lsn)``, found by trying every position (``None`` if there is
+    none). Used where damage must not hide what follows it: version 1 torn-tail checks, and
+    ``wal repair``, which must know every record it discards."""
+    for match in _CANDIDATE.finditer(data, start):
+        pos = match.start()
+        if len(data) - pos < FRAME_HEADER_BYTES:
+            break
+        crc, length, lsn, *_ = FRAME_HEADER.unpack_from(data, pos)
+        frame_end = pos + layout.overhead + length
+        if (
+            lsn >= min_lsn
+            and layout.min_length <= length <= layout.max_length
+            and frame_end <= len(data)
+            and (not layout.trailer or header_checksum_holds(data, pos))
+            and _frame_checksum_holds(data, pos, frame_end, layout, crc)
+        ):
+            return pos, lsn
     return None

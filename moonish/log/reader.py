@@ -111,7 +111,19 @@ class ShardReader:
                 the log continues).
             InvalidArgumentError: ``lsn`` is beyond the end of the log (past the next LSN).
             CorruptionError: the segment that holds ``lsn`` is damaged before it.
+
+        On an error the reader keeps its previous position (with no segment open; the next
+        ``poll`` positions again, and meets the error again if it still holds).
         """
+        previous = self._next_lsn
+        try:
+            self._seek(lsn)
+        except BaseException:
+            self._close_segment()
+            self._next_lsn, self._mid_batch = previous, False
+            raise
+
+    def _seek(self, lsn: int) -> None:
         target = max(lsn, 1)
         self._close_segment()
         self._next_lsn, self._mid_batch = 1, False
@@ -222,6 +234,12 @@ class ShardReader:
         ):
             self._close_segment()
             self._next_lsn = control.next_lsn
+        elif self._end_lost():
+            while self._fetch(1 << 30):  # a writer's last appends land before control.json
+                pass
+            torn = os.fstat(self._fd).st_size - self._offset
+            if self._end_lost():
+                raise self._lost_end()
         return torn
 
     @property
@@ -231,8 +249,15 @@ class ShardReader:
         return self._checked_from
 
     def _beyond_end(self, lsn: int) -> InvalidArgumentError:
+        control, end = self._control, self._next_lsn
+        if (
+            control is not None
+            and control.next_lsn > end
+            and control.covers(end, control.next_lsn - 1)
+        ):
+            end = control.next_lsn  # after LSNs a repair discarded
         return InvalidArgumentError(
-            f"LSN {lsn} is beyond the end of the log; the next LSN is {self._next_lsn}",
+            f"LSN {lsn} is beyond the end of the log; the next LSN is {end}",
             path=self.shard_dir,
             lsn=lsn,
         )
@@ -241,6 +266,9 @@ class ShardReader:
         """(offset, lsn) of a verified frame at or before ``target``: where a scan can start."""
         entries = read_index(index_path(self.shard_dir, base))
         i = bisect.bisect_right(entries, (target, 2**64)) - 1
+        size = os.fstat(self._fd).st_size
+        while i >= 0 and not SEGMENT_HEADER_BYTES <= entries[i][1] < size:
+            i -= 1  # an entry into nowhere (damaged, or into a cut tail) is no hint
         if i >= 0:
             lsn, offset = entries[i]
             head = os.pread(self._fd, FRAME_HEADER_BYTES, offset)
@@ -260,7 +288,8 @@ class ShardReader:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:  # removed (retention) since the directory was listed
             bases = list_segments(self.shard_dir)
-            oldest = next((b for b in bases if b > base), base + 1)
+            later = [b for b in bases if b > base]
+            oldest = later[0] if later else max(self._floor(self._load_control()), base + 1)
             raise LsnNotRetainedError(base, oldest, path=self.shard_dir) from None
         try:
             header = decode_segment_header(os.pread(fd, HEADER_READ_BYTES, 0), path, base)
@@ -305,8 +334,10 @@ class ShardReader:
 
     # -- reading ---------------------------------------------------------------------------
 
-    def poll(self, max_records: int) -> list[Frame]:
-        """Up to ``max_records`` committed frames after the current position, in LSN order.
+    def poll(self, max_records: int, *, whole_batches: bool = False) -> list[Frame]:
+        """Up to ``max_records`` committed frames after the current position, in LSN order
+        (with ``whole_batches``, more rather than part of an atomic batch: the last batch is
+        returned whole, so a caller can hold a batch back whole).
 
         Returns ``[]`` when there is nothing new. Advances the position past what it returns,
         and only past that: when damage stops a poll that has frames, the frames are returned
@@ -322,7 +353,7 @@ class ShardReader:
         frames: list[Frame] = []
         try:
             while len(frames) < max_records:
-                got = self._fetch(max_records - len(frames)) if self._fd >= 0 else []
+                got = self._fetch(max_records - len(frames), whole_batches) if self._fd >= 0 else []
                 if got:
                     frames.extend(got)
                 elif not self._next_segment():
@@ -333,7 +364,7 @@ class ShardReader:
             raise
         return frames
 
-    def _fetch(self, max_records: int) -> list[Frame]:
+    def _fetch(self, max_records: int, whole_batches: bool = False) -> list[Frame]:
         """Committed frames from the current position in the current segment.
 
         Reads through a read-ahead buffer of ``READ_CHUNK_BYTES`` (more for a large frame or
@@ -361,7 +392,7 @@ class ShardReader:
                 mid_batch_start=self._mid_batch, file_offset=start,
             )  # fmt: skip
             if frames:
-                if len(frames) > max_records:
+                if len(frames) > max_records and not whole_batches:
                     rest = frames[max_records]
                     del frames[max_records:]
                     self._offset, self._next_lsn, self._mid_batch = rest.offset, rest.lsn, True
@@ -397,6 +428,8 @@ class ShardReader:
             sealed = self._sealed()
             if not sealed and not self._end_lost():
                 return []  # nothing yet: a record being appended, or a writer that died
+            if self._moved():
+                return []  # _next_segment positions again on the file now under this name
             if not rechecked:
                 # A newer segment, or a control.json that says the log goes further: a writer
                 # finished (or cut and rewrote) this tail before it rotated or closed, which
@@ -412,6 +445,26 @@ class ShardReader:
                 lsn=stop.lsn,
             )
         return []
+
+    def _moved(self) -> bool:
+        """Whether the open segment's name no longer names the file this reader reads: it was
+        removed (retention, a repair) or replaced (a writer that continued a version 1 shard
+        whose newest segment held no record writes a new one under the same name)."""
+        if self._fd < 0:
+            return False
+        try:
+            named = os.stat(self._path)
+        except FileNotFoundError:
+            return True
+        mine = os.fstat(self._fd)
+        return (named.st_ino, named.st_dev) != (mine.st_ino, mine.st_dev)
+
+    def _reposition(self) -> bool:
+        """Position again at the next LSN (after :meth:`_moved`); True when a segment holds
+        it now, False when the log is idle there. Raises as :meth:`seek`
+        (``LsnNotRetainedError`` when retention removed what comes next)."""
+        self.seek(self._next_lsn)
+        return self._fd >= 0
 
     def _end_lost(self) -> bool:
         """Whether control.json says the log had reached further than the end of the newest
@@ -452,45 +505,50 @@ class ShardReader:
 
         The writer appends the last record of a segment before it creates the next one, so
         the current segment is re-checked after the directory listing: a writer that filled
-        it and rotated meanwhile leaves more to read here, not a gap.
+        it and rotated meanwhile leaves more to read here, not a gap. With no segment open,
+        it positions again at the next LSN (:meth:`seek`).
 
         Raises:
-            CorruptionError: a newer segment exists but none starts at the next LSN.
-            LsnNotRetainedError: no segment is open and the oldest one starts after the next
-                LSN (the segments were removed).
+            CorruptionError: a newer segment exists but none starts at the next LSN; the
+                newest segment ends before the end control.json records.
+            LsnNotRetainedError: the next LSN's segment was removed (retention).
             LsnDiscardedError: the next LSN was cut out by ``moonish wal repair``.
         """
-        if self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
-            return False  # bytes we could not take yet (a torn tail or a record in flight)
+        if self._fd < 0:  # no segment open (none was, or an error closed it): position
+            self.seek(self._next_lsn)
+            return self._fd >= 0
+        if os.fstat(self._fd).st_size > self._offset:
+            # bytes we could not take yet (a torn tail or a record in flight): stay, unless
+            # the segment was replaced or removed under us
+            return self._reposition() if self._moved() else False
         nxt = self._next_lsn
-        if (self._fd < 0 or nxt != self._base) and os.path.exists(
-            segment_path(self.shard_dir, nxt)
-        ):
+        if nxt != self._base and os.path.exists(segment_path(self.shard_dir, nxt)):
             newer = [nxt]  # the common case: one stat, no listing
         else:
-            current = self._base if self._fd >= 0 and self._base is not None else nxt - 1
-            newer = [base for base in list_segments(self.shard_dir) if base > current]
-            if newer and self._fd >= 0 and os.fstat(self._fd).st_size > self._offset:
+            newer = [base for base in list_segments(self.shard_dir) if base > (self._base or 0)]
+            if newer and os.fstat(self._fd).st_size > self._offset:
                 return True  # the writer added to this segment (then rotated): read the rest
             control = self._load_control()
             span = control.discarded_range(nxt) if control is not None else None
             if span is not None:
                 raise LsnDiscardedError(nxt, *span, path=self.shard_dir)
             if not newer:
-                if self._fd >= 0 and self._end_lost():
+                if self._moved():
+                    return self._reposition()
+                if self._end_lost():
                     if os.fstat(self._fd).st_size > self._offset or self._sealed():
                         return True  # the writer appended (or rotated), then closed
                     raise self._lost_end()
                 return False
         if (
             newer[0] != nxt
-            and (self._fd < 0 or nxt != self._base)
+            and nxt != self._base
             and os.path.exists(segment_path(self.shard_dir, nxt))
         ):
             newer = [nxt]  # a listing is no snapshot: it can miss a segment created before one
         if newer[0] != nxt:  # it holds (ext4, during two quick rotations): look once more
-            if self._fd < 0:
-                raise LsnNotRetainedError(nxt, newer[0], path=self.shard_dir)
+            if self._moved():  # retention removed this segment and the next
+                return self._reposition()
             raise CorruptionError(
                 f"no segment starts at LSN {nxt}: this segment ends at LSN {nxt - 1} and the "
                 f"next one starts at LSN {newer[0]}",

@@ -27,7 +27,7 @@ from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFor
 from moonish.fileio import fsync_dir
 from moonish.log.control import Control, load_control, store_control
 from moonish.log.format import INDEX_ENTRY, SEGMENT_HEADER_BYTES, segment_name
-from moonish.log.frames import LAYOUTS, FrameLayout, find_intact_frame, scan_frames
+from moonish.log.frames import LAYOUTS, FrameLayout, is_torn_tail, next_intact_frame, scan_frames
 from moonish.log.segment import (
     decode_segment_header,
     index_path,
@@ -36,11 +36,9 @@ from moonish.log.segment import (
     read_index,
     require_shard_dir,
     segment_path,
+    shard_id_from_headers,
 )
 from moonish.log.writer import lock_shard
-
-RESYNC_LSNS = 64
-"""LSNs after a damaged record tried when looking for intact records beyond it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,9 +124,10 @@ def truncate_at(
             kept = offset
         later = [b for b in bases if b > base]
         intact, last = _intact_after(data, kept, first, layout)
+        last = max(last, _indexed_after(path, base, kept))
         for b in later:
             count, top = _segment_records(path, b)
-            intact, last = intact + count, max(last, top)
+            intact, last = intact + count, max(last, top, _indexed_after(path, b, 0))
         control = load_control(path)
         snapshots = list_snapshots(path)
         last = max(
@@ -145,6 +144,11 @@ def truncate_at(
         )  # fmt: skip
         if dry_run:
             return report
+        # control.json first: a repair cut short by a crash must still never let those LSNs
+        # be written again (running it again finishes the cut)
+        shard = control.shard if control is not None else _shard_id(path, bases)
+        spans = _merged((control.discarded if control is not None else ()), discarded)
+        store_control(path, Control(shard, last + 1, True, spans))
         for b in reversed(later):
             os.unlink(segment_path(path, b))
             _unlink(index_path(path, b))
@@ -156,14 +160,31 @@ def truncate_at(
             entries = [entry for entry in read_index(index_path(path, base)) if entry[1] < offset]
             _rewrite_index(index_path(path, base), entries)
         fsync_dir(path)
-        shard = control.shard if control is not None else _shard_id(path, bases)
-        spans = (control.discarded if control is not None else ()) + (
-            (discarded,) if discarded else ()
-        )
-        store_control(path, Control(shard, last + 1, True, spans))
         return report
     finally:
         os.close(lock)
+
+
+def _merged(
+    spans: tuple[tuple[int, int], ...], new: tuple[int, int] | None
+) -> tuple[tuple[int, int], ...]:
+    """Discarded ranges with ``new`` added, overlapping and adjacent ranges joined."""
+    ordered = sorted([*spans, *([new] if new else [])])
+    joined: list[tuple[int, int]] = []
+    for first, last in ordered:
+        if joined and first <= joined[-1][1] + 1:
+            joined[-1] = (joined[-1][0], max(joined[-1][1], last))
+        else:
+            joined.append((first, last))
+    return tuple(joined)
+
+
+def _indexed_after(shard_dir: str, base: int, offset: int) -> int:
+    """The highest LSN the index of segment ``base`` names at or after ``offset`` (0 if
+    none): the writer adds an entry only after the frame it names was written, so the LSN
+    was used even when that frame is damaged now."""
+    entries = [lsn for lsn, at in read_index(index_path(shard_dir, base)) if at >= offset]
+    return max(entries, default=0)
 
 
 def set_next_lsn(
@@ -183,19 +204,24 @@ def set_next_lsn(
         raise InvalidArgumentError(f"next LSN must be between 1 and 2**63 - 1, got {next_lsn}")
     lock = lock_shard(path)
     try:
-        control = load_control(path)
+        try:
+            control = load_control(path)
+        except CorruptionError:
+            control = None  # a damaged control file is what this command replaces
         bases = list_segments(path)
         snapshots = list_snapshots(path)
-        end, shard = 1, control.shard if control is not None else 0
+        end, shard = 1, control.shard if control is not None else _shard_id(path, bases)
         if bases:
             seg = segment_path(path, bases[-1])
             with open(seg, "rb") as handle:
                 data = handle.read()
             header = decode_segment_header(data, seg, bases[-1])
-            frames, _, stop = scan_frames(
-                data, SEGMENT_HEADER_BYTES, bases[-1], len(data), layout=LAYOUTS[header.version]
+            layout = LAYOUTS[header.version]
+            frames, committed, stop = scan_frames(
+                data, SEGMENT_HEADER_BYTES, bases[-1], len(data), layout=layout
             )
-            if stop is not None:
+            end = frames[-1].lsn + 1 if frames else bases[-1]
+            if stop is not None and not is_torn_tail(data[committed:], end, layout, committed):
                 raise CorruptionError(
                     f"the newest segment is damaged ({stop.describe()}): cut it first with "
                     "--truncate-at",
@@ -203,10 +229,11 @@ def set_next_lsn(
                     offset=stop.offset,
                     lsn=stop.lsn,
                 )
-            end, shard = (frames[-1].lsn + 1 if frames else bases[-1]), header.shard_id
-        lowest = max(end, snapshots[-1] + 1 if snapshots else 1)
-        if not bases and control is not None:
-            lowest = max(lowest, control.next_lsn)
+            shard = header.shard_id
+        used = [end, snapshots[-1] + 1 if snapshots else 1]
+        if control is not None:
+            used += [control.next_lsn, *(last + 1 for _, last in control.discarded)]
+        lowest = max(used)
         if next_lsn < lowest:
             raise InvalidArgumentError(
                 f"the next LSN must be at least {lowest} (the end of the log, or past an LSN "
@@ -217,9 +244,7 @@ def set_next_lsn(
         discarded = (end, next_lsn - 1) if bases and next_lsn > end else None
         report = RepairReport(path, dry_run, None, None, [], 0, 0, discarded, next_lsn)
         if not dry_run:
-            spans = (control.discarded if control is not None else ()) + (
-                (discarded,) if discarded else ()
-            )
+            spans = _merged((control.discarded if control is not None else ()), discarded)
             store_control(path, Control(shard, next_lsn, True, spans))
         return report
     finally:
@@ -254,7 +279,7 @@ def _intact_after(data: bytes, pos: int, lsn: int, layout: FrameLayout | None) -
         return count, last
     pos = max(pos, SEGMENT_HEADER_BYTES)
     while pos < len(data):
-        found = find_intact_frame(data, pos, lsn, layout, RESYNC_LSNS)
+        found = next_intact_frame(data, pos, lsn, layout)
         if found is None:
             break
         pos, lsn = found
@@ -286,22 +311,15 @@ def _layout_or_none(data: bytes, seg: str, base: int) -> FrameLayout | None:
     except (CorruptionError, UnsupportedFormatError):
         pass
     for layout in sorted(LAYOUTS.values(), key=lambda each: -each.version):
-        if find_intact_frame(data, SEGMENT_HEADER_BYTES - 1, base, layout, RESYNC_LSNS):
+        if next_intact_frame(data, SEGMENT_HEADER_BYTES, base, layout):
             return layout
     return None
 
 
 def _shard_id(shard_dir: str, bases: list[int]) -> int:
     """The shard id the segments' headers carry (the first one that decodes), else 0."""
-    for base in bases:
-        seg = segment_path(shard_dir, base)
-        with open(seg, "rb") as handle:
-            head = handle.read(SEGMENT_HEADER_BYTES)
-        try:
-            return decode_segment_header(head, seg, base).shard_id
-        except (CorruptionError, UnsupportedFormatError):
-            continue
-    return 0
+    found = shard_id_from_headers(shard_dir)
+    return found if found is not None else 0
 
 
 def _cut(seg: str, offset: int) -> None:

@@ -180,6 +180,18 @@ def segment_holding(shard_dir: str, lsn: int) -> str:
     return segment_path(shard_dir, bases[-1]) if bases else shard_dir
 
 
+def shard_id_from_headers(shard_dir: str) -> int | None:
+    """The shard id the first segment header that decodes carries, or ``None``."""
+    for base in list_segments(shard_dir):
+        path = segment_path(shard_dir, base)
+        try:
+            with open(path, "rb") as handle:
+                return decode_segment_header(handle.read(SEGMENT_HEADER_BYTES), path, base).shard_id
+        except (OSError, CorruptionError, UnsupportedFormatError):
+            continue
+    return None
+
+
 def index_path(shard_dir: str, base_lsn: int) -> str:
     """Path of the sparse index of the segment with ``base_lsn`` in ``shard_dir``."""
     return os.path.join(shard_dir, index_name(base_lsn))

@@ -166,10 +166,12 @@ def _check_index(
     newest segment, where its torn tail starts (entries into it are dropped by the next
     writer, not damage)."""
     path = index_path(shard_dir, base)
+    entries = read_index(path)
+    if torn_from is not None:  # the last entries may point into the tail the writer cuts
+        while entries and entries[-1][1] >= torn_from:
+            entries.pop()
     checked = 0
-    for number, (entry_lsn, entry_offset) in enumerate(read_index(path)):
-        if torn_from is not None and entry_offset >= torn_from:
-            continue
+    for number, (entry_lsn, entry_offset) in enumerate(entries):
         if offsets.get(entry_lsn) != entry_offset:
             return checked, CorruptionError(
                 f"index entry says LSN {entry_lsn} is at offset {entry_offset} of "

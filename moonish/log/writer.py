@@ -32,7 +32,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import CorruptionError, InvalidArgumentError, WriterLockedError
+from moonish.errors import (
+    CorruptionError,
+    InvalidArgumentError,
+    UnavailableError,
+    WriterLockedError,
+)
 from moonish.log.control import Control, control_path, load_control, store_control
 from moonish.log.format import (
     FLAG_BATCH,
@@ -165,15 +170,17 @@ class WalWriter:
         self._dirty = False
         self.index_rebuilt = False
         """Whether opening found the newest segment's index damaged and rebuilt it."""
+        self._index_fd = -1
+        self._failed: UnavailableError | None = None
         os.makedirs(self.shard_dir, exist_ok=True)
         self._lock_fd = lock_shard(self.shard_dir)
         try:
             self.recovery = self._recover()
         except BaseException:
-            for fd in (self._fd, getattr(self, "_index_fd", -1), self._lock_fd):
+            for fd in (self._fd, self._index_fd, self._lock_fd):
                 if fd >= 0:
                     os.close(fd)
-            self._fd = -1
+            self._fd = self._index_fd = self._lock_fd = -1
             raise
         self._stop = threading.Event()
         self._syncer: threading.Thread | None = None
@@ -242,6 +249,24 @@ class WalWriter:
             )
         return control.next_lsn
 
+    def _check_repair_finished(self, control: Control | None, newest: int, end: int) -> None:
+        """Refuse a log that still holds LSNs control.json marks discarded: a ``wal repair``
+        records them before it cuts, so a repair cut short leaves exactly this."""
+        if control is None or not control.discarded:
+            return
+        for base in list_segments(self.shard_dir):
+            last = end - 1 if base == newest else base
+            for first_cut, last_cut in control.discarded:
+                if base <= last_cut and last >= first_cut:
+                    raise CorruptionError(
+                        f"LSNs {first_cut}..{last_cut} are marked discarded in control.json, "
+                        f"but segment {segment_path(self.shard_dir, base)} still holds some: a "
+                        "`moonish wal repair` was cut short; run it again (with --dry-run "
+                        "first)",
+                        path=segment_path(self.shard_dir, base),
+                        lsn=max(base, first_cut),
+                    )
+
     def _check_snapshots(self, next_lsn: int) -> None:
         """A snapshot at LSN ``L`` means records up to ``L`` were written: the log must not
         end before it (the writer would give those LSNs other records)."""
@@ -275,6 +300,7 @@ class WalWriter:
                 lsn=stop.lsn,
             )
         start = next_lsn  # where the next append goes
+        self._check_repair_finished(control, base, next_lsn)
         if control is not None and control.next_lsn > next_lsn:
             if not (control.clean and control.covers(next_lsn, control.next_lsn - 1)):
                 raise CorruptionError(
@@ -317,8 +343,10 @@ class WalWriter:
         entries = read_index(path)
         starts = {(frame.lsn, frame.offset) for frame in frames if frame.batch_index == 0}
         end = frames[-1].offset if frames else SEGMENT_HEADER_BYTES
+        while entries and entries[-1] not in starts and entries[-1][1] > end:
+            entries.pop()  # the last entries may point into the tail just cut
         keep = [entry for entry in entries if entry in starts]
-        wrong = [entry for entry in entries if entry not in starts and entry[1] <= end]
+        wrong = len(keep) != len(entries)
         if wrong:
             interval = self.options.index_interval_bytes
             keep, last = [], -interval
@@ -326,10 +354,9 @@ class WalWriter:
                 if frame.batch_index == 0 and frame.offset - last >= interval:
                     keep.append((frame.lsn, frame.offset))
                     last = frame.offset
-        self.index_rebuilt = bool(wrong)
+        self.index_rebuilt = wrong
         self._index_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        if wrong:
-            os.pwrite(self._index_fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in keep), 0)
+        os.pwrite(self._index_fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in keep), 0)
         os.ftruncate(self._index_fd, len(keep) * INDEX_ENTRY.size)
         os.lseek(self._index_fd, 0, os.SEEK_END)
         self._last_indexed = keep[-1][1] if keep else -self.options.index_interval_bytes
@@ -374,6 +401,9 @@ class WalWriter:
         Raises:
             ValueError: the record cannot be encoded (see ``encode_payload``).
             InvalidArgumentError: the writer is closed.
+            UnavailableError: the write failed and was undone (nothing appended: retry when
+                the disk has room), or the writer stopped for good (a write that could not be
+                undone, a failed fdatasync, rotation; close it and open a new writer).
         """
         return self._append((record,), 0, commit_us)[0]
 
@@ -390,6 +420,7 @@ class WalWriter:
         Raises:
             ValueError: ``records`` is empty or a record cannot be encoded.
             InvalidArgumentError: the writer is closed.
+            UnavailableError: as :meth:`append`; a batch is undone whole.
         """
         return self._append(records, FLAG_BATCH, commit_us)
 
@@ -402,8 +433,7 @@ class WalWriter:
             commit_us = self._clock.now_us()
         count = len(records)
         with self._lock:
-            if self._fd < 0:
-                raise InvalidArgumentError("the writer is closed", path=self.shard_dir)
+            self._check_usable()
             first = self._next_lsn
             data = b"".join(
                 encode_frame(first + i, *encode_payload(record), commit_us, i, count, flags)
@@ -415,66 +445,141 @@ class WalWriter:
             ):
                 self._rotate()  # the new segment's base is ``first``: the frames stay valid
             offset = self._size
-            _write_all(self._fd, data)
+            try:
+                _write_all(self._fd, data)
+            except OSError as error:
+                self._undo_write(self._fd, self._size, error, "segment")
+                raise UnavailableError(
+                    f"the append of LSN {first} failed ({error.strerror}); it was undone and "
+                    "nothing was appended",
+                    path=self._segment_path(),
+                    offset=offset,
+                    lsn=first,
+                ) from error
             self._size += len(data)
             self._next_lsn = first + count
             if offset - self._last_indexed >= self.options.index_interval_bytes:
-                _write_all(self._index_fd, INDEX_ENTRY.pack(first, offset))
-                self._last_indexed = offset
+                entry = INDEX_ENTRY.pack(first, offset)
+                try:
+                    _write_all(self._index_fd, entry)
+                    self._last_indexed = offset
+                except OSError as error:  # the index is advisory: drop the entry, not the log
+                    self._undo_write(self._index_fd, None, error, "index")
             if self.options.fsync is FsyncPolicy.ALWAYS:
-                os.fdatasync(self._fd)
+                self._fdatasync(self._fd, first + count - 1)
             else:
                 self._dirty = True
         return list(range(first, first + count))
 
+    def _segment_path(self) -> str:
+        return segment_path(self.shard_dir, self._base_lsn)
+
+    def _undo_write(self, fd: int, size: int | None, error: OSError, what: str) -> None:
+        """Cut what a failed ``write`` left (a partial frame or index entry) at ``size`` (the
+        index: at its last whole entry). If even that fails, the writer stops for good."""
+        try:
+            if size is None:
+                size = os.fstat(fd).st_size // INDEX_ENTRY.size * INDEX_ENTRY.size
+            os.ftruncate(fd, size)
+        except OSError as undo:
+            self._fail(f"a {what} write failed ({error.strerror}) and could not be undone "
+                       f"({undo.strerror})", error)  # fmt: skip
+
+    def _fdatasync(self, fd: int, last_lsn: int) -> None:
+        """fdatasync, or stop for good: after a failed fdatasync nothing says what reached
+        the disk, and a retry may report success for data it lost (PostgreSQL's fsync
+        lesson, 2018)."""
+        try:
+            os.fdatasync(fd)
+        except OSError as error:
+            self._fail(
+                f"fdatasync failed ({error.strerror}): records up to LSN {last_lsn} may not "
+                "be durable",
+                error,
+            )
+
+    def _fail(self, message: str, cause: BaseException) -> None:
+        self._failed = UnavailableError(
+            f"the writer stopped: {message}; close it and open a new writer, which recovers "
+            "the log from what is on disk",
+            path=self.shard_dir,
+        )
+        self._failed.__cause__ = cause
+        raise self._failed
+
+    def _check_usable(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+        if self._fd < 0:
+            raise InvalidArgumentError("the writer is closed", path=self.shard_dir)
+
     def _rotate(self) -> None:
         if self.options.fsync is not FsyncPolicy.NEVER:
-            os.fdatasync(self._fd)
-        os.close(self._fd)
-        os.close(self._index_fd)
+            self._fdatasync(self._fd, self._next_lsn - 1)
+        fd, index_fd = self._fd, self._index_fd
+        self._fd = self._index_fd = -1
+        os.close(fd)
+        os.close(index_fd)
         self._dirty = False
-        self._create_segment(self._next_lsn)
+        try:
+            self._create_segment(self._next_lsn)
+        except OSError as error:
+            self._fail(f"a new segment could not be created ({error.strerror})", error)
 
     # -- durability and closing ------------------------------------------------------------
 
     def sync(self) -> None:
-        """Force everything appended so far to stable storage (fdatasync)."""
+        """Force everything appended so far to stable storage (fdatasync).
+
+        Raises:
+            UnavailableError: the writer stopped (an earlier failure, or this fdatasync).
+        """
         with self._lock:
-            if self._fd >= 0:
-                os.fdatasync(self._fd)
-                self._dirty = False
+            self._check_usable()
+            self._fdatasync(self._fd, self._next_lsn - 1)
+            self._dirty = False
 
     def _sync_loop(self) -> None:
         interval_s = self.options.fsync_interval_ms / 1000
         while not self._stop.wait(interval_s):
             with self._lock:
-                if not self._dirty or self._fd < 0:
+                if not self._dirty or self._fd < 0 or self._failed is not None:
                     continue
-                fd = os.dup(self._fd)
+                fd, last = os.dup(self._fd), self._next_lsn - 1
                 self._dirty = False
             try:
-                os.fdatasync(fd)
+                self._fdatasync(fd, last)
+            except UnavailableError:
+                return  # the next append raises it
             finally:
                 os.close(fd)
 
     def close(self) -> None:
-        """Sync, close the segment and release the shard lock. Idempotent."""
+        """Sync, close the segment, record the end of the log in control.json and release the
+        shard lock. Idempotent. A writer that stopped on a failure releases everything but
+        leaves control.json saying it did not close, so the next writer recovers.
+
+        Raises:
+            UnavailableError: the final fdatasync failed (everything is released anyway).
+        """
         self._stop.set()
         if self._syncer is not None:
             self._syncer.join()
         with self._lock:
-            if self._fd < 0:
+            if self._lock_fd < 0:
                 return
-            os.fdatasync(self._fd)
-            os.close(self._fd)
-            os.close(self._index_fd)
-            self._fd = -1
             try:
-                store_control(
-                    self.shard_dir, Control(self.shard_id, self._next_lsn, True, self._discarded)
-                )
+                if self._fd >= 0 and self._failed is None:
+                    self._fdatasync(self._fd, self._next_lsn - 1)
+                    store_control(
+                        self.shard_dir,
+                        Control(self.shard_id, self._next_lsn, True, self._discarded),
+                    )
             finally:
-                os.close(self._lock_fd)
+                for fd in (self._fd, self._index_fd, self._lock_fd):
+                    if fd >= 0:
+                        os.close(fd)
+                self._fd = self._index_fd = self._lock_fd = -1
 
     def __enter__(self) -> WalWriter:
         return self

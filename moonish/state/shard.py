@@ -39,6 +39,7 @@ from moonish.errors import (
 from moonish.log.format import RecordType
 from moonish.log.reader import ShardReader
 from moonish.log.records import Checkpoint, KvChange, Replay, ViewType, decode_payload
+from moonish.log.segment import segment_holding
 from moonish.log.writer import WalWriter, WriterOptions
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.execute import execute
@@ -124,6 +125,7 @@ class ShardWriter:
             raise
         self._sweeper: threading.Thread | None = None
         self._sweep_error: BaseException | None = None
+        self._broken: BaseException | None = None
         if self.options.expiry_sweep_ms > 0:
             self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
             self._sweeper.start()
@@ -268,19 +270,35 @@ class ShardWriter:
                         Replay.COMMAND, b"", (b"DEL", key))  # fmt: skip
 
     def append(self, records: list[KvChange], atomic: bool, commit_us: int) -> list[int]:
-        """Append prepared records: each alone, or all as one atomic batch."""
+        """Append prepared records: each alone, or all as one atomic batch.
+
+        Raises:
+            UnavailableError: the log refused an append. The keyspace already holds the
+                command's effect, which the log now lacks: this writer stops (every later
+                call raises it); a new one rebuilds the keyspace from the log.
+        """
         if not records:
             return []
-        if atomic:
-            return self._log.append_batch(records, commit_us)
-        return [self._log.append(record, commit_us) for record in records]
+        try:
+            if atomic:
+                return self._log.append_batch(records, commit_us)
+            return [self._log.append(record, commit_us) for record in records]
+        except (UnavailableError, OSError) as error:
+            self._broken = error
+            raise
 
     # -- expiry --------------------------------------------------------------------------
 
     def sweep_expired(self) -> int:
         """Remove every key whose expiry time has passed (each a ``d`` record marked as an
-        expiry); returns how many."""
+        expiry); returns how many.
+
+        Raises:
+            UnavailableError: this writer stopped.
+        """
         with self._lock:
+            if self._broken is not None:
+                self._check_sweep()
             now_us = self._clock.now_us()
             records = []
             for db, key in list(self.keyspace.due(now_us // 1000)):
@@ -300,7 +318,12 @@ class ShardWriter:
                 return
 
     def _check_sweep(self) -> None:
-        """Raise what stopped the sweep thread, if anything did (nothing is dropped quietly)."""
+        """Raise what stopped the sweep thread, if anything did (nothing is dropped quietly),
+        or what stopped this writer."""
+        if self._broken is not None:
+            raise UnavailableError(
+                f"the writer stopped: {self._broken}; open a new one", path=self.shard_dir
+            ) from self._broken
         if self._sweep_error is not None:
             raise UnavailableError(
                 f"the expiry sweep failed: {self._sweep_error!r}", path=self.shard_dir
@@ -315,8 +338,13 @@ class ShardWriter:
 
         Returns:
             (snapshot path, the snapshot's LSN).
+
+        Raises:
+            UnavailableError: this writer stopped (a keyspace the log lacks is never
+                written as a snapshot).
         """
         with self._lock:
+            self._check_sweep()
             self._log.sync()
             lsn = self._log.next_lsn - 1
             path = write_snapshot(self.shard_dir, self._log.shard_id, lsn,
@@ -376,9 +404,9 @@ class ShardWriter:
             )  # fmt: skip
         if record_type != RecordType.KV_CHANGE:
             return
-        record = decode_payload(record_type, payload)
-        assert isinstance(record, KvChange)
         try:
+            record = decode_payload(record_type, payload)
+            assert isinstance(record, KvChange)
             if record.replay is Replay.COMMAND:
                 acc = Access(
                     lambda key: self.keyspace, commit_us // 1000, expire=not record.loading
@@ -392,8 +420,11 @@ class ShardWriter:
                 else:
                     self.keyspace.remove(record.db, record.key)
         except (CommandError, ValueError, KeyError, TypeError) as exc:
-            raise CorruptionError(f"record does not replay: {exc}", path=self.shard_dir,
-                                  lsn=lsn) from None  # fmt: skip
+            raise CorruptionError(
+                f"record does not replay: {exc}",
+                path=segment_holding(self.shard_dir, lsn),
+                lsn=lsn,
+            ) from None
 
     # -- closing -------------------------------------------------------------------------
 

@@ -8,21 +8,35 @@ from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 
-class _StopRace(logging.Filter):
-    """Drops the one error watchdog (7.x, ``watchdog.observers.inotify``) logs when an
-    observer is stopped while its emitter thread is reading an event: nothing is wrong (the
-    emitter returns as if there were no event; gorakhargosh/watchdog#963), but ``cdc tail
-    --follow`` would print it on Ctrl-C."""
+class _WatchdogNotices(logging.Filter):
+    """What watchdog (7.x) logs that a follower handles itself, kept off the user's stderr:
+
+    - the error logged when an observer is stopped while its emitter thread is reading an
+      event (``watchdog.observers.inotify``): nothing is wrong, the emitter returns as if there
+      were no event (gorakhargosh/watchdog#963), but ``cdc tail --follow`` printed it on
+      Ctrl-C;
+    - the warning that the kernel's inotify queue overflowed and events were lost
+      (``watchdog.observers.inotify_c``; a shard directory can change faster than that
+      queue drains): events are only hints to poll the log, so every follower is woken at
+      once instead, and none waits for its fallback interval.
+    """
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "called when the thread is inactive" not in record.getMessage()
+        message = record.getMessage()
+        if "queue overflowed" in message:
+            for signal in list(_SIGNALS):
+                signal.wake()
+            return False
+        return "called when the thread is inactive" not in message
 
 
-_STOP_RACE = _StopRace()
+_NOTICES = _WatchdogNotices()
+_SIGNALS: weakref.WeakSet[ChangeSignal] = weakref.WeakSet()
 
 
 class ChangeSignal:
@@ -40,6 +54,7 @@ class ChangeSignal:
         self, directory: str | Sequence[str], fallback_ms: int = 1000, watch: bool = True
     ) -> None:
         self._event = threading.Event()
+        _SIGNALS.add(self)
         self._fallback_s = fallback_ms / 1000
         self._observer: Any = None
         self.watching = False
@@ -54,7 +69,8 @@ class ChangeSignal:
                 def on_any_event(self, _: object) -> None:
                     event.set()
 
-            logging.getLogger("watchdog.observers.inotify").addFilter(_STOP_RACE)  # idempotent
+            for name in ("watchdog.observers.inotify", "watchdog.observers.inotify_c"):
+                logging.getLogger(name).addFilter(_NOTICES)  # idempotent
             observer = Observer()
             for each in [directory] if isinstance(directory, str) else directory:
                 observer.schedule(Signal(), each, recursive=False)

@@ -139,3 +139,22 @@ def test_watchdogs_benign_stop_race_error_is_not_printed(
         logger.error("InotifyEmitter.queue_events() called when the thread is inactive")
         logger.error("another inotify error")
     assert [record.getMessage() for record in caplog.records] == ["another inotify error"]
+
+
+def test_an_inotify_overflow_wakes_every_follower_instead_of_printing(
+    shard: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seen in tests/test_crash.py at 1,000 rounds (thousands of segment files): the kernel's
+    inotify queue overflowed and watchdog warned that events were lost."""
+    with open_writer(shard) as writer:
+        writer.append(kv(b"a"))
+    signal = ChangeSignal(str(shard), 60_000, watch=True)
+    try:
+        signal.clear()
+        logger = logging.getLogger("watchdog.observers.inotify_c")
+        with caplog.at_level(logging.WARNING, logger="watchdog.observers.inotify_c"):
+            logger.warning("Inotify queue overflowed; filesystem events were lost")
+        assert caplog.records == []
+        assert signal.wait()  # at once, not after the 60 s fallback
+    finally:
+        signal.close()

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from moonish.errors import CorruptionError, UnsupportedFormatError
 from moonish.fileio import dump_checked, load_checked, replace_atomically
+from moonish.log.segment import list_snapshots
 
 CONTROL_NAME = "control.json"
 FORMAT, VERSION = "moonish-control", 1
@@ -57,6 +58,18 @@ class Control:
                 return first, last
         return None
 
+    def lost_after(self, lsn: int) -> bool:
+        """Whether the log had reached beyond ``lsn`` (the LSN after the last record the
+        segments hold) by more than a repair discarded: records were lost from its end."""
+        return self.next_lsn > lsn and not self.covers(lsn, self.next_lsn - 1)
+
+    def end_after(self, lsn: int) -> int:
+        """The next LSN of a log whose segments end before ``lsn``: ``next_lsn`` when a
+        repair discarded every LSN from ``lsn`` up to it, else ``lsn``."""
+        if self.next_lsn > lsn and self.covers(lsn, self.next_lsn - 1):
+            return self.next_lsn
+        return lsn
+
     def covers(self, first: int, last: int) -> bool:
         """Whether the discarded ranges cover every LSN in ``[first, last]``."""
         lsn = first
@@ -70,6 +83,15 @@ class Control:
 
 def control_path(shard_dir: str) -> str:
     return os.path.join(shard_dir, CONTROL_NAME)
+
+
+def log_floor(shard_dir: str, control: Control | None) -> int:
+    """The next LSN of a shard that holds no segment: where control.json says the log ended,
+    else after the newest snapshot, else 1."""
+    if control is not None:
+        return control.next_lsn
+    snapshots = list_snapshots(shard_dir)
+    return snapshots[-1] + 1 if snapshots else 1
 
 
 def load_control(shard_dir: str) -> Control | None:

@@ -42,7 +42,7 @@ from moonish.errors import (
     LsnNotRetainedError,
     MoonishError,
 )
-from moonish.log.control import Control, control_path, load_control
+from moonish.log.control import Control, control_path, load_control, log_floor
 from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.frames import (
     LATEST,
@@ -57,7 +57,6 @@ from moonish.log.segment import (
     decode_segment_header,
     index_path,
     list_segments,
-    list_snapshots,
     read_index,
     require_shard_dir,
     segment_path,
@@ -129,7 +128,7 @@ class ShardReader:
         self._next_lsn, self._mid_batch = 1, False
         bases = list_segments(self.shard_dir)
         if not bases:
-            self._next_lsn = self._floor(self._load_control())
+            self._next_lsn = log_floor(self.shard_dir, self._load_control())
             if target < self._next_lsn:
                 raise LsnNotRetainedError(lsn, self._next_lsn, path=self.shard_dir)
             if target > self._next_lsn:
@@ -172,8 +171,7 @@ class ShardReader:
                 )
             if (
                 control is not None
-                and target == control.next_lsn
-                and control.covers(self._next_lsn, target - 1)
+                and target == control.end_after(self._next_lsn) > self._next_lsn
                 and os.fstat(self._fd).st_size == self._offset
             ):  # the log continues after a discarded range, in a segment not yet created
                 self._close_segment()
@@ -193,14 +191,6 @@ class ShardReader:
             self._control, self._control_key = load_control(self.shard_dir), key
         return self._control
 
-    def _floor(self, control: Control | None) -> int:
-        """The next LSN of a shard that holds no segment: where control.json says the log
-        ended, else after the newest snapshot, else 1."""
-        if control is not None:
-            return control.next_lsn
-        snapshots = list_snapshots(self.shard_dir)
-        return snapshots[-1] + 1 if snapshots else 1
-
     def seek_end(self) -> int:
         """Position after the last committed record; returns the bytes of torn tail after it.
 
@@ -216,7 +206,7 @@ class ShardReader:
         control = self._load_control()
         bases = list_segments(self.shard_dir)
         if not bases:
-            self._next_lsn = self._floor(control)
+            self._next_lsn = log_floor(self.shard_dir, control)
             return 0
         self._open_segment(bases[-1])
         entries = read_index(index_path(self.shard_dir, bases[-1]))
@@ -226,12 +216,7 @@ class ShardReader:
         while self._fetch(1 << 30):
             pass
         torn = os.fstat(self._fd).st_size - self._offset
-        if (
-            control is not None
-            and control.next_lsn > self._next_lsn
-            and control.covers(self._next_lsn, control.next_lsn - 1)
-            and not torn
-        ):
+        if control is not None and control.end_after(self._next_lsn) > self._next_lsn and not torn:
             self._close_segment()
             self._next_lsn = control.next_lsn
         elif self._end_lost():
@@ -289,7 +274,11 @@ class ShardReader:
         except FileNotFoundError:  # removed (retention) since the directory was listed
             bases = list_segments(self.shard_dir)
             later = [b for b in bases if b > base]
-            oldest = later[0] if later else max(self._floor(self._load_control()), base + 1)
+            oldest = (
+                later[0]
+                if later
+                else max(log_floor(self.shard_dir, self._load_control()), base + 1)
+            )
             raise LsnNotRetainedError(base, oldest, path=self.shard_dir) from None
         try:
             header = decode_segment_header(os.pread(fd, HEADER_READ_BYTES, 0), path, base)
@@ -472,12 +461,7 @@ class ShardReader:
         caller looks at the segments once more before it believes it: a writer writes
         control.json after its last append, so what it says is then visible."""
         control = self._load_control()
-        nxt = self._next_lsn
-        return (
-            control is not None
-            and control.next_lsn > nxt
-            and not control.covers(nxt, control.next_lsn - 1)
-        )
+        return control is not None and control.lost_after(self._next_lsn)
 
     def _lost_end(self) -> CorruptionError:
         control = self._control

@@ -33,12 +33,11 @@ from dataclasses import dataclass
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
-    CorruptionError,
     InvalidArgumentError,
     UnavailableError,
     WriterLockedError,
 )
-from moonish.log.control import Control, control_path, load_control, store_control
+from moonish.log.control import Control, store_control
 from moonish.log.format import (
     FLAG_BATCH,
     FORMAT_VERSION,
@@ -46,14 +45,12 @@ from moonish.log.format import (
     LOCK_NAME,
     SEGMENT_HEADER_BYTES,
 )
-from moonish.log.frames import LAYOUTS, Frame, encode_frame, is_torn_tail, scan_frames
+from moonish.log.frames import Frame, encode_frame
 from moonish.log.records import Record, encode_payload
+from moonish.log.recovery import find_log_end
 from moonish.log.segment import (
-    decode_segment_header,
     encode_segment_header,
     index_path,
-    list_segments,
-    list_snapshots,
     read_index,
     segment_path,
 )
@@ -193,145 +190,42 @@ class WalWriter:
     # -- opening ---------------------------------------------------------------------------
 
     def _recover(self) -> Recovery:
-        """Find where the log ends, cut a torn tail, open (or create) the newest segment and
-        mark the control file unclean (a writer is running). Nothing is changed on disk
-        before every check has passed."""
-        control = load_control(self.shard_dir)
-        bases = list_segments(self.shard_dir)
-        if not bases:
-            start = self._start_without_segments(control)
-            self._check_snapshots(start)
-            self._create_segment(start)
-            recovery = Recovery(segment_path(self.shard_dir, start), 0, start)
+        """Find where the log ends (moonish.log.recovery: every check, before anything is
+        changed), cut a torn tail, open (or create) the newest segment, and mark control.json
+        unclean (a writer is running)."""
+        end = find_log_end(self.shard_dir, self.options.shard_id)
+        self.shard_id = end.shard_id
+        if end.newest is None:
+            self._create_segment(end.start)
+            recovery = Recovery(segment_path(self.shard_dir, end.start), 0, end.start)
         else:
-            recovery = self._recover_newest(bases[-1], control)
+            path = segment_path(self.shard_dir, end.newest)
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                if end.committed_end < end.file_bytes:
+                    os.ftruncate(fd, end.committed_end)
+                os.fsync(fd)  # what a killed writer left in the page cache is durable before
+            finally:  # control.json records where this writer starts
+                os.close(fd)
+            self._recover_index(end.newest, end.frames)
+            if end.version != FORMAT_VERSION or end.start != end.next_lsn:
+                # Frames of this version never go into a segment of another, and a segment
+                # holds consecutive LSNs: continue in a new segment (which replaces the newest
+                # one if that holds no record and would have the same name).
+                index_fd, self._index_fd = self._index_fd, -1
+                os.close(index_fd)
+                self._create_segment(end.start)
+            else:
+                self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                self._base_lsn, self._size = end.newest, end.committed_end
+                self._next_lsn = end.next_lsn
+            recovery = Recovery(path, end.file_bytes - end.committed_end, end.start)
         # the discarded ranges cannot change while this writer holds the lock (repair takes it)
-        self._discarded = control.discarded if control is not None else ()
+        self._discarded = end.control.discarded if end.control is not None else ()
         store_control(
             self.shard_dir, Control(self.shard_id, self._next_lsn, False, self._discarded)
         )
         return recovery
-
-    def _check_shard_id(self, shard_id: int, path: str) -> None:
-        if self.options.shard_id is not None and self.options.shard_id != shard_id:
-            raise InvalidArgumentError(
-                f"shard id {self.options.shard_id} was asked for, but the log is shard {shard_id}",
-                path=path,
-            )
-        self.shard_id = shard_id
-
-    def _start_without_segments(self, control: Control | None) -> int:
-        """The first LSN of a shard that holds no segment: 1 for a new shard, else where the
-        control file says the log ended. Raises when nobody can know."""
-        snapshots = list_snapshots(self.shard_dir)
-        if control is None:
-            self._check_shard_id(self.options.shard_id or 0, self.shard_dir)
-            if snapshots:
-                raise CorruptionError(
-                    f"the shard has no segment and no control file, but a snapshot at LSN "
-                    f"{snapshots[-1]}: its log was removed and where it ended is unknown; "
-                    f"choose the next LSN (past every LSN a consumer saw): moonish wal "
-                    f"repair {self.shard_dir} --next-lsn <lsn>",
-                    path=self.shard_dir,
-                    lsn=snapshots[-1] + 1,
-                )
-            return 1
-        self._check_shard_id(control.shard, control_path(self.shard_dir))
-        if not control.clean:
-            raise CorruptionError(
-                f"every segment was removed after a writer that started at LSN "
-                f"{control.next_lsn} stopped without closing: the LSNs it wrote are unknown, "
-                f"and writing them again would give consumers different records under the "
-                f"same LSNs; choose the next LSN (past every LSN a consumer saw): moonish "
-                f"wal repair {self.shard_dir} --next-lsn <lsn>",
-                path=control_path(self.shard_dir),
-                lsn=control.next_lsn,
-            )
-        return control.next_lsn
-
-    def _check_repair_finished(self, control: Control | None, newest: int, end: int) -> None:
-        """Refuse a log that still holds LSNs control.json marks discarded: a ``wal repair``
-        records them before it cuts, so a repair cut short leaves exactly this."""
-        if control is None or not control.discarded:
-            return
-        for base in list_segments(self.shard_dir):
-            last = end - 1 if base == newest else base
-            for first_cut, last_cut in control.discarded:
-                if base <= last_cut and last >= first_cut:
-                    raise CorruptionError(
-                        f"LSNs {first_cut}..{last_cut} are marked discarded in control.json, "
-                        f"but segment {segment_path(self.shard_dir, base)} still holds some: a "
-                        "`moonish wal repair` was cut short; run it again (with --dry-run "
-                        "first)",
-                        path=segment_path(self.shard_dir, base),
-                        lsn=max(base, first_cut),
-                    )
-
-    def _check_snapshots(self, next_lsn: int) -> None:
-        """A snapshot at LSN ``L`` means records up to ``L`` were written: the log must not
-        end before it (the writer would give those LSNs other records)."""
-        snapshots = list_snapshots(self.shard_dir)
-        if snapshots and snapshots[-1] >= next_lsn:
-            raise CorruptionError(
-                f"the log ends at LSN {next_lsn - 1}, but a snapshot covers the records up to "
-                f"LSN {snapshots[-1]}: records were lost from the end of the log",
-                path=self.shard_dir,
-                lsn=next_lsn,
-            )
-
-    def _recover_newest(self, base: int, control: Control | None) -> Recovery:
-        path = segment_path(self.shard_dir, base)
-        with open(path, "rb") as handle:
-            data = handle.read()
-        header = decode_segment_header(data, path, base)
-        self._check_shard_id(header.shard_id, path)
-        layout = LAYOUTS[header.version]
-        frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
-        next_lsn = frames[-1].lsn + 1 if frames else base
-        if stop is not None and not is_torn_tail(data[end:], next_lsn, layout, end):
-            raise CorruptionError(
-                f"cannot open the writer: {stop.describe()}, and what follows the last "
-                f"committed record (LSN {next_lsn - 1}) is not what an interrupted append "
-                f"leaves; to cut it anyway (discarding every record from LSN {next_lsn} on, "
-                f"whose LSNs are then never used again): moonish wal repair "
-                f"{self.shard_dir} --truncate-at {end}",
-                path=path,
-                offset=stop.offset,
-                lsn=stop.lsn,
-            )
-        start = next_lsn  # where the next append goes
-        self._check_repair_finished(control, base, next_lsn)
-        if control is not None and control.next_lsn > next_lsn:
-            if not (control.clean and control.covers(next_lsn, control.next_lsn - 1)):
-                raise CorruptionError(
-                    f"the log ends at LSN {next_lsn - 1}, but it had reached LSN "
-                    f"{control.next_lsn - 1} (control.json): segments or records were removed "
-                    f"from its end",
-                    path=path,
-                    lsn=next_lsn,
-                )
-            start = control.next_lsn  # after LSNs a repair discarded: a segment of its own
-        self._check_snapshots(start)
-        fd = os.open(path, os.O_WRONLY)
-        try:
-            if end < len(data):
-                os.ftruncate(fd, end)
-            os.fsync(fd)  # what a killed writer left in the page cache is durable before
-        finally:  # control.json records where this writer starts
-            os.close(fd)
-        self._recover_index(base, frames)
-        if header.version != FORMAT_VERSION or start != next_lsn:
-            # Frames of this version never go into a segment of another, and a segment holds
-            # consecutive LSNs: continue in a new segment (which replaces the newest one if
-            # that holds no record and would have the same name).
-            os.close(self._index_fd)
-            self._create_segment(start)
-        else:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-            self._base_lsn = base
-            self._size = end
-            self._next_lsn = next_lsn
-        return Recovery(path, len(data) - end, start)
 
     def _recover_index(self, base: int, frames: list[Frame]) -> None:
         """Keep the index entries of the newest segment that point at a committed frame that

@@ -76,7 +76,7 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
     bases = list_segments(shard_dir)
     if not bases:
         start, found_id = _start_without_segments(shard_dir, control, shard_id)
-        _check_snapshots(shard_dir, start)
+        check_snapshots(shard_dir, start)
         return LogEnd(found_id, control, None, 0, 0, 0, start, start)
     base = bases[-1]
     path = segment_path(shard_dir, base)
@@ -109,7 +109,7 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
                 lsn=next_lsn,
             )
         start = control.next_lsn  # after LSNs a repair discarded: a segment of its own
-    _check_snapshots(shard_dir, start)
+    check_snapshots(shard_dir, start)
     return LogEnd(
         header.shard_id, control, base, header.version, end, len(data), next_lsn, start, frames
     )
@@ -173,9 +173,13 @@ def _check_repair_finished(
                 )
 
 
-def _check_snapshots(shard_dir: str, next_lsn: int) -> None:
+def check_snapshots(shard_dir: str, next_lsn: int) -> None:
     """A snapshot at LSN ``L`` means records up to ``L`` were written: the log must not end
-    before it (the writer would give those LSNs other records)."""
+    before it (a writer would give those LSNs other records).
+
+    Raises:
+        CorruptionError: the newest snapshot's LSN is at or past ``next_lsn``.
+    """
     snapshots = list_snapshots(shard_dir)
     if snapshots and snapshots[-1] >= next_lsn:
         raise CorruptionError(

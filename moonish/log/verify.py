@@ -31,11 +31,11 @@ from moonish.log.records import (
     TemporalUpsert,
     decode_payload,
 )
+from moonish.log.recovery import check_snapshots
 from moonish.log.segment import (
     decode_segment_header,
     index_path,
     list_segments,
-    list_snapshots,
     read_index,
     require_shard_dir,
     segment_path,
@@ -205,14 +205,7 @@ def _check_end(
                 lsn=log_end,
             )
         next_lsn = control.next_lsn
-    snapshots = list_snapshots(path)
-    if snapshots and snapshots[-1] >= next_lsn:
-        raise CorruptionError(
-            f"the log ends at LSN {next_lsn - 1}, but a snapshot covers records up to LSN "
-            f"{snapshots[-1]}: records were lost from the end of the log",
-            path=path,
-            lsn=next_lsn,
-        )
+    check_snapshots(path, next_lsn)
     return next_lsn
 
 

@@ -35,9 +35,9 @@ from pathlib import Path
 import crc32c
 import orjson
 
-import moonish.api
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
+from moonish.cdc import shard_read
 from moonish.log.format import (
     FRAME_CRC,
     FRAME_HEADER,
@@ -72,7 +72,7 @@ def read_wal() -> Path:
     """>= 1M plain kv records (command only, no keyspace state): the real AOF's commands
     appended with the raw log API, one record per key, as many times as needed."""
     shard = DATA / "read" / "shard-0"
-    if shard.exists() and moonish.api.info(shard)["next_lsn"] > READ_RECORDS:
+    if shard.exists() and shard_read.info(shard)["next_lsn"] > READ_RECORDS:
         return shard
     shutil.rmtree(shard.parent, ignore_errors=True)
     commands = aof_commands(AOF)
@@ -92,7 +92,7 @@ def moonish_read(shard: Path) -> tuple[int, float]:
     """What ``moonish cdc tail`` does: envelope bytes a batch at a time."""
     started = time.perf_counter()
     count = 0
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         for batch in stream.batches():
             count += len(batch.envelopes)
     return count, time.perf_counter() - started
@@ -102,7 +102,7 @@ def moonish_events(shard: Path) -> tuple[int, float]:
     """The typed path: one ChangeEvent object per event, iterated one by one."""
     started = time.perf_counter()
     count = 0
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         for event in stream:
             count += len(event.envelope) > 0
     return count, time.perf_counter() - started
@@ -150,7 +150,7 @@ def v1_copy(shard: Path) -> Path:
     what version 2 costs a reader. Segments only: the read benchmark reads from LSN 1."""
     out = shard.parent / f"{shard.name}-v1"
     stamp = out / "SOURCE"
-    source = f"{moonish.api.info(shard)['next_lsn']}"
+    source = f"{shard_read.info(shard)['next_lsn']}"
     if stamp.exists() and stamp.read_text() == source:
         return out
     shutil.rmtree(out, ignore_errors=True)
@@ -193,7 +193,7 @@ def compare_with_bare_loop(shard: Path, what: str) -> list[str]:
         ratios.append((count / seconds) / (count / bare_seconds))
         v1_ratios.append(old_seconds / seconds)
     return [
-        f"records: {count:,} {what}, {moonish.api.info(shard)['bytes'] / 2**20:,.0f} MiB",
+        f"records: {count:,} {what}, {shard_read.info(shard)['bytes'] / 2**20:,.0f} MiB",
         f"moonish read + decode + encode (envelope batches, as `cdc tail`): median "
         f"{statistics.median(ours):,.0f} events/s "
         f"(rounds: {', '.join(f'{x:,.0f}' for x in ours)})",
@@ -212,7 +212,7 @@ def compare_with_bare_loop(shard: Path, what: str) -> list[str]:
 
 def sized_wal(name: str, size_bytes: int) -> Path:
     shard = DATA / name / "shard-0"
-    if shard.exists() and moonish.api.info(shard)["bytes"] >= size_bytes:
+    if shard.exists() and shard_read.info(shard)["bytes"] >= size_bytes:
         return shard
     shutil.rmtree(shard.parent, ignore_errors=True)
     value = b"v" * 200
@@ -231,12 +231,12 @@ def bench_position() -> list[str]:
     results = {}
     for name, size in (("10MB", 10 * 1024 * 1024), ("1GB", 1024 * 1024 * 1024)):
         shard = sized_wal(f"position-{name}", size)
-        facts = moonish.api.info(shard)
+        facts = shard_read.info(shard)
         start = facts["latest_lsn"] - 9
 
         def in_process(shard: Path = shard, start: int = start) -> float:
             began = time.perf_counter()
-            assert len(moonish.api.read(shard, start, 10).events) == 10
+            assert len(shard_read.read(shard, start, 10).events) == 10
             return time.perf_counter() - began
 
         def command(shard: Path = shard, start: int = start) -> float:

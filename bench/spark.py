@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from moonish.api import info
+from moonish.cdc.shard_read import info
 from moonish.sinks.export import Exporter
 
 ROUNDS = 5

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.clock import FixedClock
 from moonish.log.records import ViewType
 from moonish.log.writer import FsyncPolicy, WriterOptions
@@ -116,7 +116,7 @@ def bench_views(data: Path, appendonlydir: Path) -> list[str]:
 def images_wal(data: Path, appendonlydir: Path, records: int) -> Path:
     """A shard of >= ``records`` kv_change records under NEW_AND_OLD_IMAGES."""
     shard = data / "images" / "shard-0"
-    if shard.exists() and moonish.api.info(shard)["next_lsn"] > records:
+    if shard.exists() and shard_read.info(shard)["next_lsn"] > records:
         return shard
     shutil.rmtree(shard.parent, ignore_errors=True)
     commands = aof_commands(appendonlydir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-import moonish.api
+from moonish.cdc import shard_read
 
 
 @click.command("info")
@@ -20,9 +20,9 @@ def info(wal_dir: str) -> None:
 
         moonish cdc info data/shard-0
     """
-    shards = moonish.api.shard_dirs(wal_dir)
+    shards = shard_read.shard_dirs(wal_dir)
     if len(shards) == 1 and shards[0] == wal_dir:
-        report = moonish.api.info(wal_dir)
+        report = shard_read.info(wal_dir)
     else:
-        report = {"data_dir": wal_dir, "shards": [moonish.api.info(path) for path in shards]}
+        report = {"data_dir": wal_dir, "shards": [shard_read.info(path) for path in shards]}
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())

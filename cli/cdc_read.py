@@ -6,9 +6,9 @@ import sys
 
 import click
 
-import moonish.api
 from cli.params import LSN
-from moonish.cursor import Cursor
+from moonish.cdc import shard_read
+from moonish.cdc.cursor import Cursor
 
 
 # A negative FROM_LSN ("-1") must reach the LSN type and get its message, not "no such option".
@@ -17,8 +17,8 @@ from moonish.cursor import Cursor
 @click.argument("from_lsn", type=LSN, required=False)
 @click.option(
     "--limit",
-    type=click.IntRange(1, moonish.api.MAX_LIMIT),
-    default=moonish.api.DEFAULT_LIMIT,
+    type=click.IntRange(1, shard_read.MAX_LIMIT),
+    default=shard_read.DEFAULT_LIMIT,
     show_default=True,
     help="Most envelopes to print (1..10000).",
 )
@@ -53,7 +53,7 @@ def read(
     """
     if from_lsn is None and not snapshot:
         raise click.UsageError("Missing argument 'FROM_LSN'.")
-    result = moonish.api.read(
+    result = shard_read.read(
         wal_dir, from_lsn or Cursor(0), limit, name=name, snapshot=snapshot,
         transactions=transactions,
     )  # fmt: skip

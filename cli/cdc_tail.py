@@ -6,9 +6,9 @@ import sys
 
 import click
 
-import moonish.api
 from cli.params import LSN
-from moonish.cursor import Cursor
+from moonish.cdc import shard_read
+from moonish.cdc.cursor import Cursor
 
 
 @click.command("tail")
@@ -46,7 +46,7 @@ def tail(
         moonish cdc tail data/shard-0 --from-lsn 100 --follow
     """
     out = sys.stdout.buffer
-    with moonish.api.tail(
+    with shard_read.tail(
         wal_dir, from_lsn, follow=follow, name=name, fallback_poll_ms=poll_ms,
         snapshot=snapshot, transactions=transactions,
     ) as stream:  # fmt: skip

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from moonish.cursor import Cursor
+from moonish.cdc.cursor import Cursor
 from moonish.errors import InvalidArgumentError
 from moonish.log.records import ViewType
 

@@ -123,7 +123,7 @@ def show(table_dir: str, limit: int, master: str) -> None:
     import orjson
 
     import moonish.spark
-    from moonish.envelope import text_or_b64
+    from moonish.cdc.envelope import text_or_b64
 
     spark = moonish.spark.session(master)
     rows = moonish.spark.read_table(spark, table_dir).orderBy("db", "key").limit(limit).collect()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.state.shard import ShardWriter
 
 
@@ -23,7 +23,7 @@ def checkpoint(path: str, label: str) -> None:
 
         moonish wal checkpoint data
     """
-    for shard_dir in moonish.api.existing_shard_dirs(path):
+    for shard_dir in shard_read.existing_shard_dirs(path):
         with ShardWriter(shard_dir) as writer:
             snapshot, lsn = writer.checkpoint(label)
             keys = len(writer.keyspace)

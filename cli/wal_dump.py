@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from cli.params import LSN
-from moonish.cursor import Cursor
+from moonish.cdc.cursor import Cursor
 
 
 @click.command("dump")

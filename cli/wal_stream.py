@@ -5,8 +5,8 @@ from __future__ import annotations
 import click
 import orjson
 
-import moonish.api
 from cli.params import VIEW
+from moonish.cdc import shard_read
 from moonish.state.config import StreamConfig, load_config, parse_view
 from moonish.state.shard import ShardWriter
 
@@ -28,7 +28,7 @@ def stream(path: str, view: str | None, max_value_bytes: int | None) -> None:
 
         moonish wal stream data --view KEYS_ONLY
     """
-    for shard_dir in moonish.api.existing_shard_dirs(path):
+    for shard_dir in shard_read.existing_shard_dirs(path):
         if view is not None or max_value_bytes is not None:
             with ShardWriter(shard_dir) as writer:
                 old = writer.stream

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-import moonish.api
+from moonish.cdc import shard_read
 
 
 @click.command("verify")
@@ -23,7 +23,7 @@ def verify(wal_dir: str) -> None:
     """
     from moonish.log.verify import verify_shard
 
-    for path in moonish.api.shard_dirs(wal_dir):
+    for path in shard_read.shard_dirs(wal_dir):
         r = verify_shard(path)
         span = f"LSN {r.first_lsn}..{r.last_lsn}" if r.records else "empty"
         torn = f", torn tail of {r.torn_tail_bytes} bytes" if r.torn_tail_bytes else ""

@@ -10,8 +10,9 @@ c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
 
 __version__ = "0.1.0"  # first: submodules import it while this package initialises
 
-from moonish.api import ReadResult, Tail, info, read, shard_dirs, tail
-from moonish.cursor import Cursor
+from moonish.cdc.cursor import Cursor
+from moonish.cdc.events import ChangeEvent, EventBatch
+from moonish.cdc.shard_read import ReadResult, Tail, info, read, shard_dirs, tail
 from moonish.errors import (
     CommandError,
     CorruptionError,
@@ -23,7 +24,6 @@ from moonish.errors import (
     UnsupportedFormatError,
     WriterLockedError,
 )
-from moonish.events import ChangeEvent, EventBatch
 from moonish.log.records import ViewType
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ExecResult, ShardOptions, ShardWriter

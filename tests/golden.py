@@ -28,7 +28,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.clock import FixedClock
 from moonish.errors import MoonishError
 from moonish.log.control import Control, store_control
@@ -267,7 +267,7 @@ def read_golden(path: Path) -> bytes:
     clock = FixedClock(READ_CLOCK_US)
     while True:
         try:
-            result = moonish.api.read(path, cursor, GOLDEN_LIMIT, clock=clock)
+            result = shard_read.read(path, cursor, GOLDEN_LIMIT, clock=clock)
         except MoonishError as error:
             detail = {
                 "kind": error.kind,

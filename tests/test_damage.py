@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.clock import FixedClock
 from moonish.errors import CorruptionError, MoonishError
 from moonish.log.control import Control, store_control
@@ -97,7 +97,7 @@ def _build(path: Path) -> Template:
             if i == 45:
                 w.checkpoint()
     names = [os.path.basename(segment_path(str(path), b)) for b in list_segments(str(path))]
-    envelopes = {e.lsn: e.envelope for e in moonish.api.tail(path, 0, clock=READ_CLOCK)}
+    envelopes = {e.lsn: e.envelope for e in shard_read.tail(path, 0, clock=READ_CLOCK)}
     records: list[Stored] = []
     for name in names:
         data = (path / name).read_bytes()
@@ -179,7 +179,7 @@ def _damage(rng: random.Random, shard: Path, template: Template) -> Damage:
 def _read_all(shard: Path) -> tuple[list[tuple[int, bytes]], MoonishError | None]:
     got: list[tuple[int, bytes]] = []
     try:
-        with moonish.api.tail(shard, 0, clock=READ_CLOCK) as stream:
+        with shard_read.tail(shard, 0, clock=READ_CLOCK) as stream:
             for event in stream:
                 got.append((event.lsn, event.envelope))
     except MoonishError as error:
@@ -258,9 +258,9 @@ def _check_other(
             return "index: verify names it, readers unaffected"
     with pytest.raises(CorruptionError) as info:
         if damage.file.endswith(".snap"):
-            moonish.api.read(shard, 0, snapshot=True)
+            shard_read.read(shard, 0, snapshot=True)
         else:
-            moonish.api.info(shard)
+            shard_read.info(shard)
     assert info.value.path == named
     return f"{damage.where}: named where it is needed"
 

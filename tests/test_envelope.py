@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 import pytest
 
+from moonish.cdc.envelope import EnvelopeEncoder, text_or_b64
 from moonish.clock import FixedClock
-from moonish.envelope import EnvelopeEncoder, text_or_b64
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
 from moonish.log.records import (

@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moonish import __version__
+from moonish.cdc.envelope import EnvelopeEncoder
 from moonish.clock import FixedClock
-from moonish.envelope import EnvelopeEncoder
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame

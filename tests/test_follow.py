@@ -13,9 +13,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-import moonish.api
-from moonish.events import ChangeEvent
-from moonish.follow import ChangeSignal
+from moonish.cdc import shard_read
+from moonish.cdc.events import ChangeEvent
+from moonish.cdc.follow import ChangeSignal
 from tests.conftest import kv, open_writer
 
 WRITER = """
@@ -35,7 +35,7 @@ with WalWriter(sys.argv[1], options) as writer:
 """
 
 
-def collect(stream: moonish.api.Tail, count: int, into: list[ChangeEvent]) -> None:
+def collect(stream: shard_read.Tail, count: int, into: list[ChangeEvent]) -> None:
     for event in stream:
         into.append(event)
         if len(into) == count:
@@ -47,7 +47,7 @@ def test_follow_sees_appends_and_rotations(shard: Path, watch: bool) -> None:
     with open_writer(shard, segment_bytes=400) as writer:
         writer.append(kv(b"first"))
         got: list[ChangeEvent] = []
-        with moonish.api.tail(shard, 0, follow=True, watch=watch, fallback_poll_ms=20) as stream:
+        with shard_read.tail(shard, 0, follow=True, watch=watch, fallback_poll_ms=20) as stream:
             consumer = threading.Thread(target=collect, args=(stream, 41, got))
             consumer.start()
             for i in range(40):
@@ -63,7 +63,7 @@ def test_follow_sees_appends_and_rotations(shard: Path, watch: bool) -> None:
 def test_close_from_another_thread_ends_a_blocked_follow_promptly(shard: Path) -> None:
     with open_writer(shard) as writer:
         writer.append(kv(b"only"))
-    stream = moonish.api.tail(shard, 2, follow=True, fallback_poll_ms=60_000)
+    stream = shard_read.tail(shard, 2, follow=True, fallback_poll_ms=60_000)
     finished = threading.Event()
 
     def consume() -> None:
@@ -85,7 +85,7 @@ def test_close_from_another_thread_ends_a_blocked_follow_promptly(shard: Path) -
 def test_without_follow_the_iterator_ends_at_the_end(shard: Path) -> None:
     with open_writer(shard) as writer:
         writer.append_batch([kv(b"a"), kv(b"b")])
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         assert [e.lsn for e in stream] == [1, 2]
         assert stream.cursor.lsn == 3
 
@@ -117,7 +117,7 @@ def test_close_from_another_thread_and_the_with_block_release_once(shard: Path) 
     with open_writer(shard) as writer:
         writer.append(kv(b"only"))
     for _ in range(25):  # a race shows up as an unhandled thread exception (an error here)
-        with moonish.api.tail(shard, 0, follow=True, fallback_poll_ms=5) as stream:
+        with shard_read.tail(shard, 0, follow=True, fallback_poll_ms=5) as stream:
             closer = threading.Timer(0.01, stream.close)
             closer.start()
             assert [e.lsn for e in stream] == [1]

@@ -18,8 +18,8 @@ import hiredis
 import orjson
 import pytest
 
-import moonish.api
 import moonish.redis.importer
+from moonish.cdc import shard_read
 from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
 from moonish.redis.aof import AofFormatError, read_manifest
 from moonish.redis.importer import import_aof
@@ -65,7 +65,7 @@ def keys_of(argv: list[bytes]) -> list[bytes]:
 
 def all_envelopes(data_dir: Path, shards: int) -> list[list[dict]]:
     return [
-        [orjson.loads(e.envelope) for e in moonish.api.tail(data_dir / f"shard-{k}")]
+        [orjson.loads(e.envelope) for e in shard_read.tail(data_dir / f"shard-{k}")]
         for k in range(shards)
     ]
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.log.format import SEGMENT_HEADER_BYTES
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
@@ -85,7 +85,7 @@ def test_any_cursor_resumes_exactly_the_rest(
         # Drain with cursors; every emitted cursor must resume exactly the rest.
         cursors, seen, cursor = [0], [], 0
         while True:
-            result = moonish.api.read(path, cursor, limit)
+            result = shard_read.read(path, cursor, limit)
             if not result.events:
                 assert result.cursor.lsn == cursor
                 break
@@ -94,7 +94,7 @@ def test_any_cursor_resumes_exactly_the_rest(
             cursors.append(cursor)
         assert seen == expected
         for start in cursors:
-            rest = [e.lsn for e in moonish.api.tail(path, start)]
+            rest = [e.lsn for e in shard_read.tail(path, start)]
             assert rest == [lsn for lsn in expected if lsn >= max(start, 1)]
         assert verify_shard(path).records == len(expected)
 
@@ -102,4 +102,4 @@ def test_any_cursor_resumes_exactly_the_rest(
         with open_writer(path, segment_bytes=segment_bytes) as writer:
             assert writer.next_lsn == (expected[-1] + 1 if expected else 1)
             new = writer.append_batch([record(999, b"after"), record(998, b"crash")])
-        assert [e.lsn for e in moonish.api.tail(path, 0)] == expected + new
+        assert [e.lsn for e in shard_read.tail(path, 0)] == expected + new

@@ -9,8 +9,8 @@ import crc32c
 import orjson
 import pytest
 
-import moonish.api
-from moonish.cursor import Cursor
+from moonish.cdc import shard_read
+from moonish.cdc.cursor import Cursor
 from moonish.errors import CorruptionError, InvalidArgumentError, LsnNotRetainedError
 from moonish.log.format import index_name, segment_name
 from moonish.log.reader import ShardReader
@@ -24,7 +24,7 @@ def fill(path: Path, count: int, **options: object) -> None:
             writer.append(kv(b"key-%d" % i))
 
 
-def lsns(result: moonish.api.ReadResult) -> list[int]:
+def lsns(result: shard_read.ReadResult) -> list[int]:
     return [event.lsn for event in result.events]
 
 
@@ -32,7 +32,7 @@ def test_drains_in_lsn_order_and_cursor_resumes_exactly(shard: Path) -> None:
     fill(shard, 25, segment_bytes=400)
     seen, cursor = [], 0
     while True:
-        result = moonish.api.read(shard, cursor, limit=4)
+        result = shard_read.read(shard, cursor, limit=4)
         if not result.events:
             break
         seen += lsns(result)
@@ -43,29 +43,29 @@ def test_drains_in_lsn_order_and_cursor_resumes_exactly(shard: Path) -> None:
 
 def test_from_lsn_filters(shard: Path) -> None:
     fill(shard, 10)
-    assert lsns(moonish.api.read(shard, 7)) == [7, 8, 9, 10]
-    assert lsns(moonish.api.read(shard, 0)) == lsns(moonish.api.read(shard, 1))
+    assert lsns(shard_read.read(shard, 7)) == [7, 8, 9, 10]
+    assert lsns(shard_read.read(shard, 0)) == lsns(shard_read.read(shard, 1))
 
 
 def test_idle_returns_only_the_cursor(shard: Path) -> None:
     fill(shard, 3)
-    result = moonish.api.read(shard, 4)
+    result = shard_read.read(shard, 4)
     assert len(result.events) == 0 and result.cursor == Cursor(4)
 
 
 def test_empty_shard_is_idle_at_zero_and_one(shard: Path) -> None:
     with open_writer(shard):
         pass
-    assert moonish.api.read(shard, 0).cursor == Cursor(0)
-    assert moonish.api.read(shard, 1).cursor == Cursor(1)
+    assert shard_read.read(shard, 0).cursor == Cursor(0)
+    assert shard_read.read(shard, 1).cursor == Cursor(1)
 
 
 def test_limit_caps_the_batch_even_inside_an_atomic_batch(shard: Path) -> None:
     with open_writer(shard) as writer:
         writer.append_batch([kv(b"k%d" % i) for i in range(5)])
-    first = moonish.api.read(shard, 0, limit=3)
+    first = shard_read.read(shard, 0, limit=3)
     assert lsns(first) == [1, 2, 3] and first.cursor == Cursor(4)
-    rest = moonish.api.read(shard, first.cursor, limit=3)
+    rest = shard_read.read(shard, first.cursor, limit=3)
     assert lsns(rest) == [4, 5]
     tx = [orjson.loads(e.envelope)["transaction"] for e in [*first.events, *rest.events]]
     assert [t["total_order"] for t in tx] == [1, 2, 3, 4, 5]
@@ -76,18 +76,18 @@ def test_limit_caps_the_batch_even_inside_an_atomic_batch(shard: Path) -> None:
 def test_limit_out_of_range_is_an_invalid_argument(shard: Path, limit: int) -> None:
     fill(shard, 1)
     with pytest.raises(InvalidArgumentError):
-        moonish.api.read(shard, 0, limit=limit)
+        shard_read.read(shard, 0, limit=limit)
 
 
 def test_missing_directory_is_an_error_not_an_idle_answer(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError):
-        moonish.api.read(tmp_path / "nope", 0)
+        shard_read.read(tmp_path / "nope", 0)
 
 
 def test_lsn_beyond_the_end_is_an_error(shard: Path) -> None:
     fill(shard, 3)
     with pytest.raises(InvalidArgumentError, match="next LSN is 4"):
-        moonish.api.read(shard, 5)
+        shard_read.read(shard, 5)
 
 
 def test_lsn_older_than_retention_carries_the_oldest_lsn(shard: Path) -> None:
@@ -97,20 +97,20 @@ def test_lsn_older_than_retention_carries_the_oldest_lsn(shard: Path) -> None:
     (shard / index_name(1)).unlink()
     oldest = int(second.stem, 16)
     with pytest.raises(LsnNotRetainedError) as info:
-        moonish.api.read(shard, 1)
+        shard_read.read(shard, 1)
     assert info.value.oldest_lsn == oldest
-    assert lsns(moonish.api.read(shard, oldest, limit=2)) == [oldest, oldest + 1]
+    assert lsns(shard_read.read(shard, oldest, limit=2)) == [oldest, oldest + 1]
 
 
 def test_seek_uses_the_index_and_survives_a_wrong_one(shard: Path) -> None:
     fill(shard, 200, index_interval_bytes=512)
     index = shard / index_name(1)
     assert index.stat().st_size > 16 * 5
-    expected = lsns(moonish.api.read(shard, 150, limit=5))
+    expected = lsns(shard_read.read(shard, 150, limit=5))
     index.write_bytes(b"\x07" * index.stat().st_size)  # garbage: entries fail verification
-    assert lsns(moonish.api.read(shard, 150, limit=5)) == expected == [150, 151, 152, 153, 154]
+    assert lsns(shard_read.read(shard, 150, limit=5)) == expected == [150, 151, 152, 153, 154]
     index.unlink()
-    assert lsns(moonish.api.read(shard, 150, limit=5)) == expected
+    assert lsns(shard_read.read(shard, 150, limit=5)) == expected
 
 
 def test_torn_tail_is_nothing_yet_and_the_cursor_does_not_move(shard: Path) -> None:
@@ -118,12 +118,12 @@ def test_torn_tail_is_nothing_yet_and_the_cursor_does_not_move(shard: Path) -> N
     seg = segments(shard)[-1]
     with open(seg, "ab") as handle:
         handle.write(b"\x01\x02\x03")  # the start of a frame that never finished
-    result = moonish.api.read(shard, 4)
+    result = shard_read.read(shard, 4)
     assert len(result.events) == 0 and result.cursor == Cursor(4)
-    assert moonish.api.info(shard)["torn_tail_bytes"] == 3
+    assert shard_read.info(shard)["torn_tail_bytes"] == 3
     with open_writer(shard) as writer:  # the next writer cuts it and continues
         writer.append(kv(b"new"))
-    assert lsns(moonish.api.read(shard, 4)) == [4]
+    assert lsns(shard_read.read(shard, 4)) == [4]
 
 
 def test_bad_crc_followed_by_valid_data_raises_with_file_offset_and_lsn(shard: Path) -> None:
@@ -133,9 +133,9 @@ def test_bad_crc_followed_by_valid_data_raises_with_file_offset_and_lsn(shard: P
     data = bytearray(seg.read_bytes())
     data[offset + 40] ^= 0x10
     seg.write_bytes(bytes(data))
-    assert lsns(moonish.api.read(shard, 0)) == [1, 2]
+    assert lsns(shard_read.read(shard, 0)) == [1, 2]
     with pytest.raises(CorruptionError) as info:
-        moonish.api.read(shard, 3)
+        shard_read.read(shard, 3)
     assert (info.value.path, info.value.offset, info.value.lsn) == (str(seg), offset, 3)
 
 
@@ -143,10 +143,10 @@ def test_damage_in_a_sealed_segment_raises(shard: Path) -> None:
     fill(shard, 20, segment_bytes=400)
     first = segments(shard)[0]
     os.truncate(first, first.stat().st_size - 1)
-    valid = moonish.api.read(shard, 0, limit=100)
+    valid = shard_read.read(shard, 0, limit=100)
     assert lsns(valid) == list(range(1, valid.cursor.lsn))
     with pytest.raises(CorruptionError, match="sealed") as info:
-        moonish.api.read(shard, valid.cursor, limit=100)
+        shard_read.read(shard, valid.cursor, limit=100)
     assert (info.value.path, info.value.lsn) == (str(first), valid.cursor.lsn)
 
 
@@ -177,12 +177,12 @@ def test_reader_follows_rotation_while_the_writer_appends(shard: Path) -> None:
 def test_data_directory_is_refused_with_a_hint(tmp_path: Path) -> None:
     fill(tmp_path / "shard-0", 1)
     with pytest.raises(InvalidArgumentError, match="shard-0"):
-        moonish.api.read(tmp_path, 0)
+        shard_read.read(tmp_path, 0)
 
 
 def test_info_reports_the_shard(shard: Path) -> None:
     fill(shard, 30, segment_bytes=400)
-    facts = moonish.api.info(shard)
+    facts = shard_read.info(shard)
     assert facts["oldest_lsn"] == 1 and facts["latest_lsn"] == 30 and facts["next_lsn"] == 31
     assert facts["segments"] == len(segments(shard)) > 1
     assert facts["bytes"] == sum(seg.stat().st_size for seg in segments(shard))
@@ -209,7 +209,7 @@ def test_a_bad_segment_header_is_corruption(
         data[36:40] = crc32c.crc32c(bytes(data[:36])).to_bytes(4, "little")
     seg.write_bytes(bytes(data))
     with pytest.raises(CorruptionError, match=message) as info:
-        moonish.api.read(shard, 0)
+        shard_read.read(shard, 0)
     assert info.value.path == str(seg)
 
 
@@ -222,7 +222,7 @@ def test_a_tail_dropped_without_close_releases_its_segment(shard: Path) -> None:
         links = (os.path.realpath(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd"))
         return sum(link == segment for link in links)
 
-    tail = moonish.api.tail(shard, 0)
+    tail = shard_read.tail(shard, 0)
     assert [event.lsn for event in tail] == [1]
     assert open_segments() == 1  # still positioned at the end: it may be polled again
     del tail

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-import moonish.api
+from moonish.cdc import shard_read
 from moonish.clock import FixedClock
 from moonish.errors import (
     CorruptionError,
@@ -40,7 +40,7 @@ def fill(path: Path, count: int, value: bytes = b"v", **options: object) -> None
 
 
 def lsns(path: Path, cursor: int = 0) -> list[int]:
-    return [event.lsn for event in moonish.api.read(path, cursor, limit=10_000).events]
+    return [event.lsn for event in shard_read.read(path, cursor, limit=10_000).events]
 
 
 def damage(path: Path, offset: int, mask: int = 0x01) -> bytes:
@@ -66,7 +66,7 @@ def test_a_damaged_length_in_the_active_segment_is_corruption_everywhere(shard: 
     data = damage(seg, start + 5, 0x04)  # the length now points past the end of the file
     assert lsns(shard) == list(range(1, 10))  # every record before the damage
     with pytest.raises(CorruptionError, match="header checksum") as info:
-        moonish.api.read(shard, 10)
+        shard_read.read(shard, 10)
     assert (info.value.path, info.value.offset, info.value.lsn) == (str(seg), start, 10)
     with pytest.raises(CorruptionError):
         verify_shard(shard)
@@ -81,7 +81,7 @@ def test_a_complete_last_record_with_a_bad_checksum_is_not_cut(shard: Path) -> N
     start, end = frame_spans(seg)[-1]
     data = damage(seg, end - 10)  # a flipped payload byte of the last record
     with pytest.raises(CorruptionError, match="frame checksum mismatch"):
-        moonish.api.read(shard, 5)
+        shard_read.read(shard, 5)
     assert writer_error(shard).offset == start
     assert seg.read_bytes() == data
 
@@ -99,7 +99,7 @@ def test_zeros_from_a_sector_boundary_inside_the_last_record_are_a_torn_tail(
     data = bytearray(seg.read_bytes())
     data[boundary:] = bytes(len(data) - boundary)  # the blocks a power loss left unwritten
     seg.write_bytes(bytes(data))
-    assert lsns(shard) == [1, 2, 3] and moonish.api.read(shard, 4).cursor.lsn == 4
+    assert lsns(shard) == [1, 2, 3] and shard_read.read(shard, 4).cursor.lsn == 4
     assert verify_shard(shard).torn_tail_bytes == end - start
     with open_writer(shard) as writer:
         assert writer.recovery.truncated_bytes == end - start
@@ -125,7 +125,7 @@ def test_zeros_that_start_after_the_last_sector_boundary_of_a_whole_record_are_d
     data[end - 4 : end] = bytes(4)  # a whole record whose checksum was zeroed: not a write cut
     seg.write_bytes(bytes(data))
     with pytest.raises(CorruptionError, match="frame checksum"):
-        moonish.api.read(shard, 4, limit=10_000)
+        shard_read.read(shard, 4, limit=10_000)
     assert writer_error(shard).offset == start
 
 
@@ -138,7 +138,7 @@ def test_a_prefix_of_a_record_is_a_torn_tail_the_writer_cuts(shard: Path, keep: 
     seg = segments(shard)[-1]
     start, _ = frame_spans(seg)[-1]
     os.truncate(seg, start + keep)
-    assert lsns(shard) == [1, 2, 3] and moonish.api.info(shard)["torn_tail_bytes"] == keep
+    assert lsns(shard) == [1, 2, 3] and shard_read.info(shard)["torn_tail_bytes"] == keep
     with open_writer(shard) as writer:
         assert writer.recovery.truncated_bytes == keep
         assert writer.append(kv(b"again")) == 4
@@ -150,7 +150,7 @@ def test_a_damaged_header_with_bytes_after_it_is_damage_not_a_torn_tail(shard: P
     start, _ = frame_spans(seg)[-1]
     damage(seg, start + 9)  # the LSN field of the last record
     with pytest.raises(CorruptionError, match="header checksum"):
-        moonish.api.read(shard, 4)
+        shard_read.read(shard, 4)
     assert writer_error(shard).lsn == 4
 
 
@@ -177,10 +177,10 @@ def test_removing_every_segment_keeps_the_next_lsn(shard: Path) -> None:
     for path in shard.glob("*.seg"):
         path.unlink()
     with pytest.raises(LsnNotRetainedError) as info:
-        moonish.api.read(shard, 1)
+        shard_read.read(shard, 1)
     assert info.value.oldest_lsn == 31
-    assert moonish.api.read(shard, 31).cursor.lsn == 31
-    assert moonish.api.info(shard)["next_lsn"] == 31
+    assert shard_read.read(shard, 31).cursor.lsn == 31
+    assert shard_read.info(shard)["next_lsn"] == 31
     cli = subprocess.run(
         [sys.executable, "-m", "cli.main", "cdc", "read", str(shard), "1"],
         capture_output=True, check=False,
@@ -190,7 +190,7 @@ def test_removing_every_segment_keeps_the_next_lsn(shard: Path) -> None:
         assert writer.append(kv(b"next")) == 31
     assert lsns(shard, 31) == [31]
     with pytest.raises(LsnNotRetainedError):
-        moonish.api.read(shard, 1)
+        shard_read.read(shard, 1)
 
 
 def test_removing_every_segment_after_a_crash_stops_the_writer_until_an_operator_decides(
@@ -216,7 +216,7 @@ def test_the_writer_refuses_a_log_that_lost_records_from_its_end(shard: Path) ->
     with pytest.raises(CorruptionError, match="lost from its end"):
         verify_shard(shard)
     with pytest.raises(CorruptionError, match="lost from its end"):
-        moonish.api.read(shard, 26)
+        shard_read.read(shard, 26)
 
 
 def test_the_writer_refuses_to_start_below_a_snapshot(tmp_path: Path) -> None:
@@ -254,9 +254,9 @@ def test_repair_cuts_at_the_damage_discards_the_lsns_and_the_writer_continues_af
     assert lsns(shard) == list(range(1, 10))
     for cursor in (10, 15, 20):
         with pytest.raises(LsnDiscardedError) as info:
-            moonish.api.read(shard, cursor)
+            shard_read.read(shard, cursor)
         assert info.value.oldest_lsn == 21
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         got = []
         with pytest.raises(LsnDiscardedError):
             for event in stream:
@@ -264,7 +264,7 @@ def test_repair_cuts_at_the_damage_discards_the_lsns_and_the_writer_continues_af
         assert got == list(range(1, 10))
     with open_writer(shard) as writer:
         assert writer.append(kv(b"after-repair")) == 21
-    assert lsns(shard, 21) == [21] and moonish.api.info(shard)["next_lsn"] == 22
+    assert lsns(shard, 21) == [21] and shard_read.info(shard)["next_lsn"] == 22
     assert verify_shard(shard).next_lsn == 22
 
 
@@ -353,7 +353,7 @@ def test_a_writer_continues_a_version_1_shard_in_a_version_2_segment(
     shard = tmp_path / "shard-0"
     shutil.copytree(FIXTURES / "wal" / scenario, shard)
     clock = FixedClock(1_796_000_000_000_000)
-    before = moonish.api.read(shard, 0, limit=10_000, clock=clock)
+    before = shard_read.read(shard, 0, limit=10_000, clock=clock)
     old = {path.name: path.read_bytes() for path in segments(shard)}
     with open_writer(shard) as writer:
         assert writer.next_lsn == before.cursor.lsn
@@ -362,7 +362,7 @@ def test_a_writer_continues_a_version_1_shard_in_a_version_2_segment(
     assert newest.name not in old and newest.read_bytes()[8:10] == b"\x02\x00"
     for name, data in old.items():  # version 1 segments: only a torn tail cut, nothing else
         assert data.startswith((shard / name).read_bytes())
-    after = moonish.api.read(shard, 0, limit=10_000, clock=clock)
+    after = shard_read.read(shard, 0, limit=10_000, clock=clock)
     assert [e.envelope for e in after.events][: len(before.events)] == [
         e.envelope for e in before.events
     ]

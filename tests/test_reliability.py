@@ -14,8 +14,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-import moonish.api
 import moonish.log.reader
+from moonish.cdc import shard_read
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, MAGIC, SEGMENT_HEADER_BYTES, RecordType
 from moonish.log.frames import encode_frame
@@ -121,7 +121,7 @@ def test_tail_delivers_every_event_before_a_damaged_segment_and_skips_none(shard
     damaged = segments(shard)[3]
     first_damaged = int(damaged.stem, 16)
     _flip(damaged, 0)
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         got = []
         with pytest.raises(CorruptionError):
             for event in stream:
@@ -185,7 +185,7 @@ def test_an_undecodable_record_ends_the_events_at_its_batch_and_the_tail_resumes
     shard: Path,
 ) -> None:
     seg = _with_bad_payload_in_a_batch(shard)
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         got = []
         with pytest.raises(CorruptionError, match="payload") as info:
             for event in stream:
@@ -199,14 +199,14 @@ def test_an_undecodable_record_ends_the_events_at_its_batch_and_the_tail_resumes
 
 def test_read_returns_the_records_before_an_undecodable_batch_then_raises(shard: Path) -> None:
     seg = _with_bad_payload_in_a_batch(shard)
-    first = moonish.api.read(shard, 0, limit=100)
+    first = shard_read.read(shard, 0, limit=100)
     assert [event.lsn for event in first.events] == list(range(1, 11))
     assert first.cursor.lsn == 11
     with pytest.raises(CorruptionError) as info:
-        moonish.api.read(shard, first.cursor, limit=100)
+        shard_read.read(shard, first.cursor, limit=100)
     assert (info.value.path, info.value.lsn) == (str(seg), 12)
     _repair_payload(seg)
-    assert [e.lsn for e in moonish.api.read(shard, 11, limit=100).events] == list(range(11, 21))
+    assert [e.lsn for e in shard_read.read(shard, 11, limit=100).events] == list(range(11, 21))
 
 
 def test_export_places_every_change_before_the_damage_in_files_then_raises(
@@ -240,7 +240,7 @@ def test_a_flipped_segment_version_byte_is_corruption_not_an_unsupported_format(
     seg = segments(shard)[0]
     _flip(seg, 8)  # version 2 -> 3, the header checksum not updated
     with pytest.raises(CorruptionError, match="header checksum") as info:
-        moonish.api.read(shard, 0)
+        shard_read.read(shard, 0)
     assert (info.value.path, info.value.offset, info.value.lsn) == (str(seg), 0, 1)
 
 
@@ -265,7 +265,7 @@ def test_any_damaged_snapshot_byte_is_corruption_never_a_traceback(
         damaged[position] ^= 1 << bit
         snap.write_bytes(bytes(damaged))
         with pytest.raises(CorruptionError) as info:
-            moonish.api.read(shard, 0, snapshot=True)
+            shard_read.read(shard, 0, snapshot=True)
         assert info.value.path == str(snap)
 
 
@@ -278,7 +278,7 @@ def test_a_flipped_stream_configuration_byte_is_corruption(tmp_path: Path) -> No
     damaged[position] ^= 0x01
     config.write_bytes(bytes(damaged))
     with pytest.raises(CorruptionError, match="checksum") as info:
-        moonish.api.info(shard)
+        shard_read.info(shard)
     assert info.value.path == str(config)
 
 
@@ -286,11 +286,11 @@ def test_a_stream_configuration_of_0_1_0_is_read_and_given_a_checksum(tmp_path: 
     shard = _keyspace_shard(tmp_path / "shard-0")
     config = shard / "stream.json"
     config.write_bytes(b'{"enabled": true, "view_type": "KEYS_ONLY", "max_value_bytes": 10}\n')
-    assert moonish.api.info(shard)["stream"]["view_type"] == "KEYS_ONLY"
+    assert shard_read.info(shard)["stream"]["view_type"] == "KEYS_ONLY"
     with ShardWriter(shard, ShardOptions(expiry_sweep_ms=0)):
         pass
     assert b'"crc32c"' in config.read_bytes()
-    assert moonish.api.info(shard)["stream"]["max_value_bytes"] == 10
+    assert shard_read.info(shard)["stream"]["max_value_bytes"] == 10
 
 
 def _change(**fields: object) -> KvChange:
@@ -336,7 +336,7 @@ def test_readers_accept_exactly_what_verify_accepts(shard: Path, variant: str) -
     except CorruptionError:
         verified = False
     try:
-        moonish.api.read(shard, 2)
+        shard_read.read(shard, 2)
         read = True
     except CorruptionError as error:
         read = False
@@ -428,7 +428,7 @@ def test_a_sealed_segment_cut_to_its_header_is_a_gap_not_a_loop(shard: Path) -> 
     emptied = segments(shard)[2]
     os.truncate(emptied, SEGMENT_HEADER_BYTES)  # found by tests/test_damage.py at 5,000 trials
     first = int(emptied.stem, 16)
-    with moonish.api.tail(shard, 0) as stream:
+    with shard_read.tail(shard, 0) as stream:
         got = []
         with pytest.raises(CorruptionError, match=f"no segment starts at LSN {first}") as info:
             for event in stream:

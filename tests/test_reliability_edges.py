@@ -15,9 +15,9 @@ from pathlib import Path
 import crc32c
 import pytest
 
-import moonish.api
 import moonish.log.repair
 import moonish.log.writer
+from moonish.cdc import shard_read
 from moonish.errors import (
     CorruptionError,
     InvalidArgumentError,
@@ -117,7 +117,7 @@ def test_a_write_that_fails_half_way_is_undone_and_the_writer_goes_on(shard: Pat
         run.stdout
     )
     assert "size unchanged: True" in run.stdout and "then: 6" in run.stdout
-    assert [e.lsn for e in moonish.api.read(shard, 0).events] == [1, 2, 3, 4, 5, 6]
+    assert [e.lsn for e in shard_read.read(shard, 0).events] == [1, 2, 3, 4, 5, 6]
     assert verify_shard(shard).next_lsn == 7
 
 
@@ -279,11 +279,11 @@ def test_snapshot_rows_come_before_damage_just_after_the_snapshot(tmp_path: Path
     data = bytearray(seg.read_bytes())
     data[start + 40] ^= 0xFF
     seg.write_bytes(bytes(data))
-    first = moonish.api.read(shard, 0, limit=100, snapshot=True)
+    first = shard_read.read(shard, 0, limit=100, snapshot=True)
     assert [e.op for e in first.events] == ["r"] * 5 and str(first.cursor) == "6"
     with pytest.raises(CorruptionError):
-        moonish.api.read(shard, first.cursor, limit=100)
-    with moonish.api.tail(shard, snapshot=True) as stream:
+        shard_read.read(shard, first.cursor, limit=100)
+    with shard_read.tail(shard, snapshot=True) as stream:
         got = []
         with pytest.raises(CorruptionError):
             for event in stream:
@@ -299,8 +299,8 @@ def test_an_index_entry_into_nowhere_is_no_hint_and_verify_names_it(shard: Path)
     data = bytearray(index.read_bytes())
     data[16 + 15] ^= 0x80  # the offset of the second entry: at or past 2**63
     index.write_bytes(bytes(data))
-    assert [e.lsn for e in moonish.api.read(shard, 20, limit=3).events] == [20, 21, 22]
-    assert moonish.api.info(shard)["next_lsn"] == 41
+    assert [e.lsn for e in shard_read.read(shard, 20, limit=3).events] == [20, 21, 22]
+    assert shard_read.info(shard)["next_lsn"] == 41
     with pytest.raises(CorruptionError, match="index entry") as info:
         verify_shard(shard)
     assert info.value.path == str(index)
@@ -317,9 +317,9 @@ def test_info_reports_a_lost_end_as_readers_do(shard: Path) -> None:
     seg = segments(shard)[-1]
     os.truncate(seg, frame_spans(seg)[7][0])  # LSNs 8..10 lost after a clean close
     with pytest.raises(CorruptionError, match="lost from its end"):
-        moonish.api.info(shard)
+        shard_read.info(shard)
     with pytest.raises(CorruptionError, match="lost from its end"):
-        moonish.api.read(shard, 8)
+        shard_read.read(shard, 8)
 
 
 def test_beyond_the_end_names_the_next_lsn_after_a_discarded_range(shard: Path) -> None:
@@ -328,8 +328,8 @@ def test_beyond_the_end_names_the_next_lsn_after_a_discarded_range(shard: Path) 
             writer.append(kv(b"k%d" % i))
     store_control(str(shard), Control(0, 21, True, ((11, 20),)))
     with pytest.raises(InvalidArgumentError, match="the next LSN is 21"):
-        moonish.api.read(shard, 22)
-    assert moonish.api.read(shard, 21).cursor.lsn == 21
+        shard_read.read(shard, 22)
+    assert shard_read.read(shard, 21).cursor.lsn == 21
 
 
 def test_a_tail_holds_back_a_batch_whole_across_its_poll_size(shard: Path) -> None:
@@ -349,7 +349,7 @@ def test_a_tail_holds_back_a_batch_whole_across_its_poll_size(shard: Path) -> No
                                       FLAG_BATCH))  # fmt: skip
     store_control(str(shard), Control(0, 1031, True))
     got: list[int] = []
-    with moonish.api.tail(shard, 0) as stream, pytest.raises(CorruptionError) as info:
+    with shard_read.tail(shard, 0) as stream, pytest.raises(CorruptionError) as info:
         for event in stream:
             got.append(event.lsn)
     assert got == list(range(1, 1021)) and info.value.lsn == 1027

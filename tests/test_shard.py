@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import moonish
+from moonish.cdc.cursor import Cursor
 from moonish.clock import FixedClock
-from moonish.cursor import Cursor
 from moonish.errors import CommandError, CorruptionError, LsnNotRetainedError
 from moonish.log.records import ViewType
 from moonish.log.segment import list_segments, segment_path

@@ -266,7 +266,7 @@ def test_imported_aof_equals_redis_loading_it(tmp_path: Path) -> None:
     report = import_aof(FIXTURES / "mixed" / "appendonlydir", tmp_path / "data", 4)
     assert report.records > report.commands
     ours = {}
-    for shard_dir in moonish.api.shard_dirs(tmp_path / "data"):
+    for shard_dir in moonish.shard_dirs(tmp_path / "data"):
         with _writer(Path(shard_dir)) as writer:
             ours.update({(db, k): comparable(e) for db, k, e in writer.keyspace.items()})
     with redis_server(copy, "--appendonly", "yes", "--appenddirname", "appendonlydir") as client:

@@ -40,9 +40,10 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from moonish.api import Tail, existing_shard_dirs
+from moonish.cdc.envelope import CONNECTOR
+from moonish.cdc.follow import ChangeSignal
+from moonish.cdc.shard_read import Tail, existing_shard_dirs
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.envelope import CONNECTOR
 from moonish.errors import (
     InvalidArgumentError,
     MoonishError,
@@ -50,7 +51,6 @@ from moonish.errors import (
     UnsupportedFormatError,
 )
 from moonish.fileio import replace_atomically
-from moonish.follow import ChangeSignal
 from moonish.log.reader import ShardReader
 
 STATE_NAME = "_moonish_export.json"

@@ -14,9 +14,9 @@ from collections.abc import Sequence
 import orjson
 import pyarrow as pa
 
-from moonish.envelope import command_image
+from moonish.cdc.envelope import command_image
+from moonish.cdc.events import op_of
 from moonish.errors import CorruptionError
-from moonish.events import op_of
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (

@@ -70,7 +70,7 @@ class ShardRange(InputPartition):
 def _shards(path: str) -> dict[str, tuple[str, int]]:
     """``{"<shard id>": (shard_dir, next_lsn)}`` of every shard under ``path`` (a data
     directory or one shard)."""
-    from moonish.api import shard_dirs
+    from moonish.cdc.shard_read import shard_dirs
 
     found: dict[str, tuple[str, int]] = {}
     for shard_dir in shard_dirs(path):

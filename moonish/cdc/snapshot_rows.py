@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import orjson
 
-from moonish.cursor import Cursor
-from moonish.envelope import FLAG_SNAPSHOT
+from moonish.cdc.cursor import Cursor
+from moonish.cdc.envelope import FLAG_SNAPSHOT
 from moonish.errors import InvalidArgumentError, LsnNotRetainedError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame

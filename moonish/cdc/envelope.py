@@ -35,9 +35,9 @@ from typing import Any
 import orjson
 
 from moonish import __version__
+from moonish.cdc.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
-from moonish.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.hotloop import paused_gc
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame

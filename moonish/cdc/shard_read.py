@@ -29,12 +29,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from moonish.cdc.cursor import Cursor
+from moonish.cdc.envelope import CONNECTOR, EnvelopeEncoder
+from moonish.cdc.events import ChangeEvent, EventBatch
+from moonish.cdc.follow import ChangeSignal
+from moonish.cdc.snapshot_rows import cursor_after, snapshot_frames, start_cursor
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.cursor import Cursor
-from moonish.envelope import CONNECTOR, EnvelopeEncoder
 from moonish.errors import InvalidArgumentError, MoonishError
-from moonish.events import ChangeEvent, EventBatch
-from moonish.follow import ChangeSignal
 from moonish.hotloop import paused_gc
 from moonish.log.control import load_control
 from moonish.log.frames import Frame
@@ -45,7 +46,6 @@ from moonish.log.segment import (
     segment_path,
     shard_id_from_headers,
 )
-from moonish.snapshot_rows import cursor_after, snapshot_frames, start_cursor
 from moonish.state.config import load_config
 from moonish.state.snapshot import list_snapshots
 
@@ -129,7 +129,7 @@ def read(
         name: ``source.name`` in the envelopes.
         clock: processing time for the envelopes' top-level ``ts_*``.
         snapshot: start a new consumer (``from_lsn`` 0) with the newest snapshot's keys as
-            ``op: "r"`` rows, then the changes after it (moonish.snapshot_rows).
+            ``op: "r"`` rows, then the changes after it (moonish.cdc.snapshot_rows).
         transactions: add Debezium's BEGIN/END records around atomic batches (not counted
             in ``limit``).
 

@@ -219,6 +219,7 @@ def _aof_slice_shard(shard: int) -> Callable[[Path], None]:
         shutil.move(str(staging / f"shard-{shard}"), str(path))
         shutil.rmtree(staging)
         (path / "LOCK").unlink()
+        (path / "heartbeat.json").unlink()
 
     build.__doc__ = f"Shard {shard} of 2 after importing the real AOF slice."
     return build
@@ -258,6 +259,7 @@ def build(name: str, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     SCENARIOS[name](path)
     (path / "LOCK").unlink(missing_ok=True)
+    (path / "heartbeat.json").unlink(missing_ok=True)  # closed time: not part of the WAL
 
 
 def read_golden(path: Path) -> bytes:

@@ -28,6 +28,7 @@ from moonish.fileio import fsync_dir
 from moonish.log.control import Control, load_control, store_control
 from moonish.log.format import INDEX_ENTRY, SEGMENT_HEADER_BYTES, segment_name
 from moonish.log.frames import LAYOUTS, FrameLayout, is_torn_tail, next_intact_frame, scan_frames
+from moonish.log.lock import lock_shard
 from moonish.log.segment import (
     decode_segment_header,
     index_path,
@@ -38,7 +39,6 @@ from moonish.log.segment import (
     segment_path,
     shard_id_from_headers,
 )
-from moonish.log.writer import lock_shard
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,6 @@ Example::
 from __future__ import annotations
 
 import enum
-import fcntl
 import os
 import threading
 from collections.abc import Sequence
@@ -34,18 +33,20 @@ from dataclasses import dataclass
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
     InvalidArgumentError,
+    MoonishError,
     UnavailableError,
-    WriterLockedError,
 )
+from moonish.fileio import fsync_dir
 from moonish.log.control import Control, store_control
 from moonish.log.format import (
     FLAG_BATCH,
     FORMAT_VERSION,
     INDEX_ENTRY,
-    LOCK_NAME,
     SEGMENT_HEADER_BYTES,
 )
 from moonish.log.frames import Frame, encode_frame
+from moonish.log.heartbeat import ClosedTime, closed_floor_us, store_closed_time
+from moonish.log.lock import lock_shard
 from moonish.log.records import Record, encode_payload
 from moonish.log.recovery import find_log_end
 from moonish.log.segment import (
@@ -79,6 +80,8 @@ class WriterOptions:
         fsync: the durability policy.
         fsync_interval_ms: sync period under ``FsyncPolicy.EVERY``.
         index_interval_bytes: write a sparse index entry about every this many bytes of frames.
+        heartbeat_ms: close time (``moonish.log.heartbeat``) this often, so merged readers'
+            resolved watermarks advance past an idle shard; ``None`` only at ``close``.
     """
 
     shard_id: int | None = None
@@ -86,12 +89,15 @@ class WriterOptions:
     fsync: FsyncPolicy = FsyncPolicy.EVERY
     fsync_interval_ms: int = 1000
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
+    heartbeat_ms: int | None = 1000
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= SEGMENT_HEADER_BYTES:
             raise InvalidArgumentError(f"segment_bytes must exceed {SEGMENT_HEADER_BYTES}")
         if self.fsync_interval_ms <= 0 or self.index_interval_bytes <= 0:
             raise InvalidArgumentError("fsync_interval_ms and index_interval_bytes must be > 0")
+        if self.heartbeat_ms is not None and self.heartbeat_ms <= 0:
+            raise InvalidArgumentError(f"heartbeat_ms must be > 0, got {self.heartbeat_ms}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,34 +115,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def lock_shard(shard_dir: str) -> int:
-    """Take the shard's writer lock (``flock`` on ``<shard_dir>/LOCK``, which then holds
-    ``pid=<n>``); returns the lock file's descriptor: closing it releases the lock.
-
-    Raises:
-        WriterLockedError: another writer (or a repair) holds it.
-    """
-    path = os.path.join(shard_dir, LOCK_NAME)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
-        os.close(fd)
-        raise WriterLockedError(path, holder) from None
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, f"pid={os.getpid()}\n".encode(), 0)
-    return fd
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WalWriter:
@@ -186,6 +164,12 @@ class WalWriter:
                 target=self._sync_loop, name="moonish-fsync", daemon=True
             )
             self._syncer.start()
+        self._heartbeat: threading.Thread | None = None
+        if self.options.heartbeat_ms is not None:
+            self._heartbeat = threading.Thread(
+                target=self._heartbeat_loop, name="moonish-heartbeat", daemon=True
+            )
+            self._heartbeat.start()
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -195,6 +179,10 @@ class WalWriter:
         unclean (a writer is running)."""
         end = find_log_end(self.shard_dir, self.options.shard_id)
         self.shard_id = end.shard_id
+        # commit times never decrease: not below the last record, nor below closed time
+        last_us = end.frames[-1].commit_us if end.frames else 0
+        self._last_commit_us = max(last_us, closed_floor_us(self.shard_dir))
+        self._busy = False  # whether records were appended since the last heartbeat
         if end.newest is None:
             self._create_segment(end.start)
             recovery = Recovery(segment_path(self.shard_dir, end.start), 0, end.start)
@@ -266,7 +254,7 @@ class WalWriter:
         finally:
             os.close(fd)
         os.replace(tmp, path)
-        _fsync_dir(self.shard_dir)
+        fsync_dir(self.shard_dir)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         try:
             self._index_fd = os.open(
@@ -328,6 +316,7 @@ class WalWriter:
         count = len(records)
         with self._lock:
             self._check_usable()
+            commit_us = max(commit_us, self._last_commit_us)  # never decreases in a shard
             first = self._next_lsn
             data = b"".join(
                 encode_frame(first + i, *encode_payload(record), commit_us, i, count, flags)
@@ -352,6 +341,7 @@ class WalWriter:
                 ) from error
             self._size += len(data)
             self._next_lsn = first + count
+            self._last_commit_us, self._busy = commit_us, True
             if offset - self._last_indexed >= self.options.index_interval_bytes:
                 entry = INDEX_ENTRY.pack(first, offset)
                 try:
@@ -433,6 +423,37 @@ class WalWriter:
             self._fdatasync(self._fd, self._next_lsn - 1)
             self._dirty = False
 
+    def heartbeat(self) -> int:
+        """Close time now: promise (in ``heartbeat.json``, fsynced) that every later record
+        has a commit time at or after the returned one (µs since the Unix epoch), the
+        clock's time or the last record's, whichever is later. Runs every
+        ``options.heartbeat_ms`` on its own; call it to close time at a moment of your own.
+
+        Raises:
+            UnavailableError: the writer is closed or stopped on a failure.
+            OSError: the file could not be written (nothing was promised).
+        """
+        with self._lock:
+            self._check_usable()
+            return self._close_time()
+
+    def _close_time(self) -> int:
+        closed_us = max(self._clock.now_us(), self._last_commit_us)
+        store_closed_time(self.shard_dir, ClosedTime(self.shard_id, self._next_lsn, closed_us))
+        self._last_commit_us = closed_us  # kept from now on, by this writer and the next
+        return closed_us
+
+    def _heartbeat_loop(self) -> None:
+        interval_s = (self.options.heartbeat_ms or 0) / 1000
+        while not self._stop.wait(interval_s):
+            if self._busy:  # appends move the bound themselves; close time when idle
+                self._busy = False
+                continue
+            try:
+                self.heartbeat()
+            except (MoonishError, OSError):
+                return  # a closed or stopped writer, or a full disk: readers' watermarks wait
+
     def _sync_loop(self) -> None:
         interval_s = self.options.fsync_interval_ms / 1000
         while not self._stop.wait(interval_s):
@@ -457,14 +478,16 @@ class WalWriter:
             UnavailableError: the final fdatasync failed (everything is released anyway).
         """
         self._stop.set()
-        if self._syncer is not None:
-            self._syncer.join()
+        for thread in (self._syncer, self._heartbeat):
+            if thread is not None:
+                thread.join()
         with self._lock:
             if self._lock_fd < 0:
                 return
             try:
                 if self._fd >= 0 and self._failed is None:
                     self._fdatasync(self._fd, self._next_lsn - 1)
+                    self._close_time()
                     store_control(
                         self.shard_dir,
                         Control(self.shard_id, self._next_lsn, True, self._discarded),

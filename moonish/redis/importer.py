@@ -42,9 +42,11 @@ from moonish.log.format import (
     LOCK_NAME,
     SEGMENT_HEADER_BYTES,
 )
+from moonish.log.heartbeat import HEARTBEAT_NAME
+from moonish.log.lock import lock_shard
 from moonish.log.records import MAX_DB, KvChange, Replay
 from moonish.log.segment import index_path, segment_path
-from moonish.log.writer import FsyncPolicy, WriterOptions, lock_shard
+from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.redis.aof import AofCommands, AofFormatError
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.import_checks import check_descriptors, check_import
@@ -313,7 +315,7 @@ def _remove_created(shard_dirs: list[str], created: list[str]) -> None:
 
 def _fresh(shard_dir: str, name: str) -> bool:
     """Whether ``name`` in ``shard_dir`` is a file a new, empty shard holds."""
-    if name in (LOCK_NAME, CONTROL_NAME, CONFIG_NAME) or name.endswith(".tmp"):
+    if name in (LOCK_NAME, CONTROL_NAME, CONFIG_NAME, HEARTBEAT_NAME) or name.endswith(".tmp"):
         return True
     try:
         if name == os.path.basename(segment_path(shard_dir, 1)):

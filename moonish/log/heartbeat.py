@@ -1,0 +1,88 @@
+"""Closed time: a shard's promise about the commit times of records not yet written.
+
+A writer stamps every record with a commit time (``commit_us``, µs since the Unix epoch) that
+never decreases within a shard: it takes the clock's time, or the previous record's commit
+time, or the closed time below, whichever is latest (a clock that steps back cannot reorder a
+shard). So the last record read is already a lower bound for the next one.
+
+That bound does not move while a shard is idle, and a merged stream's resolved watermark
+(``moonish.cdc.merged``) is the minimum over its shards. So the writer also *closes time*:
+``<shard_dir>/heartbeat.json`` says "every record from ``next_lsn`` on has
+``commit_us >= closed_us``", and the writer keeps that promise, also after a restart (it
+reads the file when it opens and clamps its commit times to it). The writer rewrites the file
+every ``WriterOptions.heartbeat_ms`` (CockroachDB's closed timestamps, Debezium's heartbeat
+interval) and when it closes. The file is replaced atomically and fsynced before anyone can
+read the promise, so a machine crash cannot take it back.
+
+File (JSON, with a crc32c as in ``moonish.fileio``)::
+
+    {"shard": 0, "next_lsn": 1235, "closed_us": 1764000000000000, "crc32c": ...}
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from moonish.errors import CorruptionError, MoonishError
+from moonish.fileio import dump_checked, load_checked, replace_atomically
+
+HEARTBEAT_NAME = "heartbeat.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ClosedTime:
+    """Every record of the shard with LSN >= ``next_lsn`` has ``commit_us >= closed_us``."""
+
+    shard: int
+    next_lsn: int
+    closed_us: int
+
+
+def heartbeat_path(shard_dir: str) -> str:
+    return os.path.join(shard_dir, HEARTBEAT_NAME)
+
+
+def load_closed_time(shard_dir: str) -> ClosedTime | None:
+    """The shard's closed time, or ``None`` if no writer has written one.
+
+    Raises:
+        CorruptionError: the file is damaged (bad checksum or fields).
+    """
+    path = heartbeat_path(shard_dir)
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    document = load_checked(data, path)
+    try:
+        closed = ClosedTime(
+            int(document["shard"]), int(document["next_lsn"]), int(document["closed_us"])
+        )
+    except (KeyError, TypeError, ValueError) as error:
+        raise CorruptionError(f"heartbeat.json lacks a field: {error}", path=path) from None
+    if closed.next_lsn < 1:
+        raise CorruptionError(f"heartbeat.json has next_lsn {closed.next_lsn}", path=path)
+    return closed
+
+
+def closed_floor_us(shard_dir: str) -> int:
+    """The closed time a new writer must not go below (0 when there is none or the file is
+    unreadable: a damaged promise is replaced by the writer's next heartbeat, and commit
+    times still never decrease after the log's last record)."""
+    try:
+        closed = load_closed_time(shard_dir)
+    except MoonishError:
+        return 0
+    return closed.closed_us if closed is not None else 0
+
+
+def store_closed_time(shard_dir: str, closed: ClosedTime) -> None:
+    """Replace ``heartbeat.json`` atomically (fsynced, directory too)."""
+    document: dict[str, object] = {
+        "shard": closed.shard,
+        "next_lsn": closed.next_lsn,
+        "closed_us": closed.closed_us,
+    }
+    replace_atomically(heartbeat_path(shard_dir), [dump_checked(document)])

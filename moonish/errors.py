@@ -103,6 +103,65 @@ class LsnDiscardedError(LsnNotRetainedError):
         self.oldest_lsn = last_lsn + 1
 
 
+class ConsumerLostError(LsnNotRetainedError):
+    """A named consumer cannot go on from its position: it was marked ``lost`` (retention's
+    ``max_pinned_bytes``, or ``wal prune --before --force`` passed it), or changes it had not
+    confirmed are no longer retained. Every read or ack fails the same way until
+    ``moonish consumer seek`` resets it (docs/consumers.md).
+
+    Attributes:
+        consumer: the consumer's name.
+        status: ``"lost"`` (marked) or ``"active"`` (not marked, but its changes are gone).
+        reason: why it was marked lost, or ``None``.
+        shard: the shard (token component) whose changes it misses.
+        lsn: the first LSN it needs there (its confirmed position + 1).
+        oldest_lsn: the oldest LSN that shard still holds.
+        gone: how many changes it needs are no longer retained in that shard (0 when it was
+            marked lost before anything was removed).
+        oldest_token: the token before the oldest retained change of every shard (text), or
+            ``None`` where the caller could not tell.
+    """
+
+    def __init__(
+        self,
+        consumer: str,
+        *,
+        status: str,
+        reason: str | None,
+        shard: int,
+        requested_lsn: int,
+        oldest_lsn: int,
+        gone: int,
+        oldest_token: str | None = None,
+        path: str | None = None,
+    ) -> None:
+        self.consumer, self.status, self.reason = consumer, status, reason
+        self.shard, self.gone, self.oldest_token = shard, gone, oldest_token
+        self.oldest_lsn = oldest_lsn
+        why = f"is lost ({reason})" if status == "lost" else "fell out of retention"
+        token = f"; the oldest available token is {oldest_token}" if oldest_token else ""
+        MoonishError.__init__(
+            self,
+            f"consumer {consumer!r} {why}: shard {shard} needs LSN {requested_lsn}, the oldest "
+            f"retained is {oldest_lsn} ({gone} changes gone){token}; reset it with "
+            f"`moonish consumer seek`",
+            path=path,
+            lsn=requested_lsn,
+        )
+
+
+class ConsumerNotFoundError(InvalidArgumentError):
+    """No consumer of this name is registered in the data directory.
+
+    Attributes:
+        consumer: the name asked for.
+    """
+
+    def __init__(self, consumer: str, *, path: str | None = None) -> None:
+        self.consumer = consumer
+        super().__init__(f"no consumer named {consumer!r}", path=path)
+
+
 class CorruptionError(MoonishError):
     """Stored bytes are damaged; reading stops here and nothing is skipped."""
 
@@ -138,3 +197,34 @@ class CommandError(InvalidArgumentError):
     """A write command Redis would reject (wrong type, bad argument, wrong arity). Nothing was
     written. ``message`` starts with Redis's error code (``WRONGTYPE``, ``ERR``), as Redis
     replies (https://redis.io/docs/latest/develop/reference/protocol-spec/#simple-errors)."""
+
+
+class PositionNotRetainedError(LsnNotRetainedError):
+    """A merged read's position (a token) points at changes that are no longer in the log:
+    retention removed them, or a repair discarded them. (A named consumer's position fails
+    with :class:`ConsumerLostError` instead.)
+
+    Attributes:
+        oldest_lsn, lsn, path: of the first shard found short (as :class:`LsnNotRetainedError`).
+        shard: that shard's number in the data directory (its token component).
+        token: the position asked for, as text.
+        oldest_token: the oldest position every shard can still serve (``earliest``).
+        gone: changes (records) between the position and the oldest available one, summed
+            over the shards.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        shard: int,
+        oldest_lsn: int,
+        lsn: int | None,
+        path: str | None,
+        token: str,
+        oldest_token: str,
+        gone: int,
+    ) -> None:
+        self.shard, self.token, self.oldest_token, self.gone = shard, token, oldest_token, gone
+        MoonishError.__init__(self, message, path=path, lsn=lsn)
+        self.oldest_lsn = oldest_lsn

@@ -1,4 +1,4 @@
-"""``moonish cdc read``: one batch of envelopes from a cursor (Moon's CDC.READ)."""
+"""``moonish cdc read``: one batch of envelopes from a cursor or a token (Moon's CDC.READ)."""
 
 from __future__ import annotations
 
@@ -6,28 +6,38 @@ import sys
 
 import click
 
-from cli.params import LSN
-from moonish.cdc import shard_read
+import moonish.cdc.api
+import moonish.cdc.shard_read
+from cli.params import write_position
 from moonish.cdc.cursor import Cursor
+from moonish.cdc.merged_read import MergedResult
 
 
-# A negative FROM_LSN ("-1") must reach the LSN type and get its message, not "no such option".
+# A negative POSITION ("-1") must reach the cursor check and get its message, not "no such option".
 @click.command("read", context_settings={"ignore_unknown_options": True})
-@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
-@click.argument("from_lsn", type=LSN, required=False)
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("position", required=False)
 @click.option(
     "--limit",
-    type=click.IntRange(1, shard_read.MAX_LIMIT),
-    default=shard_read.DEFAULT_LIMIT,
+    type=click.IntRange(1, moonish.cdc.shard_read.MAX_LIMIT),
+    default=moonish.cdc.shard_read.DEFAULT_LIMIT,
     show_default=True,
-    help="Most envelopes to print (1..10000).",
+    help="Most envelopes to print (1..10000; an atomic batch is never cut).",
 )
 @click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@click.option("--consumer", help="Read from this named consumer's confirmed position.")
+@click.option("--ack", is_flag=True, help="With --consumer: confirm what was printed.")
+@click.option(
+    "--cursor-file",
+    type=click.Path(dir_okay=False),
+    help="Write the cursor or token to this file (replaced atomically) instead of the first "
+    "stdout line, so stdout is pure NDJSON.",
+)
 @click.option(
     "--snapshot",
     is_flag=True,
-    help='Start a new consumer: the newest snapshot\'s keys as op "r", then the changes '
-    "after it (FROM_LSN omitted or 0).",
+    help='Start a new consumer of one shard: the newest snapshot\'s keys as op "r", then the '
+    "changes after it (POSITION omitted or 0).",
 )
 @click.option(
     "--transactions",
@@ -35,31 +45,57 @@ from moonish.cdc.cursor import Cursor
     help="Also print Debezium BEGIN/END records around atomic batches.",
 )
 def read(
-    wal_dir: str, from_lsn: Cursor | None, limit: int, name: str, snapshot: bool,
-    transactions: bool,
+    path: str, position: str | None, limit: int, name: str, consumer: str | None, ack: bool,
+    cursor_file: str | None, snapshot: bool, transactions: bool,
 ) -> None:  # fmt: skip
-    """Print the next cursor, then up to LIMIT envelopes with LSN >= FROM_LSN, one per line.
+    """Print the next cursor (or token), then up to LIMIT envelopes after POSITION, one per line.
 
-    WAL_DIR is one shard's directory. The first line is the cursor to pass back as FROM_LSN
-    to continue; when nothing is new it equals FROM_LSN and no envelope follows. 0 reads from
-    the start of the shard. FROM_LSN may also be a snapshot cursor (snapshot:<lsn>:<row>)
-    printed by an earlier --snapshot read. FROM_LSN is required unless --snapshot is given.
+    PATH is one shard's directory or a data directory (shard-0, shard-1, ...). For a shard,
+    POSITION is an LSN cursor: 0 reads from the start, and a snapshot cursor
+    (snapshot:<lsn>:<row>) continues a --snapshot read. For a data directory, every shard is
+    read as one stream in commit-time order and POSITION is a token (m4.d1234.b12.a0.e999),
+    `earliest` or `now`. The first line is the position to pass back to continue; when
+    nothing is new it equals POSITION and no envelope follows.
+
+    With --consumer, POSITION is the consumer's confirmed position; --ack confirms the
+    printed envelopes once they are written (without it, reading again gives them again:
+    at-least-once).
 
     Example:
 
         moonish cdc read data/shard-0 0 --limit 10
 
-        moonish cdc read data/shard-0 --snapshot --limit 100
+        moonish cdc read data earliest --limit 100 --cursor-file pos | jq .op
+
+        moonish cdc read data --consumer billing --ack
     """
-    if from_lsn is None and not snapshot:
-        raise click.UsageError("Missing argument 'FROM_LSN'.")
-    result = shard_read.read(
-        wal_dir, from_lsn or Cursor(0), limit, name=name, snapshot=snapshot,
+    if ack and consumer is None:
+        raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
+    if position is None and not snapshot and consumer is None:
+        raise click.UsageError("Missing argument 'POSITION'.")
+    if position is not None and not moonish.cdc.api.merged(path, position, consumer):
+        _check_cursor(position)
+    result = moonish.cdc.api.read(
+        path, position, limit, consumer=consumer, name=name, snapshot=snapshot,
         transactions=transactions,
     )  # fmt: skip
+    where = str(result.token if isinstance(result, MergedResult) else result.cursor)
     out = sys.stdout.buffer
-    out.write(f"{result.cursor}\n".encode())
+    if cursor_file is None:
+        out.write(f"{where}\n".encode())
     if result.events:
         out.write(b"\n".join(result.events.envelopes))
         out.write(b"\n")
     out.flush()
+    if cursor_file is not None:
+        write_position(cursor_file, where)
+    if ack and consumer is not None and isinstance(result, MergedResult):
+        moonish.cdc.api.ack(path, consumer, result.token)
+
+
+def _check_cursor(position: str) -> None:
+    """A bad cursor is a usage error naming the argument (exit 2), as before tokens."""
+    try:
+        Cursor.parse(position)
+    except moonish.MoonishError as error:
+        raise click.BadParameter(error.message, param_hint="'POSITION'") from None

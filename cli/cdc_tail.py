@@ -6,20 +6,28 @@ import sys
 
 import click
 
-from cli.params import LSN
-from moonish.cdc import shard_read
+import moonish.cdc.api
+from cli.params import LSN, write_position
 from moonish.cdc.cursor import Cursor
+from moonish.cdc.merged import Resolved
+from moonish.cdc.merged_read import MergedTail
 
 
 @click.command("tail")
-@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
+@click.argument("path", type=click.Path(exists=True, file_okay=False))
 @click.option(
     "--from-lsn",
     type=LSN,
-    default=0,
-    show_default=True,
-    help="First LSN to print (0: the start of the shard).",
+    default=None,
+    help="One shard: first LSN to print (default 0: the start of the shard).",
 )
+@click.option(
+    "--from",
+    "from_token",
+    help="A data directory: print the changes after this token, `earliest` (default) or `now`.",
+)
+@click.option("--consumer", help="Start from this named consumer's confirmed position.")
+@click.option("--ack", is_flag=True, help="With --consumer: confirm each batch once printed.")
 @click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (Ctrl-C stops).")
 @click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
 @click.option(
@@ -29,31 +37,62 @@ from moonish.cdc.cursor import Cursor
     show_default=True,
     help="With --follow: longest wait without a file-system event before re-checking.",
 )
+@click.option(
+    "--resolved-ms",
+    type=click.IntRange(1, 3_600_000),
+    help='Also print {"resolved":{"ts_us","ts_ms","token"}} at most this often: no later '
+    "change has an earlier commit time.",
+)
+@click.option(
+    "--cursor-file",
+    type=click.Path(dir_okay=False),
+    help="After each printed batch, write the position to resume from to this file.",
+)
 @click.option("--snapshot", is_flag=True, help='Start with the newest snapshot\'s keys (op "r").')
 @click.option("--transactions", is_flag=True, help="Also print BEGIN/END records.")
 def tail(
-    wal_dir: str, from_lsn: Cursor, follow: bool, name: str, poll_ms: int, snapshot: bool,
-    transactions: bool,
+    path: str, from_lsn: Cursor | None, from_token: str | None, consumer: str | None, ack: bool,
+    follow: bool, name: str, poll_ms: int, resolved_ms: int | None, cursor_file: str | None,
+    snapshot: bool, transactions: bool,
 ) -> None:  # fmt: skip
-    """Print envelopes from FROM_LSN as NDJSON, in LSN order.
+    """Print envelopes as NDJSON: one shard in LSN order, or a data directory's shards merged
+    in commit-time order.
 
     Without --follow, stops at the current end of the log. With --follow, waits for new
     records, woken by file-system events (watchdog) with a polling fallback, until Ctrl-C,
-    which exits with status 0 after flushing what was printed.
+    which exits with status 0 after flushing what was printed. A position that retention
+    removed ends the stream with exit 3 (it never stalls).
 
     Example:
 
         moonish cdc tail data/shard-0 --from-lsn 100 --follow
+
+        moonish cdc tail data --from now --follow --resolved-ms 1000
+
+        moonish cdc tail data --consumer billing --ack --follow
     """
+    if ack and consumer is None:
+        raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
+    if from_lsn is not None and (from_token is not None or consumer is not None):
+        raise click.UsageError("--from-lsn reads one shard: not with --from or --consumer.")
+    position = from_token if from_token is not None else from_lsn
     out = sys.stdout.buffer
-    with shard_read.tail(
-        wal_dir, from_lsn, follow=follow, name=name, fallback_poll_ms=poll_ms,
-        snapshot=snapshot, transactions=transactions,
+    with moonish.cdc.api.tail(
+        path, position, consumer=consumer, follow=follow, name=name, fallback_poll_ms=poll_ms,
+        snapshot=snapshot, transactions=transactions, resolved_ms=resolved_ms,
     ) as stream:  # fmt: skip
         try:
             for batch in stream.batches():
-                out.write(b"\n".join(batch.envelopes))
-                out.write(b"\n")
+                if isinstance(batch, Resolved):
+                    out.write(batch.to_json() + b"\n")
+                else:
+                    out.write(b"\n".join(batch.envelopes))
+                    out.write(b"\n")
                 out.flush()
+                where = str(stream.token if isinstance(stream, MergedTail) else stream.cursor)
+                if cursor_file is not None:
+                    write_position(cursor_file, where)
+                if ack and consumer is not None:
+                    moonish.cdc.api.ack(path, consumer, where)
         except KeyboardInterrupt:
             out.flush()

@@ -8,6 +8,7 @@ import click
 
 from moonish.cdc.cursor import Cursor
 from moonish.errors import InvalidArgumentError
+from moonish.fileio import replace_atomically
 from moonish.log.records import ViewType
 
 
@@ -34,3 +35,8 @@ LSN = LsnParam()
 
 VIEW = click.Choice([view.name for view in ViewType], case_sensitive=False)
 """A stream view type name (``OFF`` disables the stream)."""
+
+
+def write_position(path: str, position: str) -> None:
+    """Write a cursor or token (and a newline) to ``path``, replaced atomically."""
+    replace_atomically(path, [f"{position}\n".encode()])

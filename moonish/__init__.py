@@ -1,8 +1,10 @@
 """moonish: change data capture from segmented write-ahead logs, as Debezium envelopes.
 
-The public API: :func:`read` (one batch from a cursor), :func:`tail` (an iterator, optionally
-following the log), :func:`info`; positions are :class:`Cursor` values; every error is a
-:class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
+The public API: :func:`read` (one batch: from a shard's LSN :class:`Cursor`, or merged over a
+data directory's shards from a :class:`Token` or a named consumer), :func:`tail` (an
+iterator, optionally following the log, with :class:`Resolved` watermarks), :func:`ack`
+(confirm a consumer's position; ``moonish.consumers`` manages them), :func:`info`; every
+error is a :class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
 c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
 ``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; operator repairs:
 ``moonish.log.repair``; Redis AOF import: ``moonish.redis.importer``.
@@ -10,20 +12,28 @@ c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
 
 __version__ = "0.1.0"  # first: submodules import it while this package initialises
 
+from moonish.cdc.api import ack, read, tail
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.events import ChangeEvent, EventBatch
-from moonish.cdc.shard_read import ReadResult, Tail, info, read, shard_dirs, tail
+from moonish.cdc.merged import MergedBatch, Resolved
+from moonish.cdc.merged_read import MergedResult, MergedTail
+from moonish.cdc.shard_read import ReadResult, Tail, info, shard_dirs
+from moonish.cdc.token import Token
 from moonish.errors import (
     CommandError,
+    ConsumerLostError,
+    ConsumerNotFoundError,
     CorruptionError,
     InvalidArgumentError,
     LsnDiscardedError,
     LsnNotRetainedError,
     MoonishError,
+    PositionNotRetainedError,
     UnavailableError,
     UnsupportedFormatError,
     WriterLockedError,
 )
+from moonish.log import consumers
 from moonish.log.records import ViewType
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ExecResult, ShardOptions, ShardWriter
@@ -31,6 +41,8 @@ from moonish.state.shard import ExecResult, ShardOptions, ShardWriter
 __all__ = [
     "ChangeEvent",
     "CommandError",
+    "ConsumerLostError",
+    "ConsumerNotFoundError",
     "CorruptionError",
     "EventBatch",
     "Cursor",
@@ -38,17 +50,25 @@ __all__ = [
     "InvalidArgumentError",
     "LsnDiscardedError",
     "LsnNotRetainedError",
+    "MergedBatch",
+    "MergedResult",
+    "MergedTail",
     "MoonishError",
+    "PositionNotRetainedError",
     "ReadResult",
+    "Resolved",
     "ShardOptions",
     "ShardWriter",
     "StreamConfig",
     "Tail",
+    "Token",
     "UnavailableError",
     "UnsupportedFormatError",
     "ViewType",
     "WriterLockedError",
     "__version__",
+    "ack",
+    "consumers",
     "info",
     "read",
     "shard_dirs",

@@ -1,0 +1,306 @@
+"""One stream over every shard of a data directory, in commit-time order, positioned by a token.
+
+Order: events come in order of ``(commit time, shard)``; each shard's events stay in LSN order
+and an atomic batch stays together (its records share one commit time). The commit time used
+is the shard's running maximum of ``commit_us``, which is ``commit_us`` itself for every log
+this version writes (the writer never lets it decrease, ``moonish.log.heartbeat``).
+
+How shards are merged: each shard is polled up to a batch of records (whole atomic batches).
+A shard that returned a full batch may have more, so nothing later than its last polled commit
+time is emitted before it is polled again (the *frontier*); a shard found at its end does not
+hold the others back. So the order is exact for everything already in the log; at the live
+edge, a record committed in one shard just before a read may come after records of other
+shards committed a little later. Resolved markers (:class:`Resolved`) are the guarantee: after
+a marker with time ``T`` no change with an earlier commit time comes.
+
+Positions: a :class:`~moonish.cdc.token.Token` holds each shard's last delivered LSN; the
+token after an event covers everything emitted up to it, so resuming from any emitted token
+yields exactly the rest, each change once, and emitted tokens never decrease (as text too).
+"""
+
+from __future__ import annotations
+
+import bisect
+import operator
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import overload
+
+from moonish.cdc.envelope import EnvelopeEncoder
+from moonish.cdc.events import ChangeEvent
+from moonish.cdc.shard_read import _encoder_for
+from moonish.cdc.token import Token
+from moonish.clock import Clock
+from moonish.errors import MoonishError
+from moonish.hotloop import paused_gc
+from moonish.log.frames import Frame
+from moonish.log.reader import ShardReader
+
+_COMMIT_US = operator.attrgetter("commit_us")
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A resolved watermark (CockroachDB's resolved timestamp): every change with a commit
+    time before ``ts_us`` (µs since the Unix epoch) has been emitted before this marker, in
+    every shard; ``token`` is the position at the marker."""
+
+    ts_us: int
+    token: Token
+
+    def to_json(self) -> bytes:
+        """The marker as one NDJSON line's bytes (no newline):
+        ``{"resolved":{"ts_us":…,"ts_ms":…,"token":"m4.…"}}``."""
+        return (
+            f'{{"resolved":{{"ts_us":{self.ts_us},"ts_ms":{self.ts_us // 1000},'
+            f'"token":"{self.token}"}}}}'
+        ).encode()
+
+
+class MergedBatch(Sequence[ChangeEvent]):
+    """Events of several shards in stream order, stored by column (``envelopes`` is what
+    NDJSON output needs; :class:`ChangeEvent` objects are built only when indexed).
+
+    Attributes:
+        shards: the shard id of each event (``source.shard``).
+        indexes: the shard's number in the data directory (its token component) per event.
+        frames, ops, envelopes: per event, as in :class:`~moonish.cdc.events.EventBatch`.
+        token: the position after the last event.
+    """
+
+    __slots__ = ("envelopes", "frames", "indexes", "ops", "shards", "token")
+
+    def __init__(
+        self,
+        shards: list[int],
+        indexes: list[int],
+        frames: list[Frame],
+        ops: list[str],
+        envelopes: list[bytes],
+        token: Token,
+    ) -> None:
+        self.shards, self.indexes, self.frames = shards, indexes, frames
+        self.ops, self.envelopes, self.token = ops, envelopes, token
+
+    @classmethod
+    def empty(cls, token: Token) -> MergedBatch:
+        return cls([], [], [], [], [], token)
+
+    def extend(self, other: MergedBatch) -> None:
+        """Append ``other``'s events (which come after these) and take its token."""
+        self.shards += other.shards
+        self.indexes += other.indexes
+        self.frames += other.frames
+        self.ops += other.ops
+        self.envelopes += other.envelopes
+        self.token = other.token
+
+    def position_after(self, i: int) -> tuple[int, int]:
+        """``(shard index, last LSN delivered)`` once event ``i`` is consumed (a BEGIN is
+        before its batch's first record)."""
+        frame = self.frames[i]
+        return self.indexes[i], frame.lsn - 1 if self.ops[i] == "BEGIN" else frame.lsn
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    @overload
+    def __getitem__(self, index: int) -> ChangeEvent: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[ChangeEvent]: ...
+
+    def __getitem__(self, index: int | slice) -> ChangeEvent | list[ChangeEvent]:
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        frame = self.frames[index]
+        return ChangeEvent(
+            self.shards[index], frame.lsn, self.ops[index], frame.commit_us,
+            self.envelopes[index], frame.record_type, frame.payload,
+        )  # fmt: skip
+
+    @property
+    def records(self) -> int:
+        """Events that are records (not BEGIN/END)."""
+        return sum(1 for op in self.ops if op != "BEGIN" and op != "END")
+
+
+class ShardFeed:
+    """One shard of a merged stream: its reader, its polled but not yet emitted events (with
+    their commit-time keys), and its position.
+
+    ``position`` is the last LSN delivered; ``at_end`` says the last poll found the shard's
+    current end; ``damage`` is an error met while polling, raised once the events before it
+    are out.
+    """
+
+    def __init__(
+        self, index: int, shard_dir: str, position: int, name: str, clock: Clock,
+        transactions: bool,
+    ) -> None:  # fmt: skip
+        self.index = index
+        self.reader = ShardReader(shard_dir)
+        self.position = position
+        self._settings = (name, clock, transactions)
+        self.encoder: EnvelopeEncoder | None = None
+        self.frames: list[Frame] = []
+        self.ops: list[str] = []
+        self.envelopes: list[bytes] = []
+        self.keys: list[int] = []  # effective commit time per buffered event, ascending
+        self.start = 0  # first buffered event not yet emitted
+        self.chunk_end = position  # last LSN of the polled frames (skipped ones too)
+        self.running_us = 0  # running maximum of commit_us
+        self.at_end = False
+        self.damage: MoonishError | None = None
+        self._resume: int | None = position + 1  # where to position before the next poll
+
+    @property
+    def buffered(self) -> int:
+        return len(self.keys) - self.start
+
+    def poll(self, max_records: int) -> None:
+        """Poll up to ``max_records`` records (whole batches) into the buffer, which must be
+        empty. Errors are kept in ``damage`` (the buffer keeps what came before them)."""
+        self.frames, self.ops, self.envelopes, self.keys, self.start = [], [], [], [], 0
+        self.damage = None
+        try:
+            if self._resume is not None:
+                self.reader.seek(self._resume)
+                self._resume = None
+            with paused_gc():
+                frames = self.reader.poll(max_records, whole_batches=True)
+        except MoonishError as error:
+            self._resume = self.position + 1
+            self.damage, self.at_end = error, False
+            return
+        self.at_end = len(frames) < max_records
+        if not frames:
+            return
+        if self.encoder is None:
+            name, clock, transactions = self._settings
+            self.encoder = _encoder_for(self.reader, name, clock, transactions)
+        with paused_gc():
+            batch, kept, damage = self.encoder.encode_until_damage(frames)
+        if damage is not None:
+            self.damage, self.at_end = damage, False
+            self._resume = frames[kept].lsn  # the next poll starts at the damaged batch
+            frames = frames[:kept]
+        if frames:
+            self.chunk_end = frames[-1].lsn
+        keys = list(map(_COMMIT_US, batch.frames))
+        running = self.running_us
+        if keys and (keys[0] < running or keys != sorted(keys)):  # a log older than the rule
+            for i, commit_us in enumerate(keys):  # that commit times never decrease
+                running = running if running >= commit_us else commit_us
+                keys[i] = running
+        if frames:  # records a disabled stream skips move time too
+            running = max(running, max(map(_COMMIT_US, frames)))
+        self.running_us = running
+        self.frames, self.ops, self.envelopes = batch.frames, batch.ops, batch.envelopes
+        self.keys = keys
+        if not keys:
+            self.position = max(self.position, self.chunk_end)
+
+    def bound_us(self, closed: int | None) -> int:
+        """The least commit time this shard's next event can have: its next buffered event's,
+        else its running commit time, raised to the writer's closed time ``closed`` when the
+        shard is at its end."""
+        if self.buffered:
+            return self.keys[self.start]
+        if self.at_end and closed is not None:
+            return max(self.running_us, closed)
+        return self.running_us
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def merge(feeds: list[ShardFeed], token: Token, limit: int | None) -> MergedBatch:
+    """Emit, in ``(commit time, shard)`` order, the buffered events that no shard which may
+    have more can precede (the frontier), up to ``limit`` records (never part of an atomic
+    batch); consumed events leave the buffers and move the feeds' positions. ``token`` is the
+    position before; the batch carries the one after.
+
+    Cost: per event a key, a sort of presorted runs and a few list copies, all in C loops.
+    """
+    frontier: tuple[int, int] | None = None
+    for feed in feeds:
+        if not feed.at_end:  # may have more (or is stopped by damage) after what it holds
+            edge = (feed.keys[-1] if feed.buffered else feed.running_us, feed.index)
+            frontier = edge if frontier is None or edge < frontier else frontier
+    width = len(feeds)
+    spans: list[tuple[ShardFeed, int]] = []
+    for feed in feeds:
+        if not feed.buffered:
+            continue
+        if frontier is None:
+            stop = len(feed.keys)
+        else:
+            threshold = frontier[0] if feed.index <= frontier[1] else frontier[0] - 1
+            stop = bisect.bisect_right(feed.keys, threshold, feed.start)
+        if stop > feed.start:
+            spans.append((feed, stop))
+    batch = MergedBatch.empty(token)
+    order: list[int] = []
+    for feed, stop in spans:
+        taken = slice(feed.start, stop)
+        shard = feed.encoder.shard if feed.encoder is not None else feed.index
+        batch.shards += [shard] * (stop - feed.start)
+        batch.indexes += [feed.index] * (stop - feed.start)
+        batch.frames += feed.frames[taken]
+        batch.ops += feed.ops[taken]
+        batch.envelopes += feed.envelopes[taken]
+        if len(spans) > 1:
+            order += [key * width + feed.index for key in feed.keys[taken]]
+    if len(spans) > 1:  # stable: a shard's events keep their LSN order, batches stay whole
+        perm = sorted(range(len(order)), key=order.__getitem__)
+        for column in ("shards", "indexes", "frames", "ops", "envelopes"):
+            values = getattr(batch, column)
+            setattr(batch, column, [values[i] for i in perm])
+    if limit is not None:
+        _cut(batch, limit)
+    taken_per_feed = Counter(batch.indexes)
+    for feed, _ in spans:
+        feed.start += taken_per_feed[feed.index]
+    last: dict[int, int] = {}
+    if len(batch) and any(feed.buffered for feed, _ in spans):
+        for i in range(len(batch) - 1, -1, -1):  # positions of feeds left part-way
+            index, lsn = batch.position_after(i)
+            last.setdefault(index, lsn)
+            if len(last) == len(spans):
+                break
+    for feed in feeds:
+        if not feed.buffered:
+            feed.position = max(feed.position, feed.chunk_end)  # skipped records after too
+        elif feed.index in last:
+            feed.position = max(feed.position, last[feed.index])
+    batch.token = Token(
+        tuple(max(p, f.position) for p, f in zip(token.positions, feeds, strict=True))
+    )
+    return batch
+
+
+def _cut(batch: MergedBatch, limit: int) -> None:
+    """Keep the first ``limit`` records of ``batch`` and the rest of the atomic batch (and
+    its END) that the last of them is in; BEGIN/END records do not count."""
+    frames, ops = batch.frames, batch.ops
+    records, cut = 0, len(frames)
+    for i, (frame, op) in enumerate(zip(frames, ops, strict=True)):
+        if records >= limit and op != "END" and frame.batch_index == 0:
+            cut = i  # a record outside a batch, or a batch's first record (or its BEGIN)
+            break
+        if op != "BEGIN" and op != "END":
+            records += 1
+    if cut < len(frames):
+        for column in ("shards", "indexes", "frames", "ops", "envelopes"):
+            del getattr(batch, column)[cut:]
+
+
+def first_damage(feeds: list[ShardFeed]) -> MoonishError | None:
+    """The error of the first shard (in token order) whose damage stops the stream, once the
+    events it buffered before the damage are all out."""
+    for feed in feeds:
+        if feed.damage is not None and not feed.buffered:
+            return feed.damage
+    return None

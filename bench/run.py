@@ -14,6 +14,7 @@
 4. follow: latency from append (commit time) in a writer process to the envelope read from
    ``moonish cdc tail --follow`` in another process: p50 and p99.
 5. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
+6. merged: one stream over 4 shards against reading them one by one (bench.merged).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -35,6 +36,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
+from bench.merged import bench_merged
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from moonish.cdc import shard_read
@@ -348,6 +350,7 @@ def main() -> None:
         ("writer", bench_writer), ("views", lambda: bench_views(DATA, AOF)),
         ("follow", bench_follow),
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
+        ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -63,13 +63,17 @@ class MergedBatch(Sequence[ChangeEvent]):
     NDJSON output needs; :class:`ChangeEvent` objects are built only when indexed).
 
     Attributes:
+        envelopes: the envelope bytes per event.
         shards: the shard id of each event (``source.shard``).
         indexes: the shard's number in the data directory (its token component) per event.
-        frames, ops, envelopes: per event, as in :class:`~moonish.cdc.events.EventBatch`.
+        frames, ops: per event, as in :class:`~moonish.cdc.events.EventBatch`.
         token: the position after the last event.
+
+    The merge puts only ``envelopes`` in stream order at once; the other columns follow on
+    first use (output that needs only envelope bytes never pays for them).
     """
 
-    __slots__ = ("envelopes", "frames", "indexes", "ops", "shards", "token")
+    __slots__ = ("_frames", "_indexes", "_ops", "_perm", "_shards", "envelopes", "token")
 
     def __init__(
         self,
@@ -79,28 +83,65 @@ class MergedBatch(Sequence[ChangeEvent]):
         ops: list[str],
         envelopes: list[bytes],
         token: Token,
+        perm: list[int] | None = None,
     ) -> None:
-        self.shards, self.indexes, self.frames = shards, indexes, frames
-        self.ops, self.envelopes, self.token = ops, envelopes, token
+        """``perm``: stream order of the other columns, which ``envelopes`` already has."""
+        self._shards, self._indexes, self._frames, self._ops = shards, indexes, frames, ops
+        self.envelopes, self.token, self._perm = envelopes, token, perm
 
     @classmethod
     def empty(cls, token: Token) -> MergedBatch:
         return cls([], [], [], [], [], token)
 
+    def _settle(self) -> None:
+        perm = self._perm
+        if perm is not None:
+            self._perm = None
+            self._shards = [self._shards[i] for i in perm]
+            self._indexes = [self._indexes[i] for i in perm]
+            self._frames = [self._frames[i] for i in perm]
+            self._ops = [self._ops[i] for i in perm]
+
+    @property
+    def shards(self) -> list[int]:
+        self._settle()
+        return self._shards
+
+    @property
+    def indexes(self) -> list[int]:
+        self._settle()
+        return self._indexes
+
+    @property
+    def frames(self) -> list[Frame]:
+        self._settle()
+        return self._frames
+
+    @property
+    def ops(self) -> list[str]:
+        self._settle()
+        return self._ops
+
     def extend(self, other: MergedBatch) -> None:
         """Append ``other``'s events (which come after these) and take its token."""
-        self.shards += other.shards
-        self.indexes += other.indexes
-        self.frames += other.frames
-        self.ops += other.ops
+        self.shards.extend(other.shards)
+        self.indexes.extend(other.indexes)
+        self.frames.extend(other.frames)
+        self.ops.extend(other.ops)
         self.envelopes += other.envelopes
         self.token = other.token
+
+    def truncate(self, count: int) -> None:
+        """Keep the first ``count`` events."""
+        for column in (self.shards, self.indexes, self.frames, self.ops, self.envelopes):
+            del column[count:]
 
     def position_after(self, i: int) -> tuple[int, int]:
         """``(shard index, last LSN delivered)`` once event ``i`` is consumed (a BEGIN is
         before its batch's first record)."""
-        frame = self.frames[i]
-        return self.indexes[i], frame.lsn - 1 if self.ops[i] == "BEGIN" else frame.lsn
+        j = i if self._perm is None else self._perm[i]
+        frame = self._frames[j]
+        return self._indexes[j], frame.lsn - 1 if self._ops[j] == "BEGIN" else frame.lsn
 
     def __len__(self) -> int:
         return len(self.envelopes)
@@ -194,7 +235,9 @@ class ShardFeed:
             for i, commit_us in enumerate(keys):  # that commit times never decrease
                 running = running if running >= commit_us else commit_us
                 keys[i] = running
-        if frames:  # records a disabled stream skips move time too
+        elif keys:
+            running = keys[-1]
+        if len(frames) != len(keys) and frames:  # records a disabled stream skipped move time
             running = max(running, max(map(_COMMIT_US, frames)))
         self.running_us = running
         self.frames, self.ops, self.envelopes = batch.frames, batch.ops, batch.envelopes
@@ -241,28 +284,32 @@ def merge(feeds: list[ShardFeed], token: Token, limit: int | None) -> MergedBatc
             stop = bisect.bisect_right(feed.keys, threshold, feed.start)
         if stop > feed.start:
             spans.append((feed, stop))
-    batch = MergedBatch.empty(token)
+    shards: list[int] = []
+    indexes: list[int] = []
+    frames: list[Frame] = []
+    ops: list[str] = []
+    envelopes: list[bytes] = []
     order: list[int] = []
     for feed, stop in spans:
         taken = slice(feed.start, stop)
         shard = feed.encoder.shard if feed.encoder is not None else feed.index
-        batch.shards += [shard] * (stop - feed.start)
-        batch.indexes += [feed.index] * (stop - feed.start)
-        batch.frames += feed.frames[taken]
-        batch.ops += feed.ops[taken]
-        batch.envelopes += feed.envelopes[taken]
+        shards += [shard] * (stop - feed.start)
+        indexes += [feed.index] * (stop - feed.start)
+        frames += feed.frames[taken]
+        ops += feed.ops[taken]
+        envelopes += feed.envelopes[taken]
         if len(spans) > 1:
             order += [key * width + feed.index for key in feed.keys[taken]]
+    perm = None
     if len(spans) > 1:  # stable: a shard's events keep their LSN order, batches stay whole
         perm = sorted(range(len(order)), key=order.__getitem__)
-        for column in ("shards", "indexes", "frames", "ops", "envelopes"):
-            values = getattr(batch, column)
-            setattr(batch, column, [values[i] for i in perm])
+        envelopes = [envelopes[i] for i in perm]
+    batch = MergedBatch(shards, indexes, frames, ops, envelopes, token, perm)
     if limit is not None:
         _cut(batch, limit)
-    taken_per_feed = Counter(batch.indexes)
-    for feed, _ in spans:
-        feed.start += taken_per_feed[feed.index]
+    taken_per_feed = Counter(batch.indexes) if limit is not None else None
+    for feed, stop in spans:
+        feed.start = stop if taken_per_feed is None else feed.start + taken_per_feed[feed.index]
     last: dict[int, int] = {}
     if len(batch) and any(feed.buffered for feed, _ in spans):
         for i in range(len(batch) - 1, -1, -1):  # positions of feeds left part-way
@@ -293,8 +340,7 @@ def _cut(batch: MergedBatch, limit: int) -> None:
         if op != "BEGIN" and op != "END":
             records += 1
     if cut < len(frames):
-        for column in ("shards", "indexes", "frames", "ops", "envelopes"):
-            del getattr(batch, column)[cut:]
+        batch.truncate(cut)
 
 
 def first_damage(feeds: list[ShardFeed]) -> MoonishError | None:

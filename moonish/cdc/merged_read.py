@@ -197,7 +197,7 @@ def read_merged(
             polled = False
             for feed in feeds:
                 if not feed.buffered and not feed.at_end and feed.damage is None:
-                    feed.poll(remaining)
+                    feed.poll(min(remaining, TAIL_BATCH_RECORDS))  # what a page emits
                     polled = True
             batch = merge(feeds, events.token, remaining)
             events.extend(batch)

@@ -265,3 +265,59 @@ def test_the_api_dispatches_shards_and_data_directories(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="snapshot"):
         moonish.read(tmp_path, "earliest", snapshot=True)
     assert os.path.isdir(tmp_path / "shard-1")
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    rounds=st.lists(
+        st.lists(
+            st.tuples(
+                st.integers(0, 2), st.sampled_from([0, 1, 1, 2]), st.sampled_from([0, 1, 50, -30])
+            ),
+            max_size=8,
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
+def test_resolved_markers_never_precede_an_earlier_change(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    rounds: list[list[Step]],
+) -> None:
+    """Writers append (size > 0) or close time (size 0) between reads of one live stream;
+    every marker's promise holds for everything that comes after it."""
+    root = tmp_path_factory.mktemp("resolved")
+    ticks = iter(range(10**9))
+    monkeypatch.setattr("moonish.cdc.merged_read.time.monotonic", lambda: next(ticks))
+    monkeypatch.setattr("moonish.cdc.merged_read.TAIL_BATCH_RECORDS", 2)  # many rounds
+    clock = FixedClock(START_US)
+    options = [WriterOptions(k, fsync=FsyncPolicy.NEVER, heartbeat_ms=None) for k in range(3)]
+    writers = [WalWriter(root / f"shard-{k}", options[k], clock) for k in range(3)]
+    items: list[object] = []
+    try:
+        with MergedTail(root, resolved_ms=1) as stream:
+            for steps in rounds:
+                for shard, size, advance in steps:
+                    clock.advance(advance)
+                    if size == 0:
+                        writers[shard].heartbeat()
+                    else:
+                        writers[shard].append_batch([kv(b"k")] * size)
+                for batch in stream.batches():  # to the current end; the next call goes on
+                    items.extend([batch] if isinstance(batch, Resolved) else list(batch))
+    finally:
+        for writer in writers:
+            writer.close()
+    events = [(i.shard, i.lsn) for i in items if not isinstance(i, Resolved)]
+    written = {k: moonish.info(root / f"shard-{k}")["next_lsn"] - 1 for k in range(3)}
+    assert sorted(events) == [(k, lsn) for k in range(3) for lsn in range(1, written[k] + 1)]
+    stamps = []
+    for n, item in enumerate(items):
+        if isinstance(item, Resolved):
+            stamps.append(item.ts_us)
+            later = [e.commit_us for e in items[n + 1 :] if not isinstance(e, Resolved)]
+            assert all(commit >= item.ts_us for commit in later), (item, later)
+    assert stamps == sorted(set(stamps))

@@ -215,10 +215,18 @@ def _write(data_dir: str, consumer: Consumer) -> None:
 
 @contextlib.contextmanager
 def _locked(data_dir: str, name: str) -> Iterator[None]:
+    """Hold consumer ``name``'s lock; a lock file whose consumer does not exist afterwards
+    (dropped, never made) is removed while held (a waiter then opens a new one)."""
     directory = consumers_dir(data_dir)
     os.makedirs(directory, exist_ok=True)
-    with flock(os.path.join(directory, f"{validate_name(name)}.lock")):
-        yield
+    lock = os.path.join(directory, f"{validate_name(name)}.lock")
+    with flock(lock):
+        try:
+            yield
+        finally:
+            if not os.path.exists(_path(data_dir, name)):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(lock)
 
 
 def _existing(data_dir: str, name: str) -> Consumer:
@@ -411,7 +419,6 @@ def drop(data_dir: str | os.PathLike[str], name: str) -> None:
             os.unlink(_path(root, name))
         except FileNotFoundError:
             raise ConsumerNotFoundError(name, path=directory) from None
-        os.unlink(os.path.join(directory, f"{name}.lock"))  # a waiter opens it again
         fsync_dir(directory)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import click
 import orjson
 
 from cli.params import VIEW
 from moonish.cdc import shard_read
-from moonish.state.config import StreamConfig, load_config, parse_view
+from moonish.state.config import load_config, parse_view
 from moonish.state.shard import ShardWriter
 
 
@@ -33,9 +35,12 @@ def stream(path: str, view: str | None, max_value_bytes: int | None) -> None:
             with ShardWriter(shard_dir) as writer:
                 old = writer.stream
                 writer.set_stream(
-                    StreamConfig(
-                        parse_view(view) if view else old.view,
-                        old.max_value_bytes if max_value_bytes is None else max_value_bytes,
+                    dataclasses.replace(  # the retention policy stays as it is
+                        old,
+                        view=parse_view(view) if view else old.view,
+                        max_value_bytes=old.max_value_bytes
+                        if max_value_bytes is None
+                        else max_value_bytes,
                     )
                 )
         config = load_config(shard_dir)

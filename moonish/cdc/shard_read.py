@@ -370,7 +370,8 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     files), ``active_segment``, ``torn_tail_bytes`` (bytes after the last committed record of
     the active segment), ``discarded`` (LSN ranges ``moonish wal repair`` cut out),
     ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
-    written without keyspace tracking), ``snapshot_lsns`` (oldest first) and ``checked``:
+    written without keyspace tracking), ``retention`` (the policy stored with it,
+    moonish.log.retention, or ``None``), ``snapshot_lsns`` (oldest first) and ``checked``:
     what was read to find the end, ``{"segment", "from_offset", "from_lsn", "to_offset"}``
     (the newest segment from its last verified index entry to its end) or ``None``; the rest
     of the log was not read (``moonish wal verify`` reads every byte).
@@ -420,6 +421,7 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
         "torn_tail_bytes": torn,
         "discarded": [list(span) for span in control.discarded] if control is not None else [],
         "stream": None if config is None else config.to_json(),
+        "retention": None if config is None else config.retention.to_json(),
         "snapshot_lsns": list_snapshots(path),
         "checked": checked,
     }

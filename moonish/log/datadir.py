@@ -98,7 +98,7 @@ def retention_lock(shard_dirs_: Sequence[str], exclusive: bool) -> Iterator[None
 def check_count(shards: Sequence[str], positions: Sequence[int], data_dir: str) -> None:
     if len(positions) != len(shards):
         raise InvalidArgumentError(
-            f"a position of {len(positions)} shards for a data directory of {len(shards)}",
+            f"a position of {len(positions)} shards for a data directory of {len(shards)} shards",
             path=data_dir,
         )
     if any(not 0 <= p < 2**64 for p in positions):

@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -82,6 +82,9 @@ class WriterOptions:
         index_interval_bytes: write a sparse index entry about every this many bytes of frames.
         heartbeat_ms: close time (``moonish.log.heartbeat``) this often, so merged readers'
             resolved watermarks advance past an idle shard; ``None`` only at ``close``.
+        on_rotate: called with the new segment's base LSN after each rotation, with the
+            writer's lock held: it must be quick, must not raise and must not call the writer
+            (``ShardWriter`` notes it and applies retention after the append returns).
     """
 
     shard_id: int | None = None
@@ -90,6 +93,7 @@ class WriterOptions:
     fsync_interval_ms: int = 1000
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     heartbeat_ms: int | None = 1000
+    on_rotate: Callable[[int], None] | None = None
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= SEGMENT_HEADER_BYTES:
@@ -409,6 +413,8 @@ class WalWriter:
             self._create_segment(self._next_lsn)
         except OSError as error:
             self._fail(f"a new segment could not be created ({error.strerror})", error)
+        if self.options.on_rotate is not None:
+            self.options.on_rotate(self._base_lsn)
 
     # -- durability and closing ------------------------------------------------------------
 

@@ -8,13 +8,15 @@ affects only later records; nothing is produced retroactively.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import orjson
 
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import CHECKSUM_MARK, dump_checked, load_checked, replace_atomically
+from moonish.log.lock import lock_shard
 from moonish.log.records import ViewType
+from moonish.log.retention import RetentionPolicy
 
 CONFIG_NAME = "stream.json"
 DEFAULT_MAX_VALUE_BYTES = 4096
@@ -26,10 +28,13 @@ class StreamConfig:
     view: the view type; ``ViewType.OFF`` disables the stream (records are still logged,
         for recovery, but readers skip them).
     max_value_bytes: a value whose JSON is larger is left out of images, with a marker.
+    retention: what the shard's log keeps (moonish.log.retention); the writer applies it
+        when it rotates a segment, ``moonish wal prune`` by hand. The default keeps all.
     """
 
     view: ViewType = ViewType.NEW_AND_OLD_IMAGES
     max_value_bytes: int = DEFAULT_MAX_VALUE_BYTES
+    retention: RetentionPolicy = field(default_factory=RetentionPolicy)
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 0:
@@ -119,7 +124,10 @@ def _load(shard_dir: str) -> tuple[StreamConfig, bool] | None:
                 f"stream configuration is not {FORMAT} version {VERSION}", path=path
             )
     try:
-        config = StreamConfig(ViewType[document["view_type"]], document["max_value_bytes"])
+        retention = RetentionPolicy.from_json(document.get("retention", {}))
+        config = StreamConfig(
+            ViewType[document["view_type"]], document["max_value_bytes"], retention
+        )
         if not isinstance(config.max_value_bytes, int) or document["enabled"] != (
             config.view is not ViewType.OFF
         ):
@@ -131,6 +139,37 @@ def _load(shard_dir: str) -> tuple[StreamConfig, bool] | None:
 
 
 def store_config(shard_dir: str, config: StreamConfig) -> None:
-    """Write the configuration atomically, with its checksum."""
-    document = {"format": FORMAT, "version": VERSION, **config.to_json()}
+    """Write the configuration atomically, with its checksum. The retention policy is the
+    member ``retention`` (left out while it keeps everything, so files without one read the
+    same by builds before it)."""
+    document: dict[str, object] = {"format": FORMAT, "version": VERSION, **config.to_json()}
+    if config.retention != RetentionPolicy():
+        document["retention"] = config.retention.to_json()
     replace_atomically(os.path.join(shard_dir, CONFIG_NAME), [dump_checked(document)])
+
+
+def store_retention(shard_dir: str, policy: RetentionPolicy) -> StreamConfig:
+    """Set the retention policy of a shard that has a stream configuration (``moonish wal
+    retention``); returns the configuration now stored. Like ``wal stream``, it takes the
+    shard's writer lock: a running writer keeps the policy it opened with (use
+    ``ShardWriter.set_retention`` there).
+
+    Raises:
+        InvalidArgumentError: the shard has no stream configuration (a log written without
+            keyspace tracking: call moonish.log.retention.prune with a policy instead).
+        WriterLockedError: a writer holds the shard.
+        CorruptionError: the stored configuration is damaged.
+    """
+    fd = lock_shard(shard_dir)
+    try:
+        config = load_config(shard_dir)
+        if config is None:
+            raise InvalidArgumentError(
+                "this shard has no stream configuration (written without keyspace tracking)",
+                path=shard_dir,
+            )
+        config = replace(config, retention=policy)
+        store_config(shard_dir, config)
+        return config
+    finally:
+        os.close(fd)

@@ -11,6 +11,12 @@ Keys with an expiry time are also removed by an active sweep (every ``expiry_swe
 background thread, or by calling :meth:`ShardWriter.sweep_expired`), as Redis's active
 expire cycle does.
 
+Retention: when the log rotates to a new segment, the shard's retention policy (its stream
+configuration, moonish.log.retention) is applied once the append has returned. If a snapshot
+is what holds the policy back, a checkpoint is written first. A failure there never fails the
+append (its records are written): it is kept in :attr:`ShardWriter.retention_error` and the
+policy is tried again at the next rotation.
+
 Recovery: opening a shard loads the newest snapshot at or below the end of the log and
 replays the records after it (moonish.log.records, "kv_change", ``replay``), so the keyspace
 is exactly what the log says. Time comes from the injected clock; a command's time is also
@@ -19,6 +25,7 @@ its records' commit time, which replay uses for relative TTLs and stream IDs.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -33,12 +40,14 @@ from moonish.errors import (
     CorruptionError,
     LsnDiscardedError,
     LsnNotRetainedError,
+    MoonishError,
     UnavailableError,
     UnsupportedFormatError,
 )
 from moonish.log.format import RecordType
 from moonish.log.reader import ShardReader
 from moonish.log.records import Checkpoint, KvChange, Replay, ViewType, decode_payload
+from moonish.log.retention import PruneReport, RetentionPolicy, prune
 from moonish.log.segment import segment_holding
 from moonish.log.writer import WalWriter, WriterOptions
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
@@ -107,7 +116,20 @@ class ShardWriter:
     ) -> None:
         self.options = options or ShardOptions()
         self._clock = clock
-        self._log = WalWriter(shard_dir, self.options.log, clock)
+        self._rotated = False
+        self.retention_error: BaseException | None = None
+        """What the last retention pass after a rotation raised (``None`` once one passes)."""
+        self.last_prune: PruneReport | None = None
+        """What the last retention pass after a rotation removed."""
+        chained = self.options.log.on_rotate
+
+        def rotated(base_lsn: int) -> None:
+            self._rotated = True
+            if chained is not None:
+                chained(base_lsn)
+
+        log_options = dataclasses.replace(self.options.log, on_rotate=rotated)
+        self._log = WalWriter(shard_dir, log_options, clock)
         self.shard_dir = self._log.shard_dir
         self.keyspace = Keyspace()
         self._lock = threading.RLock()
@@ -142,6 +164,11 @@ class ShardWriter:
         with self._lock:
             store_config(self.shard_dir, config)
             self._config = config
+
+    def set_retention(self, policy: RetentionPolicy) -> None:
+        """Change the retention policy (stored in the stream configuration); it is applied
+        from the next rotation on."""
+        self.set_stream(dataclasses.replace(self._config, retention=policy))
 
     @property
     def next_lsn(self) -> int:
@@ -281,11 +308,34 @@ class ShardWriter:
             return []
         try:
             if atomic:
-                return self._log.append_batch(records, commit_us)
-            return [self._log.append(record, commit_us) for record in records]
+                lsns = self._log.append_batch(records, commit_us)
+            else:
+                lsns = [self._log.append(record, commit_us) for record in records]
         except (UnavailableError, OSError) as error:
             self._broken = error
             raise
+        if self._rotated:
+            self._apply_retention()
+        return lsns
+
+    def _apply_retention(self) -> None:
+        """Apply the retention policy after a rotation; write a snapshot first when that is
+        what holds the policy back. Never raises: the records are appended, and an error
+        here would say they were not. A failure is kept in :attr:`retention_error` (and
+        the policy is tried again at the next rotation)."""
+        self._rotated = False
+        policy = self._config.retention
+        if not policy.deletes:
+            return
+        try:
+            report = prune(self.shard_dir, policy, clock=self._clock)
+            if report.snapshot_blocked:
+                self.checkpoint("retention")
+                report = prune(self.shard_dir, policy, clock=self._clock)
+        except (MoonishError, OSError) as error:
+            self.retention_error = error
+            return
+        self.retention_error, self.last_prune = None, report
 
     # -- expiry --------------------------------------------------------------------------
 

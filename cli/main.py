@@ -11,12 +11,14 @@ from cli.cdc_export import export
 from cli.cdc_info import info
 from cli.cdc_read import read
 from cli.cdc_tail import tail
+from cli.consumer import consumer
 from cli.errors import CliError
 from cli.spark_materialize import materialize, show
 from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
 from cli.wal_repair import repair
+from cli.wal_retention import prune, retention
 from cli.wal_stream import stream
 from cli.wal_verify import verify
 from moonish import __version__
@@ -74,6 +76,9 @@ wal.add_command(dump)
 wal.add_command(checkpoint)
 wal.add_command(stream)
 wal.add_command(repair)
+wal.add_command(retention)
+wal.add_command(prune)
+moonish.add_command(consumer)
 spark.add_command(materialize)
 spark.add_command(show)
 

@@ -1,0 +1,98 @@
+"""``moonish wal retention`` (show or set the policy) and ``moonish wal prune`` (apply it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import click
+import orjson
+
+from moonish.cdc.positions import data_shards, resolve
+from moonish.log.retention import RetentionPolicy, prune_shards
+from moonish.state.config import load_config, store_retention
+
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class BytesParam(click.ParamType):  # type: ignore[type-arg]
+    """A byte count: digits, optionally followed by K, M, G or T (powers of 1024)."""
+
+    name = "bytes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+        digits, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "")
+        if not (digits.isascii() and digits.isdigit()):
+            self.fail(f"{value!r} is not a byte count (e.g. 1073741824, 512M, 1G)", param, ctx)
+        return int(digits) * _UNITS[unit]
+
+
+BYTES = BytesParam()
+MS = click.IntRange(0)
+
+
+@click.command("retention")
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--max-bytes", type=BYTES, help="Delete the oldest segments past this size.")
+@click.option("--max-age-ms", type=MS, help="Delete segments whose newest record is older.")
+@click.option("--max-records", type=click.IntRange(0), help="Keep at most this many LSNs.")
+@click.option("--min-age-ms", type=MS, help="Never delete a segment younger than this.")
+@click.option(
+    "--max-pinned-bytes",
+    type=BYTES,
+    help="Most that consumers may hold beyond the rest; past it the laggiest is marked lost.",
+)
+@click.option("--clear", is_flag=True, help="Start from an empty policy (keep everything).")
+def retention(data_dir: str, clear: bool, **rules: int | None) -> None:
+    """Show, or with options set, the retention policy of every shard under DATA_DIR, stored
+    in each shard's stream.json. Given options replace those rules only (--clear first
+    forgets the others). Setting it takes each shard's writer lock, like `wal stream`; the
+    writer applies it when it rotates a segment, `wal prune` by hand. Prints one JSON line
+    per shard.
+
+    Example:
+
+        moonish wal retention data --max-bytes 10G --max-pinned-bytes 50G
+    """
+    given = {name: value for name, value in rules.items() if value is not None}
+    for shard_dir in data_shards(data_dir):
+        config = load_config(shard_dir)
+        if given or clear:
+            old = RetentionPolicy() if clear or config is None else config.retention
+            config = store_retention(shard_dir, dataclasses.replace(old, **given))
+        policy = None if config is None else config.retention.to_json()
+        click.echo(orjson.dumps({"shard_dir": shard_dir, "retention": policy}).decode())
+
+
+@click.command("prune")
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--dry-run", is_flag=True, help="Only print what would be deleted, and why.")
+@click.option(
+    "--before",
+    help="Delete the sealed segments wholly at or before this token (or now) instead of "
+    "applying the policy.",
+)
+@click.option("--force", is_flag=True, help="With --before: pass consumers (marking them lost).")
+def prune(data_dir: str, dry_run: bool, before: str | None, force: bool) -> None:
+    """Apply each shard's retention policy now (whole sealed segments, oldest first; never
+    the newest, never what a snapshot or a consumer still needs), printing per shard what it
+    deleted (or would) and why, and which consumers it marked lost. --before deletes up to a
+    token instead, and refuses to pass a consumer's position without --force.
+
+    Example:
+
+        moonish wal prune data --dry-run
+    """
+    if force and before is None:
+        raise click.UsageError("--force goes with --before")
+    shards = data_shards(data_dir)
+    cuts = None if before is None else resolve(shards, before).positions
+    policies = [RetentionPolicy() for _ in shards]
+    if cuts is None:
+        configs = [load_config(shard) for shard in shards]
+        policies = [c.retention if c is not None else RetentionPolicy() for c in configs]
+    for report in prune_shards(shards, policies, before=cuts, force=force, dry_run=dry_run):
+        click.echo(orjson.dumps(report.to_json()).decode())

@@ -1,0 +1,244 @@
+"""Named consumers seen against the log: the lag table of ``moonish consumer list`` (in the
+spirit of ``kafka-consumer-groups --describe`` and PostgreSQL's ``pg_replication_slots``), and
+the token a consumer reads from.
+
+Per consumer and shard (``ShardLag``):
+
+- ``confirmed_lsn``: the last LSN it confirmed; ``latest_lsn``: the shard's last LSN;
+- ``lag_records``: LSNs after its position up to the latest (less any a repair discarded);
+- ``lag_bytes``: segment bytes from the frame of its next change to the end of the log;
+- ``oldest_unconfirmed_age_ms``: now minus the commit time of its next change (``None`` when
+  it has confirmed everything; for a consumer whose changes are gone, the oldest retained);
+- ``status``: ``reserved`` (the policy keeps its changes anyway), ``extended`` (it is what
+  holds segments the policy would remove), ``lost`` (marked so, with the reason, or its next
+  change is no longer retained).
+
+Reading cost: per shard one end-of-log scan, one retention plan without consumers, and one
+seek per distinct position (cached), whatever the number of consumers.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from moonish.cdc.positions import data_shards, earliest, latest_lsn
+from moonish.cdc.token import Token
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.errors import InvalidArgumentError, LsnDiscardedError
+from moonish.log import consumers
+from moonish.log.consumers import Consumer
+from moonish.log.control import load_control
+from moonish.log.datadir import oldest_lsn
+from moonish.log.reader import ShardReader
+from moonish.log.retention import RetentionPolicy, plan
+from moonish.log.segment import list_segments, segment_path
+from moonish.state.config import load_config
+
+RESERVED, EXTENDED, LOST = "reserved", "extended", "lost"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardLag:
+    """One consumer in one shard (see the module docstring for the fields)."""
+
+    shard: int
+    confirmed_lsn: int
+    latest_lsn: int
+    lag_records: int
+    lag_bytes: int
+    oldest_unconfirmed_age_ms: int | None
+    status: str
+    reason: str | None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "shard": self.shard,
+            "confirmed_lsn": self.confirmed_lsn,
+            "latest_lsn": self.latest_lsn,
+            "lag_records": self.lag_records,
+            "lag_bytes": self.lag_bytes,
+            "oldest_unconfirmed_age_ms": self.oldest_unconfirmed_age_ms,
+            "status": self.status,
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerLag:
+    """A consumer, its position as a token, and its lag in every shard (shard 0 first)."""
+
+    consumer: Consumer
+    token: str
+    shards: tuple[ShardLag, ...]
+
+    def to_json(self) -> dict[str, object]:
+        c = self.consumer
+        return {
+            "name": c.name,
+            "owner": c.owner,
+            "token": self.token,
+            "status": c.status,
+            "lost_reason": c.lost_reason,
+            "lost_ms": c.lost_ms,
+            "created_ms": c.created_ms,
+            "updated_ms": c.updated_ms,
+            "lag_records": sum(shard.lag_records for shard in self.shards),
+            "lag_bytes": sum(shard.lag_bytes for shard in self.shards),
+            "shards": [shard.to_json() for shard in self.shards],
+        }
+
+
+class _Shard:
+    """What the table needs of one shard, read once."""
+
+    def __init__(self, shard_dir: str, number: int, now_ms: int) -> None:
+        self.shard_dir, self.number, self.now_ms = shard_dir, number, now_ms
+        self.latest = latest_lsn(shard_dir)
+        self.bases = list_segments(shard_dir)
+        self.sizes = [os.path.getsize(segment_path(shard_dir, base)) for base in self.bases]
+        self.oldest = oldest_lsn(shard_dir)
+        control = load_control(shard_dir)
+        self.discarded = control.discarded if control is not None else ()
+        config = load_config(shard_dir)
+        policy = config.retention if config is not None else RetentionPolicy()
+        self.reserved_from = plan(
+            shard_dir, policy, now_ms=now_ms, with_consumers=False
+        ).reserved_from
+        self._reader = ShardReader(shard_dir)
+        self._seen: dict[int, tuple[int, int | None]] = {}
+
+    def close(self) -> None:
+        self._reader.close()
+
+    def lag(self, consumer: Consumer) -> ShardLag:
+        position = consumer.positions[self.number]
+        records = max(0, self.latest - position) - self._discarded_between(position)
+        gone = position < self.latest and position + 1 < self.oldest
+        size, age = self._after(max(position, self.oldest - 1) if gone else position)
+        if consumer.lost:
+            status, reason = LOST, consumer.lost_reason
+        elif gone:
+            status = LOST
+            reason = f"LSNs {position + 1}..{self.oldest - 1} are no longer retained"
+        else:
+            status, reason = (RESERVED if position + 1 >= self.reserved_from else EXTENDED), None
+        return ShardLag(self.number, position, self.latest, records, size, age, status, reason)
+
+    def _discarded_between(self, position: int) -> int:
+        """LSNs in ``(position, latest]`` that a repair discarded."""
+        return sum(
+            max(0, min(last, self.latest) - max(first, position + 1) + 1)
+            for first, last in self.discarded
+        )
+
+    def _after(self, position: int) -> tuple[int, int | None]:
+        """(bytes from the next record's frame to the end of the log, its age in ms)."""
+        if position >= self.latest or not self.bases:
+            return 0, None
+        if position not in self._seen:
+            self._seen[position] = self._measure(position + 1)
+        return self._seen[position]
+
+    def _measure(self, lsn: int) -> tuple[int, int | None]:
+        try:
+            self._reader.seek(lsn)
+        except LsnDiscardedError as error:
+            if error.oldest_lsn > self.latest:
+                return 0, None
+            self._reader.seek(error.oldest_lsn)
+        frames = self._reader.poll(1)
+        if not frames:
+            return 0, None
+        frame = frames[0]
+        i = bisect.bisect_right(self.bases, frame.lsn) - 1
+        size = self.sizes[i] - frame.offset + sum(self.sizes[i + 1 :])
+        return max(size, 0), max(0, self.now_ms - frame.commit_us // 1000)
+
+
+def lag_table(
+    data_dir: str | os.PathLike[str],
+    *,
+    names: Sequence[str] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> list[ConsumerLag]:
+    """The lag of every consumer of ``data_dir`` (or of ``names``, in that order), by name.
+
+    Args:
+        data_dir: a data directory or a shard directory (a data directory of one shard).
+        names: only these consumers.
+        clock: ages are measured against its time.
+
+    Raises:
+        ConsumerNotFoundError: a name in ``names`` is not registered.
+        InvalidArgumentError: not a data directory; a consumer of another shard count.
+        CorruptionError: a damaged consumer file, or damage where the log is read.
+    """
+    root = os.fspath(data_dir)
+    shard_dirs = data_shards(root)
+    found = (
+        consumers.list_consumers(root)
+        if names is None
+        else [consumers.load(root, name) for name in names]
+    )
+    now_ms = clock.now_us() // 1000
+    shards = [_Shard(path, k, now_ms) for k, path in enumerate(shard_dirs)]
+    try:
+        table = []
+        for consumer in found:
+            if consumer.shards != len(shards):
+                raise InvalidArgumentError(
+                    f"consumer {consumer.name!r} has {consumer.shards} shard positions; the "
+                    f"data directory has {len(shards)} shards",
+                    path=root,
+                )
+            lags = tuple(shard.lag(consumer) for shard in shards)
+            table.append(ConsumerLag(consumer, str(Token(consumer.positions)), lags))
+        return table
+    finally:
+        for shard in shards:
+            shard.close()
+
+
+def describe(
+    data_dir: str | os.PathLike[str], name: str, *, clock: Clock = SYSTEM_CLOCK
+) -> ConsumerLag:
+    """The lag of consumer ``name`` (``moonish consumer show``).
+
+    Raises:
+        ConsumerNotFoundError: no such consumer; otherwise as :func:`lag_table`.
+    """
+    return lag_table(data_dir, names=[name], clock=clock)[0]
+
+
+def start_token(data_dir: str | os.PathLike[str], name: str) -> Token:
+    """The token consumer ``name`` reads from (its confirmed positions), checked: a consumer
+    that is lost, or whose next change in some shard is no longer retained, never reads on
+    as if nothing had happened (evitaDB #1446: a subscriber that fell out of retention
+    stalled silently).
+
+    Raises:
+        ConsumerNotFoundError: no such consumer.
+        ConsumerLostError: it is ``lost``, or changes it has not confirmed are gone; carries
+            the shard, the number of changes gone and the oldest available token.
+        InvalidArgumentError: a consumer of another shard count than the data directory.
+    """
+    root = os.fspath(data_dir)
+    shard_dirs = data_shards(root)
+    consumer = consumers.load(root, name)
+    if consumer.shards != len(shard_dirs):
+        raise InvalidArgumentError(
+            f"consumer {name!r} has {consumer.shards} shard positions; the data directory "
+            f"has {len(shard_dirs)} shards",
+            path=root,
+        )
+    for k, shard_dir in enumerate(shard_dirs):
+        if consumer.lost and k != (consumer.lost_shard or 0):
+            continue
+        oldest = oldest_lsn(shard_dir)
+        needs = consumer.positions[k] + 1
+        if consumer.lost or needs < min(oldest, latest_lsn(shard_dir) + 1):
+            raise consumers.lost_error(root, consumer, k, oldest, str(earliest(shard_dirs)))
+    return Token(consumer.positions)

@@ -279,6 +279,26 @@ def test_lag_numbers_are_those_of_the_log(tmp_path: Path) -> None:
     assert lag.describe(root, "c", clock=FixedClock(now_us)) == entry
 
 
+def test_the_table_reads_on_between_positions_as_a_seek_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shard = tmp_path / "data" / "shard-0"
+    options = WriterOptions(fsync=FsyncPolicy.NEVER, segment_bytes=700, heartbeat_ms=None)
+    with WalWriter(shard, options, FixedClock(START_US, 1000)) as writer:
+        for i in range(40):  # batches of 1 to 3 records: positions inside a batch too
+            writer.append_batch([kv(b"k%d.%d" % (i, j)) for j in range(i % 3 + 1)])
+    latest = verify_shard(shard).last_lsn
+    assert latest is not None
+    for position in range(latest + 1):
+        consumers.create(shard.parent, f"c{position:03d}", (position,))
+    clock = FixedClock(START_US + 10**9)
+    walked = lag.lag_table(shard.parent, clock=clock)
+    monkeypatch.setattr(lag, "WALK_RECORDS", -1)  # a seek for every position
+    assert lag.lag_table(shard.parent, clock=clock) == walked
+    for entry in walked[:-1]:
+        assert entry.shards[0].lag_bytes == frames_after(shard, entry.shards[0].confirmed_lsn)[0]
+
+
 def keyspace_shard(path: Path, commands: int, *, segment_bytes: int = 2048) -> None:
     """A ShardWriter shard of ``commands`` SETs, then a checkpoint (snapshot at the end)."""
     options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER, segment_bytes=segment_bytes,

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from moonish.cdc.positions import data_shards, earliest, latest_lsn
 from moonish.cdc.token import Token
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import InvalidArgumentError, LsnDiscardedError
+from moonish.errors import InvalidArgumentError, LsnDiscardedError, MoonishError
 from moonish.log import consumers
 from moonish.log.consumers import Consumer
 from moonish.log.control import load_control
@@ -38,6 +38,9 @@ from moonish.log.segment import list_segments, segment_path
 from moonish.state.config import load_config
 
 RESERVED, EXTENDED, LOST = "reserved", "extended", "lost"
+WALK_RECORDS = 2048
+"""Up to this many records apart, the table reads on to the next position rather than
+seeking (a seek reads a whole read-ahead chunk and scans up to an index interval)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +102,7 @@ class _Shard:
         self.latest = latest_lsn(shard_dir)
         self.bases = list_segments(shard_dir)
         self.sizes = [os.path.getsize(segment_path(shard_dir, base)) for base in self.bases]
+        self.after = [sum(self.sizes[i + 1 :]) for i in range(len(self.sizes))]
         self.oldest = oldest_lsn(shard_dir)
         control = load_control(shard_dir)
         self.discarded = control.discarded if control is not None else ()
@@ -113,11 +117,38 @@ class _Shard:
     def close(self) -> None:
         self._reader.close()
 
+    def measured(self, consumer: Consumer) -> int:
+        """The position whose next record gives the consumer's lag bytes and age: its own,
+        or before the oldest retained record when its next ones are gone."""
+        position = consumer.positions[self.number]
+        return self.oldest - 1 if position + 1 < self.oldest else position
+
+    def measure_all(self, positions: set[int]) -> None:
+        """Measure ``positions`` in ascending order with one reader that walks forward: it
+        polls over the records between two near positions (its read-ahead buffer serves them)
+        and seeks only to a far one."""
+        walking = False
+        for position in sorted(positions):
+            if position >= self.latest or not self.bases or position in self._seen:
+                continue
+            gap = position + 1 - self._reader.next_lsn
+            try:
+                if not (walking and 0 <= gap <= WALK_RECORDS):
+                    self._reader.seek(position + 1)
+                while gap := position + 1 - self._reader.next_lsn:
+                    if not self._reader.poll(gap):
+                        break
+                self._seen[position] = self._measured_next()
+                walking = True
+            except MoonishError:  # a discarded range, a removal meanwhile: seek on its own
+                self._seen[position] = self._measure(position + 1)
+                walking = False
+
     def lag(self, consumer: Consumer) -> ShardLag:
         position = consumer.positions[self.number]
         records = max(0, self.latest - position) - self._discarded_between(position)
         gone = position < self.latest and position + 1 < self.oldest
-        size, age = self._after(max(position, self.oldest - 1) if gone else position)
+        size, age = self._after(self.measured(consumer))
         if consumer.lost:
             status, reason = LOST, consumer.lost_reason
         elif gone:
@@ -149,12 +180,15 @@ class _Shard:
             if error.oldest_lsn > self.latest:
                 return 0, None
             self._reader.seek(error.oldest_lsn)
+        return self._measured_next()
+
+    def _measured_next(self) -> tuple[int, int | None]:
         frames = self._reader.poll(1)
         if not frames:
             return 0, None
         frame = frames[0]
         i = bisect.bisect_right(self.bases, frame.lsn) - 1
-        size = self.sizes[i] - frame.offset + sum(self.sizes[i + 1 :])
+        size = self.sizes[i] - frame.offset + self.after[i]
         return max(size, 0), max(0, self.now_ms - frame.commit_us // 1000)
 
 
@@ -186,6 +220,8 @@ def lag_table(
     now_ms = clock.now_us() // 1000
     shards = [_Shard(path, k, now_ms) for k, path in enumerate(shard_dirs)]
     try:
+        for shard in shards:
+            shard.measure_all({shard.measured(c) for c in found if c.shards == len(shards)})
         table = []
         for consumer in found:
             if consumer.shards != len(shards):

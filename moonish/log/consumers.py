@@ -454,7 +454,9 @@ def mark_lost(
 
 def pins(data_dir: str | os.PathLike[str]) -> list[int | None]:
     """Per shard of ``data_dir``: the lowest position of its consumers that are not lost
-    (``None``: no consumer holds that shard). Retention keeps every LSN above it.
+    (``None``: no consumer holds that shard). Retention keeps every LSN above it. A consumer
+    registered when the data directory had another shard count still pins the shards both
+    have (retention errs on the side of keeping).
 
     Raises:
         InvalidArgumentError: not a data directory.
@@ -463,9 +465,9 @@ def pins(data_dir: str | os.PathLike[str]) -> list[int | None]:
     count = len(shard_dirs(data_dir))
     lowest: list[int | None] = [None] * count
     for consumer in list_consumers(data_dir):
-        if consumer.lost or consumer.shards != count:
+        if consumer.lost:
             continue
-        for k, position in enumerate(consumer.positions):
+        for k, position in enumerate(consumer.positions[:count]):  # as :func:`holders`
             current = lowest[k]
             lowest[k] = position if current is None else min(current, position)
     return lowest

@@ -336,29 +336,21 @@ def test_lag_statuses(tmp_path: Path) -> None:
     assert statuses()["behind"] == ("reserved", None)
 
 
-def test_start_token_names_the_loss(tmp_path: Path) -> None:
+def test_a_consumer_whose_changes_are_gone_is_lost_in_the_table(tmp_path: Path) -> None:
     root = data_dir(tmp_path)
     consumers.create(root, "c", (0, 0))
-    assert lag.start_token(root, "c") == Token((0, 0))
     for base in list_segments(str(root / "shard-1"))[:3]:  # removed by hand: not marked
         os.unlink(segment_path(str(root / "shard-1"), base))
     oldest = list_segments(str(root / "shard-1"))[0]
-    with pytest.raises(ConsumerLostError) as caught:
-        lag.start_token(root, "c")
-    error = caught.value
-    assert (error.status, error.shard, error.gone, error.oldest_lsn) == (
-        "active",
-        1,
-        oldest - 1,
-        oldest,
-    )
-    assert error.oldest_token == str(Token((0, oldest - 1)))
     (entry,) = lag.lag_table(root)
-    assert entry.shards[1].status == "lost" and "no longer retained" in (
-        entry.shards[1].reason or ""
+    assert entry.consumer.status == "active" and entry.shards[0].status == "reserved"
+    gone = entry.shards[1]
+    assert (gone.status, gone.reason) == ("lost", f"LSNs 1..{oldest - 1} are no longer retained")
+    assert (
+        gone.lag_records == 100 and gone.lag_bytes == frames_after(root / "shard-1", oldest - 1)[0]
     )
     consumers.seek(root, "c", (0, oldest - 1))
-    assert lag.start_token(root, "c") == Token((0, oldest - 1))
+    assert lag.lag_table(root)[0].shards[1].status == "reserved"
 
 
 # -- the commands --------------------------------------------------------------------------

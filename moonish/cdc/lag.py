@@ -1,6 +1,6 @@
 """Named consumers seen against the log: the lag table of ``moonish consumer list`` (in the
-spirit of ``kafka-consumer-groups --describe`` and PostgreSQL's ``pg_replication_slots``), and
-the token a consumer reads from.
+spirit of ``kafka-consumer-groups --describe`` and PostgreSQL's ``pg_replication_slots``).
+Reading from a consumer is moonish.cdc.merged_read (``moonish.read(data_dir, consumer=...)``).
 
 Per consumer and shard (``ShardLag``):
 
@@ -24,7 +24,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from moonish.cdc.positions import data_shards, earliest, latest_lsn
+from moonish.cdc.positions import data_shards, latest_lsn
 from moonish.cdc.token import Token
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError, LsnDiscardedError, MoonishError
@@ -247,34 +247,3 @@ def describe(
         ConsumerNotFoundError: no such consumer; otherwise as :func:`lag_table`.
     """
     return lag_table(data_dir, names=[name], clock=clock)[0]
-
-
-def start_token(data_dir: str | os.PathLike[str], name: str) -> Token:
-    """The token consumer ``name`` reads from (its confirmed positions), checked: a consumer
-    that is lost, or whose next change in some shard is no longer retained, never reads on
-    as if nothing had happened (evitaDB #1446: a subscriber that fell out of retention
-    stalled silently).
-
-    Raises:
-        ConsumerNotFoundError: no such consumer.
-        ConsumerLostError: it is ``lost``, or changes it has not confirmed are gone; carries
-            the shard, the number of changes gone and the oldest available token.
-        InvalidArgumentError: a consumer of another shard count than the data directory.
-    """
-    root = os.fspath(data_dir)
-    shard_dirs = data_shards(root)
-    consumer = consumers.load(root, name)
-    if consumer.shards != len(shard_dirs):
-        raise InvalidArgumentError(
-            f"consumer {name!r} has {consumer.shards} shard positions; the data directory "
-            f"has {len(shard_dirs)} shards",
-            path=root,
-        )
-    for k, shard_dir in enumerate(shard_dirs):
-        if consumer.lost and k != (consumer.lost_shard or 0):
-            continue
-        oldest = oldest_lsn(shard_dir)
-        needs = consumer.positions[k] + 1
-        if consumer.lost or needs < min(oldest, latest_lsn(shard_dir) + 1):
-            raise consumers.lost_error(root, consumer, k, oldest, str(earliest(shard_dirs)))
-    return Token(consumer.positions)

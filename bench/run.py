@@ -15,6 +15,8 @@
    ``moonish cdc tail --follow`` in another process: p50 and p99.
 5. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
 6. merged: one stream over 4 shards against reading them one by one (bench.merged).
+7. retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
+   (bench.retention).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -37,6 +39,7 @@ import crc32c
 import orjson
 
 from bench.merged import bench_merged
+from bench.retention import bench_consumer_list, bench_prune
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from moonish.cdc import shard_read
@@ -351,6 +354,7 @@ def main() -> None:
         ("follow", bench_follow),
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
+        ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -102,6 +102,7 @@ def tail(
     path: str | os.PathLike[str],
     position: Position = None,
     *,
+    from_lsn: int | Cursor | None = None,
     consumer: str | None = None,
     follow: bool = False,
     name: str = "moonish",
@@ -114,12 +115,17 @@ def tail(
 ) -> Tail | MergedTail:
     """An iterator of events after ``position``: :class:`~moonish.cdc.shard_read.Tail` for a
     shard's cursor, :class:`~moonish.cdc.merged_read.MergedTail` for a merged read (which
-    alone carries ``resolved_ms`` markers). Use as a context manager.
+    alone carries ``resolved_ms`` markers). Use as a context manager. ``from_lsn`` is the
+    shard cursor's older name (``position`` and ``from_lsn`` are one argument).
 
     Raises:
         InvalidArgumentError: as the iterator chosen; ``snapshot`` with a merged read,
             ``resolved_ms`` with a shard cursor.
     """
+    if from_lsn is not None:
+        if position is not None:
+            raise InvalidArgumentError("give position or from_lsn, not both")
+        position = from_lsn
     if merged(path, position, consumer) or resolved_ms is not None:
         if snapshot:
             raise InvalidArgumentError(

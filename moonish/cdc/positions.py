@@ -10,34 +10,21 @@ from __future__ import annotations
 import os
 
 from moonish.cdc.token import EARLIEST, NOW, Token
-from moonish.errors import InvalidArgumentError
 from moonish.log.control import load_control, log_floor
+from moonish.log.datadir import shard_dirs
 from moonish.log.reader import ShardReader
-from moonish.log.segment import list_segments, require_shard_dir
+from moonish.log.segment import list_segments
 
 
 def data_shards(data_dir: str | os.PathLike[str]) -> list[str]:
     """The shard directories of ``data_dir`` in token order (shard 0 first); ``[data_dir]``
-    when it is itself a shard directory.
+    when it is itself a shard directory (``moonish.log.datadir.shard_dirs``).
 
     Raises:
         InvalidArgumentError: not an existing directory; shard numbers that do not run
             0..N-1; a shard directory without a log.
     """
-    root = os.fspath(data_dir)
-    if not os.path.isdir(root):
-        raise InvalidArgumentError("directory does not exist or is not a directory", path=root)
-    names = [name for name in os.listdir(root) if name.startswith("shard-")]
-    if not names:
-        return [require_shard_dir(root)]
-    numbers = sorted(int(name[6:]) for name in names if name[6:].isdigit())
-    if len(numbers) != len(names) or numbers != list(range(len(numbers))):
-        raise InvalidArgumentError(
-            f"shard directories must be shard-0 .. shard-{len(names) - 1}, found "
-            f"{', '.join(sorted(names)[:8])}",
-            path=root,
-        )
-    return [require_shard_dir(os.path.join(root, f"shard-{k}")) for k in numbers]
+    return shard_dirs(data_dir)
 
 
 def is_data_dir(path: str | os.PathLike[str]) -> bool:

@@ -93,7 +93,7 @@ def test_without_follow_the_iterator_ends_at_the_end(shard: Path) -> None:
 def test_writer_process_and_follower_process_at_once(tmp_path: Path) -> None:
     shard, total_commands = tmp_path / "shard-0", 400
     expected = total_commands + total_commands // 5  # every fifth command is a batch of two
-    shard.mkdir()
+    open_writer(shard).close()  # a shard with no record yet (a directory with no log is refused)
     follower = subprocess.Popen(
         [sys.executable, "-c", "from cli.main import entry; entry()",
          "cdc", "tail", str(shard), "--follow", "--poll-ms", "50"],

@@ -107,20 +107,34 @@ def decode_segment_header(data: bytes, path: str, expected_base_lsn: int) -> Seg
 
 
 def require_shard_dir(shard_dir: str | os.PathLike[str]) -> str:
-    """``shard_dir`` as a string, checked to be an existing directory.
+    """``shard_dir`` as a string, checked to be an existing directory that holds a log: a
+    segment, or what survives the removal of every segment (``control.json``, a snapshot;
+    ``wal repair --next-lsn`` works on such a shard). Readers, ``wal verify`` and ``wal
+    repair`` call it; writers do not (they create shards).
 
     Raises:
-        InvalidArgumentError: it does not exist, is not a directory, or is a data directory of
-            several shards (``shard-<k>`` subdirectories) rather than one shard.
+        InvalidArgumentError: it does not exist, is not a directory, is a data directory of
+            several shards (``shard-<k>`` subdirectories) rather than one shard, or holds no
+            log (an empty or mistyped directory: reading it would look like an idle shard).
     """
+    from moonish.log.control import CONTROL_NAME  # control.py imports this module
+
     path = os.fspath(shard_dir)
     if not os.path.isdir(path):
         raise InvalidArgumentError("WAL directory does not exist or is not a directory", path=path)
+    if list_segments(path):
+        return path
     shards = sorted(name for name in os.listdir(path) if name.startswith("shard-"))
-    if shards and not list_segments(path):
+    if shards:
         raise InvalidArgumentError(
-            f"this is a data directory of {len(shards)} shards; pass one shard's directory, "
+            f"this is a data directory of {len(shards)} shard(s); pass one shard's directory, "
             f"for example {os.path.join(path, shards[0])}",
+            path=path,
+        )
+    if not os.path.exists(os.path.join(path, CONTROL_NAME)) and not list_snapshots(path):
+        raise InvalidArgumentError(
+            "not a shard directory: it holds no WAL segment (<lsn:016x>.seg), no "
+            f"{CONTROL_NAME} and no snapshot",
             path=path,
         )
     return path

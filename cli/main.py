@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import select
 import sys
+from collections.abc import Iterator
+from typing import Any
 
 import click
 
@@ -25,7 +29,55 @@ from moonish import __version__
 from moonish.errors import MoonishError
 
 
-@click.group()
+class StdoutClosed(Exception):
+    """The reader of standard output went away (``moonish cdc read ... | head -1``)."""
+
+
+class _Root(click.Group):
+    """The ``moonish`` group. A write to a closed standard output raises BrokenPipeError;
+    click's ``main`` would turn that into exit 1 before :func:`main` could see it, so it is
+    raised past click as :class:`StdoutClosed`, from parsing (``--help``, ``--version``) and
+    from the commands alike. A broken pipe that is not standard output's (a socket, a child
+    process) stays an error."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        with _stdout_closed_is_an_end():
+            return super().make_context(*args, **kwargs)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _stdout_closed_is_an_end():
+            return super().invoke(ctx)
+
+
+@contextlib.contextmanager
+def _stdout_closed_is_an_end() -> Iterator[None]:
+    """Raise :class:`StdoutClosed` for a BrokenPipeError of standard output, and any other
+    as an error click does not swallow (it would exit 1 without a word)."""
+    try:
+        yield
+    except BrokenPipeError as error:
+        if _stdout_closed():
+            raise StdoutClosed from error
+        raise RuntimeError(f"broken pipe, not standard output's: {error}") from error
+
+
+def _stdout_closed() -> bool:
+    """Whether standard output (descriptor 1) is a pipe or socket whose reader has gone
+    (``poll`` reports POLLERR or POLLHUP for it)."""
+    poller = select.poll()
+    poller.register(1, select.POLLOUT)
+    return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+
+
+def _discard_stdout() -> None:
+    """Point standard output at /dev/null, so that flushing what is still buffered (also at
+    interpreter exit) cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+
+
+@click.group(cls=_Root)
 @click.version_option(__version__, prog_name="moonish")
 def moonish() -> None:
     """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
@@ -99,16 +151,21 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except (click.Abort, KeyboardInterrupt):
         return 130  # interrupted (cdc tail --follow handles Ctrl-C itself and exits 0)
-    except BrokenPipeError:  # `moonish cdc read ... | head`: the reader went away, not an error
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+    except StdoutClosed:  # `moonish cdc read ... | head`: the reader went away, not an error
+        _discard_stdout()
         return 0
     return 0
 
 
 def entry() -> None:
-    """Console-script entry point."""
-    sys.exit(main())
+    """Console-script entry point. Exits with :func:`main`'s status; also 0 when standard
+    output closes before the last buffered bytes are flushed."""
+    status = main()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -36,9 +36,11 @@ def export(
     Each file appears complete or not at all (temporary name, fsync, rename) and is named
     shard-<shard>-<first LSN>-<last LSN>.ndjson. The export's cursor is kept in
     OUT_DIR/_moonish_export.json and committed after each file, so a rerun after a crash
-    continues where the complete files end: every change is in exactly one file. Prints one
-    line per shard: its cursor after the run. SIGTERM and Ctrl-C stop a --follow export
-    cleanly (exit 0); envelopes not yet in a file are exported by the next run.
+    continues where the complete files end: every change is in exactly one file. OUT_DIR
+    holds the export of one SOURCE (its real path and shard count are recorded there); an
+    export of another one into it is refused (exit 2, naming both). Prints one line per
+    shard: its cursor after the run. SIGTERM and Ctrl-C stop a --follow export cleanly
+    (exit 0); envelopes not yet in a file are exported by the next run.
 
     Example:
 

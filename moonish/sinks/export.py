@@ -13,10 +13,16 @@ Contract:
   00000000000000050000.ndjson``. Ranges of one shard are contiguous; a range may hold fewer
   envelopes than LSNs where records written with the stream off were passed over.
 - **The export's cursor is committed after the file is in place**, in
-  ``_moonish_export.json`` (written atomically): ``{"format": "moonish-export", "version": 1,
-  "shards": {"<shard id>": <next LSN>}}``. On start, files already in place past the
-  committed cursor (a crash between rename and commit) are taken as written, so a restart
-  neither loses nor repeats a change: the complete files hold every change exactly once.
+  ``_moonish_export.json`` (written atomically): ``{"format": "moonish-export", "version": 2,
+  "source": {"path": <realpath of the source>, "shards": <count>}, "shards": {"<shard id>":
+  <next LSN>}}``. On start, files already in place past the committed cursor (a crash between
+  rename and commit) are taken as written, so a restart neither loses nor repeats a change:
+  the complete files hold every change exactly once.
+- **An export directory holds the export of one source.** The state records it (the data
+  directory's absolute path with symlinks resolved, and its shard count); an export of another
+  source (or of the same path with another shard count) into it is refused before anything in
+  it changes. Version 1 state (no source) is read, its source taken to be the current one, and
+  rewritten as version 2.
 - One export per output directory at a time (``flock`` on ``_moonish_export.lock``).
 
 Files are cut at ``max_records_per_file`` envelopes, at the end of the log (without
@@ -55,7 +61,9 @@ from moonish.log.reader import ShardReader
 
 STATE_NAME = "_moonish_export.json"
 LOCK_NAME = "_moonish_export.lock"
-STATE_FORMAT, STATE_VERSION = "moonish-export", 1
+STATE_FORMAT, STATE_VERSION = "moonish-export", 2
+STATE_VERSIONS = (1, 2)
+"""State versions read; only :data:`STATE_VERSION` is written (version 1 had no source)."""
 FILE_NAME = re.compile(r"^shard-(\d{4,})-(\d{20})-(\d{20})\.ndjson$")
 
 
@@ -89,6 +97,23 @@ class ExportOptions:
             raise InvalidArgumentError("max_file_age_ms must be >= 0 and poll_ms >= 1")
 
 
+@dataclass(frozen=True, slots=True)
+class ExportSource:
+    """What an export directory holds the export of.
+
+    Attributes:
+        path: the source directory (a data directory or one shard), absolute, symlinks
+            resolved (``os.path.realpath``).
+        shards: its number of shards.
+    """
+
+    path: str
+    shards: int
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.shards} shard{'' if self.shards == 1 else 's'})"
+
+
 @dataclass(slots=True)
 class ExportStats:
     """What a run did: files and envelopes written, and each shard's committed cursor."""
@@ -120,9 +145,9 @@ class Exporter:
         clock: time for file ages and the envelopes' processing time.
 
     Raises:
-        InvalidArgumentError: ``source`` is not a directory of shards; the export directory's
-            cursor is past a shard's end (a different data directory); files in it do not
-            continue the cursor.
+        InvalidArgumentError: ``source`` is not a directory of shards; the export directory
+            holds the export of another source (its state names both, :class:`ExportSource`);
+            its cursor is past a shard's end; files in it do not continue the cursor.
         UnsupportedFormatError: the export state file is of another format or version.
         UnavailableError: another export holds ``out_dir``.
     """
@@ -138,6 +163,7 @@ class Exporter:
         self.out_dir = os.fspath(out_dir)
         self._clock = clock
         shard_paths = existing_shard_dirs(source)
+        self.source = ExportSource(os.path.realpath(source), len(shard_paths))
         os.makedirs(self.out_dir, exist_ok=True)
         self._lock_fd = _lock(self.out_dir)
         self._shards: list[_Shard] = []
@@ -151,7 +177,13 @@ class Exporter:
         self._shard_paths = shard_paths
 
     def _open(self, shard_paths: list[str]) -> None:
-        committed = _load_state(self.out_dir)
+        recorded, committed = _load_state(self.out_dir)
+        if recorded is not None and recorded != self.source:
+            raise InvalidArgumentError(
+                f"the export directory holds the export of {recorded}, not of {self.source}: "
+                "export each data directory into a directory of its own",
+                path=self.out_dir,
+            )
         placed = _placed_files(self.out_dir)
         for path in shard_paths:
             shard = _shard_id(path)
@@ -254,6 +286,7 @@ class Exporter:
         state = {
             "format": STATE_FORMAT,
             "version": STATE_VERSION,
+            "source": {"path": self.source.path, "shards": self.source.shards},
             "shards": {str(shard.shard): shard.first_lsn for shard in self._shards},
         }
         replace_atomically(os.path.join(self.out_dir, STATE_NAME), [orjson.dumps(state)])
@@ -300,20 +333,25 @@ def _shard_id(shard_dir: str) -> int:
         reader.close()
 
 
-def _load_state(out_dir: str) -> dict[int, int]:
+def _load_state(out_dir: str) -> tuple[ExportSource | None, dict[int, int]]:
+    """The recorded source (``None`` for a new export or version 1 state) and the committed
+    cursor of each shard."""
     path = os.path.join(out_dir, STATE_NAME)
     try:
         with open(path, "rb") as file:
             state = orjson.loads(file.read())
     except FileNotFoundError:
-        return {}
+        return None, {}
     except orjson.JSONDecodeError as error:
         raise UnsupportedFormatError(f"export state is not JSON: {error}", path=path) from error
-    if state.get("format") != STATE_FORMAT or state.get("version") != STATE_VERSION:
+    if state.get("format") != STATE_FORMAT or state.get("version") not in STATE_VERSIONS:
         raise UnsupportedFormatError(
-            f"export state is not {STATE_FORMAT} version {STATE_VERSION}", path=path
+            f"export state is not {STATE_FORMAT} version {' or '.join(map(str, STATE_VERSIONS))}",
+            path=path,
         )
-    return {int(shard): int(lsn) for shard, lsn in state["shards"].items()}
+    source = state.get("source")
+    recorded = None if source is None else ExportSource(source["path"], int(source["shards"]))
+    return recorded, {int(shard): int(lsn) for shard, lsn in state["shards"].items()}
 
 
 def _placed_files(out_dir: str) -> dict[int, list[tuple[int, int]]]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import click
 
@@ -70,40 +71,57 @@ def materialize(
 
     SOURCE is a data directory (read through the moonish Spark data source) or an export
     directory written by `moonish cdc export` (read through Spark's file source). Without
-    --follow, applies what is there now (trigger availableNow) and prints the table's
-    committed version and live keys; rerun it to apply more. The table is Parquet versions
-    under TABLE_DIR with a pointer to the committed one (docs/spark.md).
+    --follow, applies what is there now (trigger availableNow); with --follow, keeps applying
+    new changes. Each micro-batch prints a progress line to stderr (batch id, rows, duration
+    in ms, LSNs per shard or file-source offsets). Ctrl-C or SIGTERM stops the query cleanly
+    after the running micro-batch (exit 0; a second one stops at once, and the micro-batch
+    cut short is applied by the next run). At the end, prints the table's committed version
+    and live keys. The table is Parquet versions under TABLE_DIR with a pointer to the
+    committed one (docs/spark.md).
 
     Example:
 
-        moonish spark materialize data table --checkpoint table-checkpoint
+        moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
+    from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
     from moonish.spark.table import current_version
 
     kind = source_kind(source)
     spark = moonish.spark.session(master)
-    if kind == "wal":
-        reader = spark.readStream.format("moonish")
-        if max_records_per_trigger:
-            reader = reader.option("maxRecordsPerTrigger", max_records_per_trigger)
-        changes = reader.load(os.path.abspath(source))
-    else:
-        changes = moonish.spark.read_envelope_files(
-            spark, os.path.abspath(source), max_files_per_trigger=max_files_per_trigger
-        )
-    query = moonish.spark.materialize(
-        changes, os.path.abspath(table_dir), os.path.abspath(checkpoint_dir),
-        available_now=not follow, processing_time_ms=interval_ms,
-    )  # fmt: skip
-    try:
-        query.awaitTermination()
-    except KeyboardInterrupt:
-        query.stop()
-    pointer = current_version(table_dir)
-    keys = moonish.spark.read_table(spark, table_dir).count()
+    gate, request = BatchGate(), StopRequest()
+    with stop_on_signals(request):  # after the session: it replaces PySpark's SIGINT handler
+        changes = _changes(spark, kind, source, max_records_per_trigger, max_files_per_trigger)
+        query = moonish.spark.materialize(
+            changes, os.path.abspath(table_dir), os.path.abspath(checkpoint_dir),
+            available_now=not follow, processing_time_ms=interval_ms, gate=gate,
+        )  # fmt: skip
+        run_until_stopped(spark, query, gate, request, _report)
+        pointer = current_version(table_dir)
+        keys = moonish.spark.read_table(spark, table_dir).count()
     version = pointer["path"] if pointer else "none yet"
     click.echo(f"table {table_dir}: version {version}, {keys} live keys ({kind} source)")
+
+
+def _report(line: str) -> None:
+    click.echo(f"moonish: {line}", err=True)
+
+
+def _changes(
+    spark: Any, kind: str, source: str, max_records: int | None, max_files: int | None
+) -> Any:
+    """The streaming DataFrame of flat change rows of SOURCE (``kind`` from
+    :func:`source_kind`)."""
+    import moonish.spark
+
+    if kind == "wal":
+        reader = spark.readStream.format("moonish")
+        if max_records:
+            reader = reader.option("maxRecordsPerTrigger", max_records)
+        return reader.load(os.path.abspath(source))
+    return moonish.spark.read_envelope_files(
+        spark, os.path.abspath(source), max_files_per_trigger=max_files
+    )
 
 
 @click.command("show")
@@ -114,7 +132,8 @@ def materialize(
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
 def show(table_dir: str, limit: int, master: str) -> None:
     """Print rows of a materialized table's committed version, as JSON lines (db, key, type,
-    value, expire_at_ms, shard, lsn), ordered by db and key.
+    value, expire_at_ms, shard, lsn), ordered by db and key. TABLE_DIR must hold a committed
+    version (exit 2 otherwise: not a table, or no micro-batch applied yet).
 
     Example:
 
@@ -124,7 +143,9 @@ def show(table_dir: str, limit: int, master: str) -> None:
 
     import moonish.spark
     from moonish.cdc.envelope import text_or_b64
+    from moonish.spark.table import require_version
 
+    require_version(table_dir)  # before Spark starts: a wrong directory fails at once
     spark = moonish.spark.session(master)
     rows = moonish.spark.read_table(spark, table_dir).orderBy("db", "key").limit(limit).collect()
     for row in rows:

@@ -69,28 +69,43 @@ def session(master: str = "local[*]", app_name: str = "moonish", **conf: str) ->
     ``moonish`` data source registered, and Python workers running this interpreter (unless
     ``PYSPARK_PYTHON`` says otherwise). A ``local`` master binds to 127.0.0.1 (unless
     ``SPARK_LOCAL_IP`` says otherwise). ``conf`` adds Spark settings (dots as ``__``:
-    ``spark__sql__shuffle__partitions="4"``)."""
+    ``spark__sql__shuffle__partitions="4"``).
+
+    When this call starts the JVM, it starts it in a session of its own (``setsid``): a
+    Ctrl-C at a terminal goes to the foreground process group, and PySpark's Python workers
+    (children of the JVM) would die of it in the middle of a task, printing tracebacks, while
+    the command stops its query cleanly (moonish.spark.progress). The JVM still exits with
+    this process (it watches its stdin pipe)."""
     import os
     import sys
 
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-    )
-    for key, value in conf.items():
-        builder = builder.config(key.replace("__", "."), value)
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.driver.memory": "2g",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **{key.replace("__", "."): value for key, value in conf.items()},
+    }
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        spark_conf = SparkConf().setAll(list(settings.items()))
+        gateway = launch_gateway(  # type: ignore[no-untyped-call]
+            spark_conf, popen_kwargs={"start_new_session": True}
+        )
+        SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    builder = SparkSession.builder
+    for key, value in settings.items():
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

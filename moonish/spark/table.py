@@ -32,8 +32,9 @@ from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from moonish.errors import UnsupportedFormatError
+from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import replace_atomically
+from moonish.spark.progress import BatchGate
 
 POINTER_NAME = "_moonish_table.json"
 POINTER_FORMAT, POINTER_VERSION = "moonish-table", 1
@@ -64,6 +65,24 @@ def current_version(table_dir: str) -> dict[str, Any] | None:
             f"not a {POINTER_FORMAT} version {POINTER_VERSION} pointer", path=path
         )
     return dict(pointer)
+
+
+def require_version(table_dir: str) -> dict[str, Any]:
+    """The committed version's pointer of ``table_dir``, which must have one.
+
+    Raises:
+        InvalidArgumentError: ``table_dir`` holds no pointer: it is not a materialized table,
+            or no micro-batch was applied to it yet.
+        UnsupportedFormatError: the pointer file is not a moonish table pointer.
+    """
+    pointer = current_version(table_dir)
+    if pointer is None:
+        raise InvalidArgumentError(
+            f"not a materialized table: no {POINTER_NAME} (not a table directory, or no "
+            "micro-batch was applied to it yet: moonish spark materialize)",
+            path=table_dir,
+        )
+    return pointer
 
 
 def read_table(spark: SparkSession, table_dir: str, *, tombstones: bool = False) -> DataFrame:
@@ -143,6 +162,7 @@ def materialize(
     *,
     available_now: bool = True,
     processing_time_ms: int = 1000,
+    gate: BatchGate | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that keeps ``table_dir`` at the latest state per key.
 
@@ -153,6 +173,8 @@ def materialize(
         checkpoint_dir: Spark's checkpoint of this query (offsets and commits).
         available_now: process what is there now, then stop (``trigger(availableNow=True)``);
             otherwise run micro-batches every ``processing_time_ms`` until stopped.
+        gate: run each micro-batch inside it, so that a stop can wait for the running one
+            (moonish.spark.progress).
 
     Returns:
         the started query; ``awaitTermination()`` waits for it.
@@ -161,7 +183,11 @@ def materialize(
     spark = changes.sparkSession
 
     def sink(batch: DataFrame, batch_id: int) -> None:
-        apply_batch(spark, table_dir, batch, batch_id)
+        if gate is None:
+            apply_batch(spark, table_dir, batch, batch_id)
+            return
+        with gate.batch(batch_id):
+            apply_batch(spark, table_dir, batch, batch_id)
 
     writer = changes.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_dir)
     if available_now:

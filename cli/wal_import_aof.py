@@ -9,6 +9,8 @@ import click
 import orjson
 
 from cli.params import VIEW
+from moonish.log.format import SEGMENT_HEADER_BYTES
+from moonish.log.writer import DEFAULT_SEGMENT_BYTES
 from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at least one slot
 
 
@@ -28,7 +30,17 @@ from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at 
     show_default=True,
     help="Stream view type of shards this import creates (OFF: no change stream).",
 )
-def import_aof_command(appendonlydir: str, data_dir: str, shards: int, view: str) -> None:
+@click.option(
+    "--segment-bytes",
+    type=click.IntRange(SEGMENT_HEADER_BYTES + 1, None),
+    default=DEFAULT_SEGMENT_BYTES,
+    show_default=True,
+    help="Rotate to a new segment before one would grow past this many bytes (a batch "
+    "larger than this gets a segment of its own).",
+)
+def import_aof_command(
+    appendonlydir: str, data_dir: str, shards: int, view: str, segment_bytes: int
+) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
     Keys are routed by Redis Cluster hash slot ({hashtag} rules) to DATA_DIR/shard-<k>;
@@ -45,6 +57,8 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int, view: str
     Example:
 
         moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir data --shards 4
+
+        moonish wal import-aof appendonlydir data --shards 4 --segment-bytes 16777216
     """
     from moonish.redis.import_checks import check_import
     from moonish.redis.importer import import_aof
@@ -55,7 +69,10 @@ def import_aof_command(appendonlydir: str, data_dir: str, shards: int, view: str
     total = sum(os.path.getsize(path) for path in check_import(appendonlydir, data_dir, shards))
     with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
         stream = StreamConfig(parse_view(view))
-        report = import_aof(appendonlydir, data_dir, shards, progress=bar.update, stream=stream)
+        report = import_aof(
+            appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
+            segment_bytes=segment_bytes,
+        )  # fmt: skip
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
     summary = {

@@ -28,7 +28,7 @@ import errno
 import os
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
@@ -46,7 +46,7 @@ from moonish.log.heartbeat import HEARTBEAT_NAME
 from moonish.log.lock import lock_shard
 from moonish.log.records import MAX_DB, KvChange, Replay
 from moonish.log.segment import index_path, segment_path
-from moonish.log.writer import FsyncPolicy, WriterOptions
+from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import AofCommands, AofFormatError
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.import_checks import check_descriptors, check_import
@@ -184,6 +184,7 @@ def import_aof(
     progress: Callable[[int], None] | None = None,
     clock: Clock = SYSTEM_CLOCK,
     stream: StreamConfig | None = None,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``.
 
@@ -199,6 +200,9 @@ def import_aof(
         clock: the commands' time (expiry) and the records' commit time.
         stream: the stream configuration of shards the import creates (existing shards
             keep theirs); default NEW_AND_OLD_IMAGES.
+        segment_bytes: the writers rotate to a new segment before one would grow past this
+            many bytes (``WriterOptions.segment_bytes``; also when appending to existing
+            shards).
 
     Returns:
         An :class:`ImportReport`.
@@ -207,7 +211,8 @@ def import_aof(
         InvalidArgumentError: anything :func:`check_import` refuses (a missing manifest or
             AOF file, a data directory that is a file, a shard directory or the AOF
             directory, a shard count that differs from the existing data directory, too low
-            an open-file limit), or a bad SELECT.
+            an open-file limit), ``segment_bytes`` the writer refuses (checked first), or a
+            bad SELECT.
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
         UnsupportedFormatError: an RDB-preamble AOF file, or a command moonish does not
@@ -219,10 +224,11 @@ def import_aof(
             import created removed.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
+    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     paths = check_import(aof_dir, out_dir, shards)
     check_descriptors(shards, raise_soft=True)
     report = ImportReport(per_shard=[0] * shards)
-    writers = _open_writers(out_dir, shards, stream or StreamConfig(), clock)
+    writers = _open_writers(out_dir, shards, log, stream or StreamConfig(), clock)
     try:
         router = _Router(writers, report, clock)
         for number, path in enumerate(paths):
@@ -244,11 +250,12 @@ def import_aof(
 
 
 def _open_writers(
-    out_dir: str, shards: int, stream: StreamConfig, clock: Clock
+    out_dir: str, shards: int, log: WriterOptions, stream: StreamConfig, clock: Clock
 ) -> list[ShardWriter]:
-    """A writer per shard. If one cannot be opened, the others are closed, the directories
-    this call created are removed again (:func:`_remove_created`) and the error is raised, an
-    ``OSError`` as :class:`UnavailableError`."""
+    """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
+    the others are closed, the directories this call created are removed again
+    (:func:`_remove_created`) and the error is raised, an ``OSError`` as
+    :class:`UnavailableError`."""
     created = []  # directories this call creates: the data directory and missing parents
     missing = os.path.abspath(out_dir)
     while not os.path.lexists(missing):
@@ -259,9 +266,7 @@ def _open_writers(
     writers: list[ShardWriter] = []
     try:
         for shard, shard_dir in enumerate(shard_dirs):
-            options = ShardOptions(
-                WriterOptions(shard_id=shard, fsync=FsyncPolicy.NEVER), stream, expiry_sweep_ms=0
-            )
+            options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
             try:
                 writers.append(ShardWriter(shard_dir, options, clock))
             except OSError as exc:

@@ -2,23 +2,40 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-STAMP   = $(VENV)/.installed
+# Two installs: the package alone (what `make demo` needs), and the development set (PySpark,
+# the test and lint tools) with the system packages the tests use.
+BASE    = $(VENV)/.installed-base
+DEV     = $(VENV)/.installed-dev
+JAVA_MAJOR = java -version 2>&1 | sed -nE 's/.* version "(1\.)?([0-9]+).*/\2/p' | head -n 1
 
-.PHONY: install demo demo-spark test stress lint format bench golden clean
+.PHONY: install install-base demo demo-spark test stress lint format bench golden clean
 
-install: $(STAMP)
+install: $(DEV)
 
-$(STAMP): pyproject.toml
+install-base: $(BASE)
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+
+$(BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install --quiet -e .
+	touch $(BASE)
+
+$(DEV): pyproject.toml | $(BIN)/python
 	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
 	command -v redis-server >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
+	@# The Spark tests start a local Spark: PySpark 4 needs Java 17 or later.
+	[ "$$($(JAVA_MAJOR))" -ge 17 ] 2>/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }
+	@[ "$$($(JAVA_MAJOR))" -ge 17 ] 2>/dev/null || { \
+	  echo "Java 17 or later is needed; found: $$(java -version 2>&1 | head -n 1)"; exit 1; }
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	touch $(DEV) $(BASE)
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
-demo: install
+demo: install-base
 	rm -rf demo-data
 	$(BIN)/moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir demo-data --shards 4
 	$(BIN)/moonish wal verify demo-data

@@ -85,7 +85,7 @@ def tail(
             for batch in stream.batches():
                 if isinstance(batch, Resolved):
                     out.write(batch.to_json() + b"\n")
-                else:
+                elif batch.envelopes:  # (empty: past records of a disabled stream)
                     out.write(b"\n".join(batch.envelopes))
                     out.write(b"\n")
                 out.flush()

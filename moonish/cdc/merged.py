@@ -215,7 +215,9 @@ class ShardFeed:
             self._resume = self.position + 1
             self.damage, self.at_end = error, False
             return
-        self.at_end = len(frames) < max_records
+        self.at_end = len(frames) < max_records and self.reader.held_back is None
+        if self.reader.held_back is not None:  # the frames before damage: not the log's end
+            self.damage = self.reader.held_back
         if not frames:
             return
         if self.encoder is None:

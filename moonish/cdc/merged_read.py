@@ -100,7 +100,10 @@ def not_retained(
 
 
 def raise_damage(
-    feeds: list[ShardFeed], shards: list[str], token: Token, consumer: Consumer | None = None
+    feeds: list[ShardFeed],
+    shards: list[str],
+    token: Token,
+    consumer: tuple[str, Consumer] | None = None,
 ) -> None:
     """Raise the error that stops the stream, if one does now: once a shard's events before
     it are out. A position retention removed names the oldest available token, and the
@@ -114,29 +117,23 @@ def raise_damage(
         ):
             if consumer is not None:
                 oldest = str(earliest(shards))
+                root, owner = consumer
                 raise consumers.lost_error(
-                    consumer_root(shards), consumer, feed.index, error.oldest_lsn, oldest
+                    root, owner, feed.index, error.oldest_lsn, oldest
                 ) from error
             raise not_retained(error, feed.index, shards, token) from error
         raise error
 
 
-def consumer_root(shards: list[str]) -> str:
-    """The data directory of ``shards`` (where consumers live): the parent of ``shard-<k>``
-    directories, or the one shard directory itself."""
-    first = shards[0]
-    return os.path.dirname(first) if os.path.basename(first).startswith("shard-") else first
-
-
-def consumer_start(shards: list[str], name: str) -> tuple[Consumer, Token]:
-    """A named consumer of the data directory and the token of its confirmed position.
+def consumer_start(root: str, shards: list[str], name: str) -> tuple[Consumer, Token]:
+    """A named consumer of the data directory ``root`` (of ``shards``; a shard directory is
+    a data directory of one shard, with its own consumers) and the token of its position.
 
     Raises:
         ConsumerNotFoundError: no such consumer.
         ConsumerLostError: it is marked ``lost`` (every read fails until ``seek``).
         InvalidArgumentError: its shard count differs from the data directory's.
     """
-    root = consumer_root(shards)
     consumer = consumers.load(root, name)
     if consumer.shards != len(shards):
         raise InvalidArgumentError(
@@ -189,7 +186,7 @@ def read_merged(
     if not 1 <= limit <= MAX_LIMIT:
         raise InvalidArgumentError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     shards = data_shards(data_dir)
-    owner, token = _position(shards, position, consumer)
+    owner, token = _position(data_dir, shards, position, consumer)
     feeds = open_feeds(shards, token, name, clock, transactions)
     try:
         events, remaining = MergedBatch.empty(token), limit
@@ -259,7 +256,7 @@ class MergedTail:
         if resolved_ms is not None and resolved_ms <= 0:
             raise InvalidArgumentError(f"resolved_ms must be > 0, got {resolved_ms}")
         self._shards = data_shards(data_dir)
-        self._consumer, self._token = _position(self._shards, position, consumer)
+        self._consumer, self._token = _position(data_dir, self._shards, position, consumer)
         self._feeds = open_feeds(self._shards, self._token, name, clock, transactions)
         self._resolved_ms = resolved_ms
         self._resolved_us = -1  # the last watermark emitted
@@ -311,8 +308,8 @@ class MergedTail:
                 batch, marker = self._round()
                 if not batch and marker is None:
                     raise_damage(self._feeds, self._shards, self._token, self._consumer)
-                if batch or marker is not None:
-                    return batch, marker
+                if batch or marker is not None or batch.token != self._token:
+                    return batch, marker  # (an empty batch: records of a disabled stream)
                 if not all(feed.at_end and not feed.buffered for feed in self._feeds):
                     continue  # a shard holds the frontier back: poll it again now
             if self._signal is None:
@@ -320,7 +317,7 @@ class MergedTail:
             self._signal.wait(self._resolved_ms)  # not under the lock: close() needs it
 
     def __next__(self) -> ChangeEvent | Resolved:
-        if not self._pending:
+        while not self._pending:
             got = self._next()
             if got is None:
                 raise StopIteration
@@ -332,22 +329,23 @@ class MergedTail:
                 self._pending.append((event, Token(tuple(token))))
             if self._pending:  # records a disabled stream skipped move the position too
                 self._pending[-1] = (self._pending[-1][0], batch.token)
+            else:
+                self._token = batch.token  # only such records: past them, and on
             if marker is not None:
                 self._pending.append((marker, marker.token))
-            if not self._pending:
-                self._token = batch.token
-                return next(self)
         item, self._token = self._pending.popleft()
         return item
 
     def batches(self) -> Iterator[MergedBatch | Resolved]:
         """Events a round at a time (each shard polled up to 1024 records), for callers that
-        write in bulk; markers come after the batch they follow. The token moves past each
-        item as it is yielded. Do not mix with ``next()`` on the same iterator."""
+        write in bulk; markers come after the batch they follow. A batch may be empty: it
+        moves the token past records of a disabled stream (write the position, ack it).
+        The token moves past each item as it is yielded. Do not mix with ``next()``."""
         while (got := self._next()) is not None:
             batch, marker = got
+            moved = batch.token != self._token
             self._token = batch.token
-            if batch:
+            if batch or moved:  # an empty batch moves past records of a disabled stream
                 yield batch
             if marker is not None:
                 yield marker
@@ -374,13 +372,19 @@ class MergedTail:
 
 
 def _position(
-    shards: list[str], position: Token | str | None, consumer: str | None
-) -> tuple[Consumer | None, Token]:
+    data_dir: str | os.PathLike[str],
+    shards: list[str],
+    position: Token | str | None,
+    consumer: str | None,
+) -> tuple[tuple[str, Consumer] | None, Token]:
+    """The start token, and the consumer read from (with its data directory), if any."""
     if consumer is None:
         return None, start_token(shards, EARLIEST if position is None else position)
     if position is not None:
         raise InvalidArgumentError("give a position or a consumer, not both")
-    return consumer_start(shards, consumer)
+    root = os.fspath(data_dir)
+    owner, token = consumer_start(root, shards, consumer)
+    return (root, owner), token
 
 
 def _closed_time(feed: ShardFeed) -> ClosedTime | None:

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from moonish.errors import CorruptionError, MoonishError
 from moonish.fileio import dump_checked, load_checked, replace_atomically
+from moonish.log.reader import ShardReader
 
 HEARTBEAT_NAME = "heartbeat.json"
 
@@ -76,6 +77,23 @@ def closed_floor_us(shard_dir: str) -> int:
     except MoonishError:
         return 0
     return closed.closed_us if closed is not None else 0
+
+
+def commit_before(shard_dir: str, lsn: int) -> int:
+    """The commit time (µs) of record ``lsn - 1``, 0 if there is none or it cannot be read.
+    A writer that reopens a shard whose newest segment is empty (it crashed right after a
+    rotation) clamps its commit times to this: the last record is in the older segment.
+    (A damaged or removed older segment is for readers to report; the closed time still
+    bounds the next commit time then.)"""
+    if lsn <= 1:
+        return 0
+    try:
+        with ShardReader(shard_dir) as reader:
+            reader.seek(lsn - 1)
+            frames = reader.poll(1)
+    except MoonishError:
+        return 0
+    return frames[0].commit_us if frames and frames[0].lsn == lsn - 1 else 0
 
 
 def store_closed_time(shard_dir: str, closed: ClosedTime) -> None:

@@ -92,6 +92,8 @@ class ShardReader:
         self._control: Control | None = None
         self._control_key: tuple[int, int, int] | None = None
         self._checked_from: tuple[int, int] | None = None
+        self.held_back: MoonishError | None = None
+        """The error that stopped the last poll after it had frames (see :meth:`poll`)."""
 
     @property
     def next_lsn(self) -> int:
@@ -338,8 +340,12 @@ class ShardReader:
                 frame, a bad segment header, a gap between segments).
             UnsupportedFormatError: the next segment is of a version this build does not read.
             LsnNotRetainedError: the next segment was removed (by retention) before it was read.
+
+        When an error stops a poll that has frames, ``held_back`` names it (else ``None``):
+        the frames are not the end of the log.
         """
         frames: list[Frame] = []
+        self.held_back = None
         try:
             while len(frames) < max_records:
                 got = self._fetch(max_records - len(frames), whole_batches) if self._fd >= 0 else []
@@ -347,9 +353,10 @@ class ShardReader:
                     frames.extend(got)
                 elif not self._next_segment():
                     break
-        except MoonishError:
+        except MoonishError as error:
             if frames:
-                return frames  # the valid frames first; the next poll raises again
+                self.held_back = error  # the valid frames first; the next poll raises again
+                return frames
             raise
         return frames
 

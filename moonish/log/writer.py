@@ -24,11 +24,9 @@ Example::
 
 from __future__ import annotations
 
-import enum
 import os
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
@@ -45,8 +43,20 @@ from moonish.log.format import (
     SEGMENT_HEADER_BYTES,
 )
 from moonish.log.frames import Frame, encode_frame
-from moonish.log.heartbeat import ClosedTime, closed_floor_us, store_closed_time
+from moonish.log.heartbeat import (
+    ClosedTime,
+    closed_floor_us,
+    commit_before,
+    store_closed_time,
+)
 from moonish.log.lock import lock_shard
+from moonish.log.options import (
+    DEFAULT_INDEX_INTERVAL_BYTES,
+    DEFAULT_SEGMENT_BYTES,
+    FsyncPolicy,
+    Recovery,
+    WriterOptions,
+)
 from moonish.log.records import Record, encode_payload
 from moonish.log.recovery import find_log_end
 from moonish.log.segment import (
@@ -56,62 +66,14 @@ from moonish.log.segment import (
     segment_path,
 )
 
-DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
-DEFAULT_INDEX_INTERVAL_BYTES = 64 * 1024
-
-
-class FsyncPolicy(enum.Enum):
-    """When appended bytes are forced to stable storage (Redis ``appendfsync``)."""
-
-    ALWAYS = "always"
-    EVERY = "every"
-    NEVER = "never"
-
-
-@dataclass(frozen=True, slots=True)
-class WriterOptions:
-    """How a :class:`WalWriter` writes.
-
-    Attributes:
-        shard_id: the shard's id, stored in every segment header. ``None`` takes it from the
-            existing segments (0 for a new shard); a value that differs from them is an error.
-        segment_bytes: rotate to a new segment before a write would make the current one larger
-            than this (a single batch larger than this gets a segment of its own).
-        fsync: the durability policy.
-        fsync_interval_ms: sync period under ``FsyncPolicy.EVERY``.
-        index_interval_bytes: write a sparse index entry about every this many bytes of frames.
-        heartbeat_ms: close time (``moonish.log.heartbeat``) this often, so merged readers'
-            resolved watermarks advance past an idle shard; ``None`` only at ``close``.
-        on_rotate: called with the new segment's base LSN after each rotation, with the
-            writer's lock held: it must be quick, must not raise and must not call the writer
-            (``ShardWriter`` notes it and applies retention after the append returns).
-    """
-
-    shard_id: int | None = None
-    segment_bytes: int = DEFAULT_SEGMENT_BYTES
-    fsync: FsyncPolicy = FsyncPolicy.EVERY
-    fsync_interval_ms: int = 1000
-    index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
-    heartbeat_ms: int | None = 1000
-    on_rotate: Callable[[int], None] | None = None
-
-    def __post_init__(self) -> None:
-        if self.segment_bytes <= SEGMENT_HEADER_BYTES:
-            raise InvalidArgumentError(f"segment_bytes must exceed {SEGMENT_HEADER_BYTES}")
-        if self.fsync_interval_ms <= 0 or self.index_interval_bytes <= 0:
-            raise InvalidArgumentError("fsync_interval_ms and index_interval_bytes must be > 0")
-        if self.heartbeat_ms is not None and self.heartbeat_ms <= 0:
-            raise InvalidArgumentError(f"heartbeat_ms must be > 0, got {self.heartbeat_ms}")
-
-
-@dataclass(frozen=True, slots=True)
-class Recovery:
-    """What opening the writer found at the end of the newest segment."""
-
-    segment: str
-    truncated_bytes: int
-    """Bytes of torn tail cut off (0 when the log ended cleanly)."""
-    next_lsn: int
+__all__ = [  # the options live in moonish.log.options; importers use them from here
+    "DEFAULT_INDEX_INTERVAL_BYTES",
+    "DEFAULT_SEGMENT_BYTES",
+    "FsyncPolicy",
+    "Recovery",
+    "WalWriter",
+    "WriterOptions",
+]
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -184,7 +146,10 @@ class WalWriter:
         end = find_log_end(self.shard_dir, self.options.shard_id)
         self.shard_id = end.shard_id
         # commit times never decrease: not below the last record, nor below closed time
-        last_us = end.frames[-1].commit_us if end.frames else 0
+        if end.frames:
+            last_us = end.frames[-1].commit_us
+        else:  # an empty newest segment: the last record is in the one before
+            last_us = commit_before(self.shard_dir, end.next_lsn) if end.newest else 0
         self._last_commit_us = max(last_us, closed_floor_us(self.shard_dir))
         self._busy = False  # whether records were appended since the last heartbeat
         if end.newest is None:
@@ -445,8 +410,8 @@ class WalWriter:
 
     def _close_time(self) -> int:
         closed_us = max(self._clock.now_us(), self._last_commit_us)
+        self._last_commit_us = closed_us  # kept from now on (before the file can be seen)
         store_closed_time(self.shard_dir, ClosedTime(self.shard_id, self._next_lsn, closed_us))
-        self._last_commit_us = closed_us  # kept from now on, by this writer and the next
         return closed_us
 
     def _heartbeat_loop(self) -> None:

@@ -27,9 +27,15 @@ import click
     help="With --follow: longest time an envelope waits before its file is written.",
 )
 @click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@click.option(
+    "--consumer",
+    help="Register as this named consumer of SOURCE (default: export-<OUT_DIR's name>), so "
+    "retention keeps what is not yet in a file.",
+)
+@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
 def export(
     source: str, out_dir: str, follow: bool, max_records_per_file: int, max_file_age_ms: int,
-    name: str,
+    name: str, consumer: str | None, no_consumer: bool,
 ) -> None:  # fmt: skip
     """Write the envelopes of SOURCE (a data directory or a shard) as NDJSON files in OUT_DIR.
 
@@ -38,7 +44,9 @@ def export(
     OUT_DIR/_moonish_export.json and committed after each file, so a rerun after a crash
     continues where the complete files end: every change is in exactly one file. OUT_DIR
     holds the export of one SOURCE (its real path and shard count are recorded there); an
-    export of another one into it is refused (exit 2, naming both). Prints one line per
+    export of another one into it is refused (exit 2, naming both). The export is a named
+    consumer of SOURCE (export-<OUT_DIR's name> unless --consumer or --no-consumer), moved
+    with each file, so retention never removes what it has not written. Prints one line per
     shard: its cursor after the run. SIGTERM and Ctrl-C stop a --follow export cleanly
     (exit 0); envelopes not yet in a file are exported by the next run.
 
@@ -46,9 +54,14 @@ def export(
 
         moonish cdc export data export --max-records-per-file 100000
     """
+    from cli.params import sink_name
     from moonish.sinks.export import Exporter, ExportOptions
 
-    options = ExportOptions(max_records_per_file, max_file_age_ms, name=name)
+    if no_consumer and consumer is not None:
+        raise click.UsageError("--consumer and --no-consumer exclude each other.")
+    if not no_consumer and consumer is None:
+        consumer = sink_name("export", out_dir)
+    options = ExportOptions(max_records_per_file, max_file_age_ms, name=name, consumer=consumer)
     with Exporter(source, out_dir, options) as exporter:
 
         def stop(signum: int, frame: FrameType | None) -> None:

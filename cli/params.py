@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from typing import Any
 
 import click
@@ -40,3 +42,10 @@ VIEW = click.Choice([view.name for view in ViewType], case_sensitive=False)
 def write_position(path: str, position: str) -> None:
     """Write a cursor or token (and a newline) to ``path``, replaced atomically."""
     replace_atomically(path, [f"{position}\n".encode()])
+
+
+def sink_name(kind: str, directory: str) -> str:
+    """The default consumer name of a sink writing to ``directory``: ``<kind>-<its name>``,
+    with characters a consumer name cannot hold replaced by ``_`` (at most 64)."""
+    base = os.path.basename(os.path.normpath(os.path.abspath(directory)))
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{kind}-{base}")[:64]

@@ -63,17 +63,27 @@ def source_kind(source: str) -> str:
     help="With --follow: time between micro-batches.",
 )
 @click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
+@click.option(
+    "--consumer",
+    help="WAL source: register the query as this named consumer (default: spark-<TABLE_DIR's "
+    "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied.",
+)
+@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
 def materialize(
     source: str, table_dir: str, checkpoint_dir: str, max_records_per_trigger: int | None,
     max_files_per_trigger: int | None, follow: bool, interval_ms: int, master: str,
+    consumer: str | None, no_consumer: bool,
 ) -> None:  # fmt: skip
     """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
 
     SOURCE is a data directory (read through the moonish Spark data source) or an export
     directory written by `moonish cdc export` (read through Spark's file source). Without
     --follow, applies what is there now (trigger availableNow); with --follow, keeps applying
-    new changes. Each micro-batch prints a progress line to stderr (batch id, rows, duration
-    in ms, LSNs per shard or file-source offsets). Ctrl-C or SIGTERM stops the query cleanly
+    new changes. Reading a data directory, the query is a named consumer of it
+    (spark-<TABLE_DIR's name> unless --consumer or --no-consumer), acknowledged as each
+    micro-batch commits, so retention never removes what the table has not applied. Each
+    micro-batch prints a progress line to stderr (batch id, rows, duration in ms, LSNs per
+    shard or file-source offsets). Ctrl-C or SIGTERM stops the query cleanly
     after the running micro-batch (exit 0; a second one stops at once, and the micro-batch
     cut short is applied by the next run). At the end, prints the table's committed version
     and live keys. The table is Parquet versions under TABLE_DIR with a pointer to the
@@ -84,23 +94,53 @@ def materialize(
         moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
+    from cli.params import sink_name
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
     from moonish.spark.table import current_version
 
+    if no_consumer and consumer is not None:
+        raise click.UsageError("--consumer and --no-consumer exclude each other.")
     kind = source_kind(source)
+    if kind == "wal" and not no_consumer and consumer is None:
+        consumer = sink_name("spark", table_dir)
     spark = moonish.spark.session(master)
     gate, request = BatchGate(), StopRequest()
     with stop_on_signals(request):  # after the session: it replaces PySpark's SIGINT handler
-        changes = _changes(spark, kind, source, max_records_per_trigger, max_files_per_trigger)
+        changes = _changes(
+            spark, kind, source, max_records_per_trigger, max_files_per_trigger, consumer
+        )
         query = moonish.spark.materialize(
             changes, os.path.abspath(table_dir), os.path.abspath(checkpoint_dir),
             available_now=not follow, processing_time_ms=interval_ms, gate=gate,
         )  # fmt: skip
-        run_until_stopped(spark, query, gate, request, _report)
+        acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
+        run_until_stopped(spark, query, gate, request, _report, on_batch=acknowledge)
         pointer = current_version(table_dir)
         keys = moonish.spark.read_table(spark, table_dir).count()
     version = pointer["path"] if pointer else "none yet"
     click.echo(f"table {table_dir}: version {version}, {keys} live keys ({kind} source)")
+
+
+def _acknowledger(source: str, consumer: str | None) -> Any:
+    """A callback that acknowledges each committed micro-batch's end offsets for the named
+    consumer (``None``: no consumer, no callback)."""
+    if consumer is None:
+        return None
+    import orjson
+
+    from moonish.log import consumers
+    from moonish.spark.source import consumer_positions
+
+    path = os.path.abspath(source)
+
+    def acknowledge(progress: Any) -> None:
+        for each in progress.get("sources") or []:
+            end = each.get("endOffset")
+            offsets = orjson.loads(end) if isinstance(end, str) else end
+            if isinstance(offsets, dict):
+                consumers.ack(path, consumer, consumer_positions(path, offsets))
+
+    return acknowledge
 
 
 def _report(line: str) -> None:
@@ -108,8 +148,9 @@ def _report(line: str) -> None:
 
 
 def _changes(
-    spark: Any, kind: str, source: str, max_records: int | None, max_files: int | None
-) -> Any:
+    spark: Any, kind: str, source: str, max_records: int | None, max_files: int | None,
+    consumer: str | None,
+) -> Any:  # fmt: skip
     """The streaming DataFrame of flat change rows of SOURCE (``kind`` from
     :func:`source_kind`)."""
     import moonish.spark
@@ -118,6 +159,8 @@ def _changes(
         reader = spark.readStream.format("moonish")
         if max_records:
             reader = reader.option("maxRecordsPerTrigger", max_records)
+        if consumer is not None:
+            reader = reader.option("consumer", consumer)
         return reader.load(os.path.abspath(source))
     return moonish.spark.read_envelope_files(
         spark, os.path.abspath(source), max_files_per_trigger=max_files

@@ -106,3 +106,22 @@ def test_unknown_consumer_and_bad_flags_are_usage_errors(data: Path) -> None:
     assert main(["cdc", "read", str(data), "--consumer", "nobody"]) == 2
     assert main(["cdc", "read", str(data), "earliest", "--ack"]) == 2
     assert main(["cdc", "tail", str(data), "--from-lsn", "3", "--consumer", "x"]) == 2
+
+
+def test_an_export_is_a_named_consumer_moved_with_its_files(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out"
+    assert main(["cdc", "export", str(data), str(out), "--max-records-per-file", "2"]) == 0
+    registered = consumers.load(data, "export-out")
+    assert registered.owner == "export" and registered.positions == (5, 5)
+    write_steps(data, 2, [(0, 1, 1)])  # one more change: the consumer lags until exported
+    assert consumers.load(data, "export-out").positions == (5, 5)
+    assert main(["cdc", "export", str(data), str(out)]) == 0
+    assert consumers.load(data, "export-out").positions == (6, 5)
+    assert main(["cdc", "export", str(data), str(tmp_path / "b"), "--no-consumer"]) == 0
+    assert [c.name for c in consumers.list_consumers(data)] == ["export-out"]
+    consumers.mark_lost(data, "export-out", "max_pinned_bytes 1 exceeded", shard=0)
+    capsys.readouterr()
+    assert main(["cdc", "export", str(data), str(out)]) == 3  # loud until reset
+    assert "export-out" in capsys.readouterr().err

@@ -18,6 +18,7 @@ import moonish
 import moonish.spark
 from cli.main import main
 from moonish.errors import CommandError
+from moonish.log import consumers
 from moonish.log.records import ViewType
 from moonish.redis.importer import import_aof
 from moonish.sinks.export import Exporter, ExportOptions
@@ -208,6 +209,10 @@ def test_cli_materialize_and_show(
     assert main(["spark", "materialize", str(mixed), str(table), "--checkpoint",
                  str(tmp_path / "ck"), "--master", "local[2]"]) == 0  # fmt: skip
     assert f"{table}: version v-00000000000000000000" in capsys.readouterr().out
+    # the query is the named consumer spark-table, acknowledged as its micro-batch committed
+    ends = tuple(moonish.info(mixed / f"shard-{k}")["latest_lsn"] for k in range(4))
+    registered = consumers.load(mixed, "spark-table")
+    assert registered.owner == "spark" and registered.positions == ends
     assert main(["spark", "show", str(table), "--limit", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(orjson.loads(line)["db"] == 0 for line in lines)

@@ -487,3 +487,35 @@ def holders(shard_dir: str) -> list[Holder]:
                 found.append(Holder(root, consumer, component, consumer.positions[component]))
     found.sort(key=lambda holder: (holder.position, holder.consumer.name, holder.data_dir))
     return found
+
+
+def register_sink(
+    data_dir: str | os.PathLike[str],
+    name: str,
+    positions: Sequence[int],
+    *,
+    owner: str,
+    authoritative: bool,
+    clock: Clock = SYSTEM_CLOCK,
+) -> Consumer:
+    """Register a sink (an export, a Spark query) as consumer ``name`` so retention keeps
+    what it has not delivered: create it at ``positions`` if it does not exist; if it does
+    and the sink's own state is ``authoritative`` (the export's committed files), move it
+    there (:func:`seek`); otherwise leave it (a Spark query resumes from its checkpoint and
+    acknowledges as it commits).
+
+    Raises:
+        ConsumerLostError: it exists and is ``lost``: retention may have removed what the
+            sink has not delivered; ``moonish consumer seek`` (or drop) it to go on.
+        InvalidArgumentError, LsnNotRetainedError: as :func:`create` and :func:`seek`.
+    """
+    root = os.fspath(data_dir)
+    existing = _read(root, validate_name(name))
+    if existing is None:
+        return create(root, name, positions, owner=owner, clock=clock)
+    if existing.lost:
+        oldest = oldest_lsn(shard_dirs(root)[existing.lost_shard or 0])
+        raise lost_error(root, existing, existing.lost_shard or 0, oldest)
+    if authoritative and tuple(positions) != existing.positions:
+        return seek(root, name, positions, clock=clock)
+    return existing

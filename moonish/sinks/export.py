@@ -57,6 +57,7 @@ from moonish.errors import (
     UnsupportedFormatError,
 )
 from moonish.fileio import replace_atomically
+from moonish.log import consumers
 from moonish.log.reader import ShardReader
 
 STATE_NAME = "_moonish_export.json"
@@ -81,12 +82,16 @@ class ExportOptions:
         max_file_age_ms: with ``follow``, longest time an envelope waits for its file.
         poll_ms: with ``follow``, longest wait without a file-system event.
         name: ``source.name`` in the envelopes.
+        consumer: register the export as this named consumer of the source
+            (``moonish.log.consumers``), moved to its committed cursor as each file is in
+            place, so retention keeps what the export has not written; ``None``: none.
     """
 
     max_records_per_file: int = 50_000
     max_file_age_ms: int = 1000
     poll_ms: int = 1000
     name: str = CONNECTOR
+    consumer: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_records_per_file <= 10_000_000:
@@ -150,6 +155,8 @@ class Exporter:
             its cursor is past a shard's end; files in it do not continue the cursor.
         UnsupportedFormatError: the export state file is of another format or version.
         UnavailableError: another export holds ``out_dir``.
+        ConsumerLostError: ``options.consumer`` is ``lost`` (reset it with ``moonish
+            consumer seek``); also from :meth:`run` when retention marks it lost meanwhile.
     """
 
     def __init__(
@@ -164,6 +171,7 @@ class Exporter:
         self._clock = clock
         shard_paths = existing_shard_dirs(source)
         self.source = ExportSource(os.path.realpath(source), len(shard_paths))
+        self._source_dir = os.fspath(source)
         os.makedirs(self.out_dir, exist_ok=True)
         self._lock_fd = _lock(self.out_dir)
         self._shards: list[_Shard] = []
@@ -193,6 +201,11 @@ class Exporter:
         for entry in os.listdir(self.out_dir):  # what a crash left half-written
             if entry.startswith(".shard-") and entry.endswith(".tmp"):
                 os.unlink(os.path.join(self.out_dir, entry))
+        if self.options.consumer is not None:  # the files are the truth: the consumer follows
+            consumers.register_sink(
+                self._source_dir, self.options.consumer, self._positions(),
+                owner="export", authoritative=True,
+            )  # fmt: skip
         self._commit()
 
     @property
@@ -290,6 +303,12 @@ class Exporter:
             "shards": {str(shard.shard): shard.first_lsn for shard in self._shards},
         }
         replace_atomically(os.path.join(self.out_dir, STATE_NAME), [orjson.dumps(state)])
+        if self.options.consumer is not None:  # after the files and the cursor are in place
+            consumers.ack(self._source_dir, self.options.consumer, self._positions())
+
+    def _positions(self) -> list[int]:
+        """The committed cursor as a consumer's positions (last LSN in a file, per shard)."""
+        return [state.first_lsn - 1 for state in self._shards]
 
     def close(self) -> None:
         """Stop a running :meth:`run` (from another thread) and release the directory. What

@@ -151,6 +151,7 @@ def run_until_stopped(
     request: StopRequest,
     report: Callable[[str], None],
     poll_ms: int = 200,
+    on_batch: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> bool:
     """Wait for a started streaming query, calling ``report`` with :func:`progress_line` of
     each micro-batch as it completes, until the query ends or ``request`` is made; then stop
@@ -164,6 +165,8 @@ def run_until_stopped(
         request: the stop request the signal handlers make.
         report: called with one line per micro-batch (without a newline), in batch order.
         poll_ms: how often progress and ``request`` are checked.
+        on_batch: also called with each micro-batch's progress (Spark's
+            ``StreamingQueryProgress`` as a dict), once the batch is committed.
 
     Returns:
         whether a stop request ended it (False: the query ended by itself, as a query with
@@ -180,6 +183,8 @@ def run_until_stopped(
             if progress.get("batchId", -1) > last:
                 last = progress["batchId"]
                 report(progress_line(progress))
+                if on_batch is not None:
+                    on_batch(progress)
 
     try:
         while not request.event.is_set():

@@ -20,6 +20,11 @@ Options:
   by retention fails with ``LsnNotRetainedError`` rather than skipping), ``latest``, or a JSON
   map as above. Used by a new query only; a restarted query resumes from its checkpoint.
 - ``recordsPerPartition``: longest LSN range one task reads (default 500,000).
+- ``consumer``: register the query as this named consumer of the data directory
+  (``moonish.log.consumers``): created at the starting offsets if it does not exist, and
+  acknowledged with each committed micro-batch's end offsets, so retention never removes what
+  the query has not committed. A consumer marked ``lost`` fails the query
+  (``ConsumerLostError``) until ``moonish consumer seek`` resets it.
 
 Example::
 
@@ -50,7 +55,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from moonish.errors import InvalidArgumentError, UnavailableError
+from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
+from moonish.log import consumers
+from moonish.log.datadir import shard_dirs
 from moonish.log.reader import ShardReader
 from moonish.spark.columns import CHANGE_COLUMNS, change_batch
 
@@ -158,6 +165,7 @@ class _Options:
         self.max_records = int(options.get("maxRecordsPerTrigger", 0)) or None
         self.per_partition = int(options.get("recordsPerPartition", DEFAULT_RECORDS_PER_PARTITION))
         self.starting = options.get("startingOffsets", "earliest")
+        self.consumer = options.get("consumer") or None
         if self.per_partition < 1 or (self.max_records is not None and self.max_records < 1):
             raise InvalidArgumentError("maxRecordsPerTrigger and recordsPerPartition must be >= 1")
 
@@ -191,6 +199,14 @@ class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: Any) -> None:
         self.options = _Options(options)
         self._target: Offsets | None = None  # set by availableNow: read no further
+        if self.options.consumer is not None:  # pins the log from before the first batch
+            shards = _shards(self.options.path)
+            start = self.options.start(shards)
+            positions = consumer_positions(self.options.path, start)
+            consumers.register_sink(
+                self.options.path, self.options.consumer, positions, owner="spark",
+                authoritative=False,
+            )  # fmt: skip
 
     def initialOffset(self) -> Offsets:
         return self.options.start(_shards(self.options.path))
@@ -226,7 +242,35 @@ class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_range(partition)
 
     def commit(self, end: Offsets) -> None:
-        """Nothing to release: the WAL keeps records until retention removes them."""
+        """Acknowledge ``end`` for the ``consumer`` option's named consumer (retention may
+        then remove what the query has committed); without it, nothing to release. Spark
+        commits a micro-batch's offsets to its source when it plans the next one (or at a
+        restart), so the last batch of a query is acknowledged then; ``moonish spark
+        materialize`` also acknowledges each batch as its progress is reported.
+
+        Raises:
+            ConsumerLostError: the consumer was marked ``lost`` (the query stops loudly).
+        """
+        if self.options.consumer is not None:
+            positions = consumer_positions(self.options.path, end)
+            consumers.ack(self.options.path, self.options.consumer, positions)
+
+
+def consumer_positions(path: str, offsets: Offsets) -> list[int]:
+    """Offsets (``{"<shard id>": <next LSN>}``) as a consumer's positions (last LSN read, per
+    shard directory in token order); a shard the offsets do not name is at 0."""
+    positions = []
+    for shard_dir in shard_dirs(path):
+        reader = ShardReader(shard_dir)
+        try:
+            reader.seek(0)
+            shard = reader.shard_id
+        except MoonishError:
+            shard = None
+        finally:
+            reader.close()
+        positions.append(max(0, offsets.get(str(shard), 1) - 1) if shard is not None else 0)
+    return positions
 
 
 def _share(start: Offsets, end: Offsets, budget: int) -> Offsets:

@@ -49,6 +49,12 @@ demo: install-base
 	$(BIN)/moonish cdc read demo-data/shard-3 12257 --limit 3
 	@echo '--- the end of shard 3: keys whose expiry time had passed, removed once loaded'
 	$(BIN)/moonish cdc read demo-data/shard-3 12311 --limit 2
+	@echo '--- every shard as one stream, in commit-time order; the first line is a token'
+	$(BIN)/moonish cdc read demo-data earliest --limit 3
+	@echo '--- a named consumer reads from its position and acknowledges; the lag table'
+	$(BIN)/moonish consumer create demo-data demo --from earliest >/dev/null
+	$(BIN)/moonish cdc read demo-data --consumer demo --ack --limit 2 --cursor-file demo-data/pos
+	$(BIN)/moonish consumer list demo-data
 	@echo '--- snapshot every shard, then a new consumer starts from the snapshot of shard 0'
 	$(BIN)/moonish wal checkpoint demo-data
 	$(BIN)/moonish cdc read demo-data/shard-0 --snapshot --limit 2

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal, InvalidOperation, localcontext
+from dataclasses import dataclass
+from fractions import Fraction
 
 from moonish.errors import CommandError
 
@@ -14,6 +15,7 @@ _FLOAT_BAD = re.compile(rb"[\s_]|\A\Z")
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
 SYNTAX = "ERR syntax error"
+INFINITE = "ERR increment would produce NaN or Infinity"
 
 
 def integer(value: bytes, message: str = NOT_INTEGER) -> int:
@@ -48,41 +50,168 @@ def score(value: bytes, message: str = NOT_FLOAT) -> float:
     return number
 
 
-def decimal(value: bytes, message: str = NOT_FLOAT) -> Decimal:
-    """A decimal for INCRBYFLOAT-style arithmetic (Redis computes in ``long double``).
+@dataclass(frozen=True, slots=True)
+class LongDouble:
+    """A value of x86-64's ``long double`` (80-bit extended precision: a 64-bit significand,
+    exponents down to the subnormal 2**-16445, largest finite (2**64 - 1) * 2**16320), the
+    type Redis's INCRBYFLOAT and HINCRBYFLOAT compute in.
+
+    ``exact`` is its exact value, or None for an infinity (its sign never matters: every sum
+    with one is refused).
+    """
+
+    exact: Fraction | None
+
+
+_LD_SIGNIFICAND_BITS = 64
+_LD_MIN_QUANTUM = -16445  # exponent of the smallest subnormal's unit, 2**-16445
+_LD_MAX_QUANTUM = 16320  # exponent of the largest finite value's unit
+_LD_INFINITY = LongDouble(None)
+_MAX_LONG_DOUBLE_CHARS = 5 * 1024  # src/util.h: string2ld refuses strings this long or longer
+# strtold's grammar (glibc, "C" locale), less what string2ld refuses (leading space, NaN):
+# a sign, then a decimal or hexadecimal number with an optional exponent, or inf/infinity.
+_STRTOLD = re.compile(
+    rb"(?P<sign>[+-]?)(?:"
+    rb"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-]?[0-9]+))?"
+    rb"|0[xX](?P<hint>[0-9a-fA-F]*)(?:\.(?P<hfrac>[0-9a-fA-F]*))?(?:[pP](?P<hexp>[+-]?[0-9]+))?"
+    rb"|(?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?))"
+)
+_EXPONENT_CLAMP = 10**9  # exponents beyond this are all over- or underflows
+_CHUNK_DIGITS = 1000  # str <-> int in pieces: Python refuses more than 4300 digits at once
+_CHUNK = 10**_CHUNK_DIGITS
+
+
+def _exponent(text: bytes | None) -> int:
+    """An exponent's digits (any number of them), clamped to +-``_EXPONENT_CLAMP``."""
+    if text is None:
+        return 0
+    digits = text.lstrip(b"+-").lstrip(b"0")
+    number = min(int(digits or b"0"), _EXPONENT_CLAMP) if len(digits) <= 10 else _EXPONENT_CLAMP
+    return -number if text.startswith(b"-") else number
+
+
+def _digits_to_int(digits: bytes) -> int:
+    number = 0
+    for start in range(0, len(digits), _CHUNK_DIGITS):
+        chunk = digits[start : start + _CHUNK_DIGITS]
+        number = number * 10 ** len(chunk) + int(chunk)
+    return number
+
+
+def _int_to_digits(number: int) -> str:
+    parts = []
+    while number >= _CHUNK:
+        number, low = divmod(number, _CHUNK)
+        parts.append(f"{low:0{_CHUNK_DIGITS}d}")
+    parts.append(str(number))
+    return "".join(reversed(parts))
+
+
+def _round_half_even(numerator: int, denominator: int) -> int:
+    quotient, remainder = divmod(numerator, denominator)
+    if 2 * remainder > denominator or (2 * remainder == denominator and quotient & 1):
+        quotient += 1
+    return quotient
+
+
+def _nearest(value: Fraction) -> LongDouble:
+    """The long double nearest ``value`` (ties to the even significand, as the x87 unit and
+    glibc's ``strtold`` round); past the largest finite value, an infinity; below half the
+    smallest subnormal, zero (the caller decides whether that is an underflow)."""
+    if value == 0:
+        return LongDouble(Fraction(0))
+    numerator, denominator = abs(value.numerator), value.denominator
+    exponent = numerator.bit_length() - denominator.bit_length()  # within one of log2
+    if numerator << max(-exponent, 0) < denominator << max(exponent, 0):
+        exponent -= 1
+    # now 2**exponent <= |value| < 2**(exponent + 1)
+    quantum = max(exponent - (_LD_SIGNIFICAND_BITS - 1), _LD_MIN_QUANTUM)
+    if quantum > _LD_MAX_QUANTUM:
+        return _LD_INFINITY
+    if quantum >= 0:
+        significand = _round_half_even(numerator, denominator << quantum)
+    else:
+        significand = _round_half_even(numerator << -quantum, denominator)
+    if quantum == _LD_MAX_QUANTUM and significand >> _LD_SIGNIFICAND_BITS:
+        return _LD_INFINITY  # rounded up past (2**64 - 1) * 2**16320
+    exact = Fraction(significand) * Fraction(2) ** quantum
+    return LongDouble(-exact if value < 0 else exact)
+
+
+def _strtold(value: bytes) -> LongDouble | None:
+    """``value`` as Redis's ``string2ld`` reads it (src/util.c), None where it refuses.
+
+    glibc's ``strtold`` rounds correctly to nearest; string2ld then refuses an overflow
+    (``ERANGE`` with ``HUGE_VAL``), an underflow to zero of a non-zero number (``ERANGE``
+    with zero), NaN, leading whitespace, trailing bytes, and strings of 5120 bytes or more.
+    A subnormal result is kept. ``inf`` and ``infinity`` (any case, signed) are accepted.
+    """
+    if not value or len(value) >= _MAX_LONG_DOUBLE_CHARS:
+        return None
+    match = _STRTOLD.fullmatch(value)
+    if match is None:
+        return None
+    if match["inf"] is not None:
+        return _LD_INFINITY
+    if match["hint"] is not None:  # hexadecimal digits times 2**exponent
+        whole, fraction, radix = match["hint"], match["hfrac"] or b"", 2
+        digits = int(whole + fraction or b"0", 16)
+        exponent = _exponent(match["hexp"]) - 4 * len(fraction)
+        magnitude = exponent + digits.bit_length()  # 2**(magnitude - 1) <= |number|
+        in_range = -16460 <= magnitude <= 16385  # the long double range, with margins
+    else:  # decimal digits times 10**exponent
+        whole, fraction, radix = match["int"], match["frac"] or b"", 10
+        significant = (whole + fraction).lstrip(b"0")
+        digits = _digits_to_int(significant) if significant else 0
+        exponent = _exponent(match["exp"]) - len(fraction)
+        magnitude = exponent + len(significant)  # 10**(magnitude - 1) <= |number|
+        in_range = -4955 <= magnitude <= 4935  # about 3.6e-4951 to 1.19e4932, with margins
+    if not whole and not fraction:
+        return None  # ".", "+", "0x", "0x.": strtold stops before the end
+    if digits == 0:
+        return LongDouble(Fraction(0))
+    if not in_range:
+        return None  # an overflow, or a non-zero number that underflows to zero
+    number = _nearest(digits * Fraction(radix) ** exponent).exact
+    if number is None or number == 0:
+        return None  # an overflow, or a non-zero number that underflows to zero
+    return LongDouble(-number if match["sign"] == b"-" else number)
+
+
+def decimal(value: bytes, message: str = NOT_FLOAT) -> LongDouble:
+    """A ``long double`` as Redis's ``string2ld`` reads it for INCRBYFLOAT and HINCRBYFLOAT
+    (src/util.c, Redis 7.0): ``strtold``'s syntax (decimal or ``0x`` hexadecimal, optional
+    exponent, ``inf``), rounded to the nearest long double.
 
     Raises:
-        CommandError: ``message``.
+        CommandError: ``message``: not a number, NaN, leading or trailing bytes, 5120 bytes
+            or longer, past the largest long double (overflow) or a non-zero number that
+            rounds to zero (underflow).
     """
-    if _FLOAT_BAD.search(value) is not None:
-        raise CommandError(message)
-    try:
-        number = Decimal(value.decode("ascii"))
-    except (InvalidOperation, UnicodeDecodeError):
-        raise CommandError(message) from None
-    if number.is_nan() or abs(number.adjusted()) > 4900:
+    number = _strtold(value)
+    if number is None:
         raise CommandError(message)
     return number
 
 
-def add_decimal(base: Decimal, increment: Decimal) -> bytes:
-    """``base + increment`` as Redis's INCRBYFLOAT writes it (``ld2string(...,
-    LD_STR_HUMAN)``: 17 decimals, trailing zeros removed). Redis adds in ``long double``
-    (about 19 significant digits); the sum here is exact, so results agree wherever the
-    operands have fewer significant digits than that.
+def add_decimal(base: LongDouble, increment: LongDouble) -> bytes:
+    """``base + increment`` as Redis's INCRBYFLOAT writes it: added in ``long double`` (the
+    exact sum rounded to the nearest long double, ties to even), then ``ld2string(...,
+    LD_STR_HUMAN)`` (src/util.c): ``snprintf("%.17Lf")`` (glibc: the exact binary value
+    rounded half to even at 17 decimals), trailing zeros and ``.`` removed, ``-0`` as ``0``.
 
     Raises:
-        CommandError: the sum is infinite.
+        CommandError: an operand is infinite, or the sum overflows.
     """
-    if not (base.is_finite() and increment.is_finite()):
-        raise CommandError("ERR increment would produce NaN or Infinity")
-    with localcontext() as context:
-        context.prec = 6000
-        context.Emax = 5000
-        text = f"{(base + increment).quantize(Decimal(1).scaleb(-17)):f}"
-    if "." in text:
-        text = text.rstrip("0").rstrip(".")
-    return b"0" if text in ("-0", "") else text.encode()
+    if base.exact is None or increment.exact is None:
+        raise CommandError(INFINITE)
+    total = _nearest(base.exact + increment.exact).exact
+    if total is None:
+        raise CommandError(INFINITE)
+    scaled = _round_half_even(abs(total.numerator) * 10**17, total.denominator)
+    digits = _int_to_digits(scaled).rjust(18, "0")
+    text = f"{'-' if total < 0 else ''}{digits[:-17]}.{digits[-17:]}".rstrip("0").rstrip(".")
+    return b"0" if text == "-0" else text.encode()
 
 
 def add_int(current: int, increment: int) -> int:

@@ -94,6 +94,8 @@ def cmd_hincrby(acc: Access, db: int, argv: list[bytes]) -> Any:
 def cmd_hincrbyfloat(acc: Access, db: int, argv: list[bytes]) -> Any:
     parse.arity(argv, 4)
     increment = parse.decimal(argv[3])
+    if increment.exact is None:  # Redis checks this before the key (t_hash.c)
+        raise CommandError("ERR value is NaN or Infinity")
     entry = acc.get(db, argv[1], HASH)
     current = None if entry is None else entry.value.get(argv[2])
     base = parse.decimal(b"0" if current is None else current, "ERR hash value is not a float")

@@ -233,7 +233,8 @@ class MergedTail:
         resolved_ms: emit resolved markers this often (ms); ``None``: none.
 
     Raises:
-        InvalidArgumentError: at creation, as :func:`read_merged`.
+        InvalidArgumentError: at creation, a malformed token, one of another shard count,
+            or an unknown consumer; a position past a shard's end when iteration starts.
         PositionNotRetainedError, CorruptionError: while iterating, once the events before
             them in stream order are out; iterating again retries (a follower never stalls
             silently on a removed position: it raises).

@@ -1,0 +1,224 @@
+"""Decoding one RDB value (the bytes after a key's type byte and key) into moonish's form.
+
+The value is returned as ``(type, value)`` in the representation of
+:mod:`moonish.state.values` (string ``bytes``, list ``list[bytes]``, set ``set[bytes]``, zset
+:class:`~moonish.state.values.SortedSet`, hash ``dict[bytes, bytes]``), ready to become an
+:class:`~moonish.state.values.Entry` of a shard's keyspace.
+
+Value encodings by RDB type byte (Redis ``rdb.h``; ``rdbLoadObject`` in ``rdb.c``)::
+
+     0 string           <string>
+     1 list             <len> <string>*                     (Redis < 3.2)
+     2 set              <len> <string>*
+     3 zset             <len> (<string> <text double>)*     (RDB < 8)
+     4 hash             <len> (<string> <string>)*
+     5 zset 2           <len> (<string> <binary double>)*
+     9 hash zipmap      <string: zipmap>
+    10 list ziplist     <string: ziplist>
+    11 set intset       <string: intset>
+    12 zset ziplist     <string: ziplist of member, score pairs>
+    13 hash ziplist     <string: ziplist of field, value pairs>
+    14 list quicklist   <len> <string: ziplist>*
+    16 hash listpack    <string: listpack of field, value pairs>
+    17 zset listpack    <string: listpack of member, score pairs>
+    18 list quicklist 2 <len> (<container len: 1 plain, 2 packed> <string>)*
+    20 set listpack     <string: listpack>
+
+Refused (:class:`UnsupportedValue`): 6, 7 module values; 15, 19, 21 streams; 22..25 hashes
+with field expiry (Redis 7.4).
+
+A binary double is 8 bytes, IEEE 754 little endian. A text double is one length byte (253 NaN,
+254 +inf, 255 -inf) followed by that many bytes of ``%.17g`` text.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from moonish.redis.listpack import (
+    EncodingError,
+    intset_members,
+    listpack_entries,
+    ziplist_entries,
+    zipmap_pairs,
+)
+from moonish.state.values import HASH, LIST, SET, STRING, ZSET, SortedSet
+
+_DOUBLE = struct.Struct("<d")
+
+QUICKLIST_PLAIN, QUICKLIST_PACKED = 1, 2
+
+TYPE_NAMES = {
+    0: "string", 1: "list", 2: "set", 3: "zset", 4: "hash", 5: "zset 2",
+    6: "module (pre-GA)", 7: "module", 9: "hash zipmap", 10: "list ziplist",
+    11: "set intset", 12: "zset ziplist", 13: "hash ziplist", 14: "list quicklist",
+    15: "stream listpacks", 16: "hash listpack", 17: "zset listpack", 18: "list quicklist 2",
+    19: "stream listpacks 2", 20: "set listpack", 21: "stream listpacks 3",
+    22: "hash with field TTLs (pre-GA)", 23: "hash listpack with field TTLs (pre-GA)",
+    24: "hash with field TTLs", 25: "hash listpack with field TTLs",
+}  # fmt: skip
+
+
+class ValueCorrupt(Exception):
+    """The value's bytes do not follow its encoding; ``position`` is the file offset of the
+    string (blob) that failed, or ``None`` for where the reader stands."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        self.message, self.position = message, position
+        super().__init__(message)
+
+
+class UnsupportedValue(Exception):
+    """A value type this reader does not decode (module, stream, hash with field TTLs)."""
+
+
+class ValueSource(Protocol):
+    """What a value decoder reads from (:class:`moonish.redis.rdb.RdbReader`'s source)."""
+
+    @property
+    def string_offset(self) -> int:
+        """File offset of the last string read."""
+
+    def length(self) -> int:
+        """An RDB length (not a string encoding)."""
+
+    def string(self) -> bytes:
+        """An RDB string: raw, integer-encoded (as decimal text) or LZF-compressed."""
+
+    def read(self, size_bytes: int) -> bytes:
+        """Exactly ``size_bytes`` bytes."""
+
+
+def _blob(src: ValueSource, decode: Callable[[bytes], list[bytes]], what: str) -> list[bytes]:
+    blob = src.string()
+    try:
+        return decode(blob)
+    except EncodingError as exc:
+        raise ValueCorrupt(f"bad {what}: {exc}", src.string_offset) from None
+
+
+def _score(text: bytes) -> float:
+    try:
+        score = float(text)
+    except ValueError:
+        raise ValueCorrupt(f"zset score {text!r} is not a number") from None
+    if math.isnan(score):
+        raise ValueCorrupt("zset score is NaN")
+    return score
+
+
+def _text_double(src: ValueSource) -> float:
+    size = src.read(1)[0]
+    if size == 253:
+        raise ValueCorrupt("zset score is NaN")
+    if size in (254, 255):
+        return math.inf if size == 254 else -math.inf
+    return _score(src.read(size))
+
+
+def _binary_double(src: ValueSource) -> float:
+    score: float = _DOUBLE.unpack(src.read(8))[0]
+    if math.isnan(score):
+        raise ValueCorrupt("zset score is NaN")
+    return score
+
+
+def _hash(pairs: list[bytes], what: str) -> dict[bytes, bytes]:
+    if len(pairs) % 2:
+        raise ValueCorrupt(f"{what} holds an odd number of elements")
+    value = dict(zip(pairs[::2], pairs[1::2], strict=True))
+    if len(value) * 2 != len(pairs):
+        raise ValueCorrupt(f"{what} holds a field twice")
+    return value
+
+
+def _zset(pairs: list[bytes], what: str) -> SortedSet:
+    if len(pairs) % 2:
+        raise ValueCorrupt(f"{what} holds an odd number of elements")
+    zset = SortedSet()
+    for member, score in zip(pairs[::2], pairs[1::2], strict=True):
+        if member in zset.scores:
+            raise ValueCorrupt(f"{what} holds member {member!r} twice")
+        zset.add(member, _score(score))
+    return zset
+
+
+def _set(members: list[bytes], what: str) -> set[bytes]:
+    value = set(members)
+    if len(value) != len(members):
+        raise ValueCorrupt(f"{what} holds a member twice")
+    return value
+
+
+def _quicklist(src: ValueSource, version: int) -> list[bytes]:
+    out: list[bytes] = []
+    for _ in range(src.length()):
+        container = src.length() if version == 2 else QUICKLIST_PACKED
+        if container == QUICKLIST_PLAIN:
+            out.append(src.string())
+        elif container == QUICKLIST_PACKED:
+            decode = listpack_entries if version == 2 else ziplist_entries
+            out.extend(_blob(src, decode, "quicklist node"))
+        else:
+            raise ValueCorrupt(f"quicklist node container {container} (1 or 2 expected)")
+    return out
+
+
+def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
+    """Decode the value of RDB type ``rdb_type`` from ``src``.
+
+    Returns:
+        ``(type, value)``: moonish's type name and value (module docstring). Containers may be
+        empty (Redis skips such keys when it loads them).
+
+    Raises:
+        ValueCorrupt: bytes that do not follow the encoding (also a duplicate member or field,
+            a NaN score).
+        UnsupportedValue: a module value, a stream or a hash with field TTLs.
+        KeyError: an RDB type byte that is no value type (the caller reports it).
+    """
+    if rdb_type == 0:
+        return STRING, src.string()
+    if rdb_type in (1, 2, 3, 4, 5):
+        count = src.length()
+        if rdb_type == 1:
+            return LIST, [src.string() for _ in range(count)]
+        if rdb_type == 2:
+            return SET, _set([src.string() for _ in range(count)], "set")
+        if rdb_type == 4:
+            pairs = []
+            for _ in range(count):
+                pairs.append(src.string())
+                pairs.append(src.string())
+            return HASH, _hash(pairs, "hash")
+        double = _binary_double if rdb_type == 5 else _text_double
+        zset = SortedSet()
+        for _ in range(count):
+            member = src.string()
+            if member in zset.scores:
+                raise ValueCorrupt(f"zset holds member {member!r} twice")
+            zset.add(member, double(src))
+        return ZSET, zset
+    if rdb_type == 9:
+        return HASH, _hash(_blob(src, zipmap_pairs, "zipmap"), "zipmap")
+    if rdb_type == 10:
+        return LIST, _blob(src, ziplist_entries, "ziplist")
+    if rdb_type == 11:
+        return SET, _set(_blob(src, intset_members, "intset"), "intset")
+    if rdb_type == 12:
+        return ZSET, _zset(_blob(src, ziplist_entries, "ziplist"), "zset ziplist")
+    if rdb_type == 13:
+        return HASH, _hash(_blob(src, ziplist_entries, "ziplist"), "hash ziplist")
+    if rdb_type in (14, 18):
+        return LIST, _quicklist(src, 2 if rdb_type == 18 else 1)
+    if rdb_type == 16:
+        return HASH, _hash(_blob(src, listpack_entries, "listpack"), "hash listpack")
+    if rdb_type == 17:
+        return ZSET, _zset(_blob(src, listpack_entries, "listpack"), "zset listpack")
+    if rdb_type == 20:
+        return SET, _set(_blob(src, listpack_entries, "listpack"), "set listpack")
+    name = TYPE_NAMES[rdb_type]  # KeyError: not a value type
+    raise UnsupportedValue(f"{name} values (RDB type {rdb_type}) are not supported yet")

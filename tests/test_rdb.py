@@ -1,0 +1,243 @@
+"""The RDB reader (moonish/redis/rdb.py) against dump.rdb files a real redis-server wrote with
+every type in every encoding it uses, plus damaged and hand-made files."""
+
+from __future__ import annotations
+
+import io
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from moonish.errors import CorruptionError, UnsupportedFormatError
+from moonish.redis.rdb import (
+    RdbAux,
+    RdbCorruptionError,
+    RdbFunction,
+    RdbKey,
+    RdbReader,
+    RdbResizeDb,
+    RdbUnsupportedError,
+    read_rdb,
+)
+from moonish.state.values import Entry
+from tests.redis_server import comparable, redis_entries, redis_server
+
+FAR_MS = 4_102_444_800_123  # 2100-01-01 plus 123 ms
+RNG = random.Random(11)
+INCOMPRESSIBLE = RNG.randbytes(3000)
+LIBRARY = b"#!lua name=rdblib\nredis.register_function('rdbf', function() return 1 end)"
+
+
+def _fill(client: redis.Redis) -> None:
+    """Every type in every encoding redis-server 7.0 writes, switching the conversion limits
+    between keys (an encoding is chosen when a key is written, kept by SAVE)."""
+    ints = [0, 1, 12, 13, 127, 128, -1, -4096, 4095, 4096, -32768, 32767, 40000, -(2**23),
+            2**23, 2**31 - 1, -(2**31), 2**31, 2**40, 2**63 - 1, -(2**63)]  # fmt: skip
+    texts = [b"a", b"", b"x" * 63, b"y" * 64, b"z" * 4095, b"w" * 4096, b"\x00\xff\xfe", b"007",
+             b"1.5", b"-0", b"+1", b" 1", b"9223372036854775808"]  # fmt: skip
+    elements = [b"%d" % i for i in ints] + texts
+    c = client
+    # strings: raw, int-encoded, LZF-compressed, incompressible, binary key, empty
+    c.set(b"s:raw", b"hello")
+    for i in ints:
+        c.set(b"s:int:%d" % i, b"%d" % i)
+    for t in texts:
+        c.set(b"s:text:" + t[:20], t)
+    c.set(b"s:lzf", b"abcdefgh" * 2000)
+    c.set(b"s:noise", INCOMPRESSIBLE)
+    c.set(b"\x00bin\xffkey", b"\x01\x02")
+    c.set(b"s:exp", b"v", pxat=FAR_MS)
+    # lists: one listpack node, many nodes, compressed nodes, plain nodes
+    c.config_set("list-max-listpack-size", "128")
+    c.rpush(b"l:small", *elements)
+    c.rpush(b"l:one", b"only")
+    c.config_set("list-max-listpack-size", "4")
+    c.rpush(b"l:nodes", *elements, *elements)
+    c.config_set("list-compress-depth", "1")
+    c.rpush(b"l:compressed", *[b"element %d " % (i % 7) * 20 for i in range(200)])
+    c.config_set("list-compress-depth", "0")
+    c.execute_command("DEBUG", "QUICKLIST-PACKED-THRESHOLD", "100")
+    c.rpush(b"l:plain", b"short", b"p" * 500, b"tiny", b"q" * 300, *elements)
+    c.execute_command("DEBUG", "QUICKLIST-PACKED-THRESHOLD", str(2**30))
+    c.config_set("list-max-listpack-size", "-2")
+    c.rpush(b"l:exp", b"a", b"b")
+    c.pexpireat(b"l:exp", FAR_MS)
+    # sets: intset (16, 32, 64 bit), hashtable
+    c.config_set("set-max-intset-entries", "512")
+    c.sadd(b"set:int16", 1, -2, 300)
+    c.sadd(b"set:int32", 1, 2**20, -(2**30))
+    c.sadd(b"set:int64", 1, 2**40, -(2**63))
+    c.sadd(b"set:text", *texts)
+    c.config_set("set-max-intset-entries", "2")
+    c.sadd(b"set:bigint", 1, 2, 3, 4)
+    c.config_set("set-max-intset-entries", "512")
+    c.sadd(b"set:exp", b"m")
+    c.pexpireat(b"set:exp", FAR_MS)
+    # zsets: listpack, skiplist (binary doubles)
+    scores = [0.0, 1.0, -1.0, 1.5, 1e300, -2.5e-10, float("inf"), float("-inf"), 3.0, 2**53,
+              0.1, 12.0, 127.0, -(2**40)]  # fmt: skip
+    members = {e: s for e, s in zip(elements, scores * 3, strict=False)}
+    c.config_set("zset-max-listpack-entries", "128")
+    c.zadd(b"z:small", members)
+    c.config_set("zset-max-listpack-entries", "4")
+    c.zadd(b"z:big", members)
+    c.config_set("zset-max-listpack-entries", "128")
+    c.zadd(b"z:exp", {b"m": 1})
+    c.pexpireat(b"z:exp", FAR_MS)
+    # hashes: listpack, hashtable
+    pairs = dict(zip(elements, reversed(elements), strict=True))
+    c.config_set("hash-max-listpack-entries", "128")
+    c.config_set("hash-max-listpack-value", "8192")
+    c.hset(b"h:small", mapping=pairs)
+    c.config_set("hash-max-listpack-entries", "4")
+    c.hset(b"h:big", mapping=pairs)
+    c.config_set("hash-max-listpack-entries", "128")
+    c.config_set("hash-max-listpack-value", "64")
+    c.hset(b"h:longvalue", mapping={b"f": b"v" * 100})
+    c.hset(b"h:exp", b"f", b"v")
+    c.pexpireat(b"h:exp", FAR_MS)
+    c.execute_command("FUNCTION", "LOAD", LIBRARY)
+
+
+def _dump(tmp: Path, fill: Any) -> tuple[Path, dict[int, dict[bytes, Entry | None]], set[str]]:
+    """Run ``fill`` on a fresh redis-server in db 0 and db 3, SAVE, and return the dump's
+    path, what Redis reports for every key, and the encodings its keys had."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    with redis_server(tmp, "--rdbcompression", "yes", "--enable-debug-command", "yes") as c:
+        fill(c)
+        port = c.connection_pool.connection_kwargs["port"]
+        c3 = redis.Redis(host="127.0.0.1", port=port, db=3)
+        try:
+            c3.set(b"db3:s", b"in db 3")
+            c3.rpush(b"db3:l", b"x")
+            c3.set(b"s:raw", b"the same key in db 3", pxat=FAR_MS + 1)
+            c.save()
+            expected, encodings = {}, set()
+            for db, client in ((0, c), (3, c3)):
+                keys = sorted(client.scan_iter(count=1000))
+                expected[db] = dict(zip(keys, redis_entries(client, keys), strict=True))
+                encodings |= {client.object("encoding", k).decode() for k in keys}
+        finally:
+            c3.close()
+    return tmp / "dump.rdb", expected, encodings
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    yield _dump(tmp_path_factory.mktemp("rdb") / "server", _fill)
+
+
+def _keys(path: Path) -> dict[int, dict[bytes, RdbKey]]:
+    found: dict[int, dict[bytes, RdbKey]] = {}
+    for item in read_rdb(path):
+        if isinstance(item, RdbKey):
+            assert item.key not in found.setdefault(item.db, {}), "a key twice"
+            found[item.db][item.key] = item
+    return found
+
+
+def test_every_encoding_matches_redis(dump: Any) -> None:
+    path, expected, encodings = dump
+    assert encodings >= {"embstr", "int", "raw", "quicklist", "intset", "hashtable",
+                         "listpack", "skiplist"}  # fmt: skip
+    found = _keys(path)
+    assert set(found) == set(expected) == {0, 3}
+    for db, keys in expected.items():
+        assert set(found[db]) == set(keys)
+        for key, entry in keys.items():
+            item = found[db][key]
+            assert comparable(Entry(item.type, item.value, item.expire_at_ms)) == comparable(
+                entry
+            ), key
+            if item.type == "zset":  # Redis's order: score, then member bytes
+                assert item.value.items() == list(entry.value.items()), key  # type: ignore[union-attr]
+    assert found[0][b"s:exp"].expire_at_ms == FAR_MS
+    assert found[3][b"s:raw"].expire_at_ms == FAR_MS + 1
+
+
+def test_items_and_order(dump: Any) -> None:
+    path = dump[0]
+    with open(path, "rb") as file:
+        reader = RdbReader(file, path)
+        items = list(reader)
+        assert file.read() == b""  # stopped right after the CRC
+    assert reader.version == 10
+    assert reader.checksum == int.from_bytes(path.read_bytes()[-8:], "little") != 0
+    aux = {i.name: i.value for i in items if isinstance(i, RdbAux)}
+    assert aux[b"redis-ver"].startswith(b"7.0.")
+    assert [i.code for i in items if isinstance(i, RdbFunction)] == [LIBRARY]
+    sizes = [i for i in items if isinstance(i, RdbResizeDb)]
+    keys = [i for i in items if isinstance(i, RdbKey)]
+    assert [(s.db, s.keys) for s in sizes] == [(0, sum(k.db == 0 for k in keys)), (3, 3)]
+    dbs = [k.db for k in keys]
+    assert dbs == sorted(dbs)
+    data = path.read_bytes()
+    for k in keys:  # each key's record starts at its offset: [0xFC <ms>] <type> <key>
+        at = k.offset + (9 if k.expire_at_ms is not None else 0)
+        assert data[k.offset] == (0xFC if k.expire_at_ms is not None else data[at])
+        assert data[at] in (0, 2, 4, 5, 11, 16, 17, 18), k
+        if len(k.key) < 20:  # not LZF-compressed
+            assert data[at + 2 : at + 2 + len(k.key)] == k.key
+
+
+def test_flipped_byte_fails_the_crc(dump: Any, tmp_path: Path) -> None:
+    data = bytearray(dump[0].read_bytes())
+    at = data.index(INCOMPRESSIBLE[1000:1040]) + 20
+    data[at] ^= 0x01
+    bad = tmp_path / "flipped.rdb"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(RdbCorruptionError, match="CRC-64 mismatch") as info:
+        list(read_rdb(bad))
+    assert isinstance(info.value, CorruptionError)
+    assert info.value.offset == len(data) - 8
+    assert info.value.path == str(bad)
+
+
+@pytest.mark.parametrize("cut", [9, 100, 1000, 5000, -9, -8, -3, -1])
+def test_truncated_file_is_corrupt(dump: Any, tmp_path: Path, cut: int) -> None:
+    data = dump[0].read_bytes()
+    bad = tmp_path / "cut.rdb"
+    bad.write_bytes(data[:cut])
+    with pytest.raises(RdbCorruptionError, match="truncated") as info:
+        list(read_rdb(bad))
+    assert info.value.offset == len(data[:cut])
+
+
+def test_truncated_inside_a_key_names_it(dump: Any, tmp_path: Path) -> None:
+    data = dump[0].read_bytes()
+    bad = tmp_path / "cut.rdb"
+    bad.write_bytes(data[: data.index(INCOMPRESSIBLE[:100]) + 50])
+    with pytest.raises(RdbCorruptionError, match="in key b's:noise'") as info:
+        list(read_rdb(bad))
+    assert info.value.key == b"s:noise"
+
+
+@pytest.mark.parametrize("version", [b"0008", b"0013", b"0001", b"9999"])
+def test_other_versions_are_unsupported(dump: Any, version: bytes) -> None:
+    data = b"REDIS" + version + dump[0].read_bytes()[9:]
+    with pytest.raises(RdbUnsupportedError, match=f"version {int(version)} is not") as info:
+        list(RdbReader(io.BytesIO(data), "x.rdb"))
+    assert isinstance(info.value, UnsupportedFormatError)
+    assert (info.value.path, info.value.offset) == ("x.rdb", 5)
+
+
+def test_not_an_rdb_file() -> None:
+    with pytest.raises(RdbUnsupportedError, match="not a Redis RDB file"):
+        list(RdbReader(io.BytesIO(b"*2\r\n$6\r\nSELECT\r\n"), "x.aof"))
+
+
+def _streams(c: redis.Redis) -> None:
+    c.set(b"before", b"1")
+    c.xadd(b"events", {b"f": b"v"})
+
+
+def test_stream_is_refused_by_name(tmp_path: Path) -> None:
+    path, _, _ = _dump(tmp_path / "server", _streams)
+    with pytest.raises(RdbUnsupportedError, match=r"stream listpacks 2.*in key b'events'") as info:
+        list(read_rdb(path))
+    assert info.value.key == b"events"
+    assert path.read_bytes()[info.value.offset] == 19  # the key's type byte

@@ -352,7 +352,7 @@ class RdbReader:
         try:
             kind, value = read_value(src, rdb_type)
         except ValueCorrupt as exc:
-            src.corrupt(exc.message, exc.position)
+            src.corrupt(exc.message, src.string_offset if exc.position is None else exc.position)
         except UnsupportedValue as exc:
             src.unsupported(str(exc), offset)
         src.key = None

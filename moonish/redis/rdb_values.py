@@ -63,8 +63,8 @@ TYPE_NAMES = {
 
 
 class ValueCorrupt(Exception):
-    """The value's bytes do not follow its encoding; ``position`` is the file offset of the
-    string (blob) that failed, or ``None`` for where the reader stands."""
+    """The value's bytes do not follow its encoding; ``position`` is the file offset of what
+    failed, or ``None`` for the last string read (the element or blob that failed)."""
 
     def __init__(self, message: str, position: int | None = None) -> None:
         self.message, self.position = message, position
@@ -77,6 +77,10 @@ class UnsupportedValue(Exception):
 
 class ValueSource(Protocol):
     """What a value decoder reads from (:class:`moonish.redis.rdb.RdbReader`'s source)."""
+
+    @property
+    def offset(self) -> int:
+        """File offset of the next byte."""
 
     @property
     def string_offset(self) -> int:
@@ -111,18 +115,22 @@ def _score(text: bytes) -> float:
 
 
 def _text_double(src: ValueSource) -> float:
+    at = src.offset
     size = src.read(1)[0]
     if size == 253:
-        raise ValueCorrupt("zset score is NaN")
+        raise ValueCorrupt("zset score is NaN", at)
     if size in (254, 255):
         return math.inf if size == 254 else -math.inf
-    return _score(src.read(size))
+    try:
+        return _score(src.read(size))
+    except ValueCorrupt as exc:
+        raise ValueCorrupt(exc.message, at) from None
 
 
 def _binary_double(src: ValueSource) -> float:
     score: float = _DOUBLE.unpack(src.read(8))[0]
     if math.isnan(score):
-        raise ValueCorrupt("zset score is NaN")
+        raise ValueCorrupt("zset score is NaN", src.offset - 8)
     return score
 
 
@@ -156,6 +164,7 @@ def _set(members: list[bytes], what: str) -> set[bytes]:
 def _quicklist(src: ValueSource, version: int) -> list[bytes]:
     out: list[bytes] = []
     for _ in range(src.length()):
+        at = src.offset
         container = src.length() if version == 2 else QUICKLIST_PACKED
         if container == QUICKLIST_PLAIN:
             out.append(src.string())
@@ -163,7 +172,7 @@ def _quicklist(src: ValueSource, version: int) -> list[bytes]:
             decode = listpack_entries if version == 2 else ziplist_entries
             out.extend(_blob(src, decode, "quicklist node"))
         else:
-            raise ValueCorrupt(f"quicklist node container {container} (1 or 2 expected)")
+            raise ValueCorrupt(f"quicklist node container {container} (1 or 2 expected)", at)
     return out
 
 

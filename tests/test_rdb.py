@@ -26,6 +26,7 @@ from moonish.redis.rdb import (
     crc64,
     read_rdb,
 )
+from moonish.redis.rdb_values import RdbConsumer, RdbGroup, RdbPending, RdbStreamMeta
 from moonish.state.values import Entry
 from tests.redis_server import comparable, redis_entries, redis_server
 
@@ -234,16 +235,79 @@ def test_not_an_rdb_file() -> None:
 
 
 def _streams(c: redis.Redis) -> None:
-    c.set(b"before", b"1")
-    c.xadd(b"events", {b"f": b"v"})
+    """Streams in several nodes, same and other fields, deleted entries, consumer groups with
+    pending entries, idle consumers, an empty stream, an XSETID'd stream."""
+    c.config_set("stream-node-max-entries", "3")
+    for i in range(10):
+        fields = {b"f": b"%d" % i, b"g": b"x"} if i % 3 else {b"other": b"\x00\xff", b"n": i}
+        c.xadd(b"events", fields, id=b"%d-%d" % (1000 + i // 4, i))
+    c.xdel(b"events", b"1000-1", b"1001-6")
+    c.xgroup_create(b"events", b"g1", id=b"0")
+    c.xgroup_create(b"events", b"g2", id=b"1001-5")
+    c.xreadgroup(b"g1", b"alice", {b"events": b">"}, count=3)
+    c.xreadgroup(b"g1", b"bob", {b"events": b">"}, count=2)
+    c.xack(b"events", b"g1", b"1000-2")
+    c.xgroup_createconsumer(b"events", b"g2", b"idle")
+    c.xgroup_create(b"empty", b"g", id=b"$", mkstream=True)
+    c.xadd(b"moved", {b"a": b"1"}, id=b"5-1")
+    c.xdel(b"moved", b"5-1")
+    c.execute_command("XSETID", b"moved", b"7-0", "ENTRIESADDED", 3, "MAXDELETEDID", b"6-0")
+    for i in range(3):
+        c.xadd(b"clean", {b"i": i})
+    c.xgroup_create(b"clean", b"g", id=b"0")
+    c.xreadgroup(b"g", b"c", {b"clean": b">"}, count=2)
+    c.xadd(b"expiring", {b"a": b"1"})
+    c.pexpireat(b"expiring", FAR_MS)
 
 
-def test_stream_is_refused_by_name(tmp_path: Path) -> None:
-    path, _, _ = _dump(tmp_path / "server", _streams)
-    with pytest.raises(RdbUnsupportedError, match=r"stream listpacks 2.*in key b'events'") as info:
-        list(read_rdb(path))
-    assert info.value.key == b"events"
-    assert path.read_bytes()[info.value.offset] == 19  # the key's type byte
+def _stream_truth(c: redis.Redis, key: bytes) -> Any:
+    info = c.xinfo_stream(key)
+    groups = []
+    for group in c.xinfo_groups(key):
+        name = group["name"]
+        consumers = {x["name"]: x["pending"] for x in c.xinfo_consumers(key, name)}
+        pending = c.xpending_range(key, name, min=b"-", max=b"+", count=100)
+        pel = [(p["message_id"], p["consumer"], p["times_delivered"]) for p in pending]
+        groups.append((name, group["last-delivered-id"], group["entries-read"], consumers, pel))
+    return (c.xrange(key), info["last-generated-id"], info["max-deleted-entry-id"],
+            info["entries-added"], info["length"], groups)  # fmt: skip
+
+
+def _id_bytes(stream_id: tuple[int, int]) -> bytes:
+    return b"%d-%d" % stream_id
+
+
+def _stream_found(item: RdbKey) -> Any:
+    meta = item.stream
+    assert meta is not None
+    groups = []
+    for g in meta.groups:
+        consumers = {c.name: len(c.pending) for c in g.consumers}
+        pending = [(_id_bytes(p.id), p.consumer, p.delivery_count) for p in g.pending]
+        groups.append((g.name, _id_bytes(g.last_id), g.entries_read, consumers, pending))
+    entries = [(_id_bytes(i), dict(zip(f[::2], f[1::2], strict=True)))
+               for i, f in item.value.entries.items()]  # fmt: skip
+    return (entries, _id_bytes(item.value.last_id), _id_bytes(meta.max_deleted_id),
+            meta.entries_added, meta.length, groups)  # fmt: skip
+
+
+def test_streams_match_redis(tmp_path: Path) -> None:
+    truth: dict[bytes, Any] = {}
+
+    def fill(c: redis.Redis) -> None:
+        _streams(c)
+        for key in (b"events", b"empty", b"moved", b"clean", b"expiring"):
+            truth[key] = _stream_truth(c, key)
+
+    path, expected, _ = _dump(tmp_path / "server", fill)
+    found = _keys(path)[0]
+    for key, want in truth.items():
+        item = found[key]
+        assert (item.type, item.expire_at_ms) == ("stream", expected[0][key].expire_at_ms)
+        assert _stream_found(item) == want, key
+    assert truth[b"events"][5][0][3] == {b"alice": 2, b"bob": 2}  # the test saw pending entries
+    assert truth[b"clean"][5][0][2] == 2  # and a known entries-read
+    assert found[b"events"].stream.groups[1].consumers[0].name == b"idle"  # type: ignore[union-attr]
 
 
 # Hand-made files: the encodings redis-server 7.0 no longer writes (ziplists, zipmaps, text
@@ -306,7 +370,7 @@ def _listpack(items: list[bytes | int]) -> bytes:
     entries = []
     for item in items:
         if isinstance(item, int):
-            body = dict(LP_INTS)[item]
+            body = bytes([item]) if 0 <= item < 128 else dict(LP_INTS)[item]
         elif len(item) < 64:
             body = bytes([0x80 | len(item)]) + item
         elif len(item) < 4096:
@@ -419,6 +483,51 @@ def test_key_attributes_and_hints() -> None:
     ]
 
 
+def _stream_value(rdb_type: int) -> bytes:
+    """A stream of 2 live and 1 deleted entries in one node, and a group with one consumer
+    holding one pending entry (t_stream.c, rdb.c)."""
+    lp = _listpack([2, 1, 1, b"f", 0,  # count, deleted, master fields, terminator
+                    2, 0, 0, b"v0", 4,  # SAMEFIELDS entry 5-10
+                    3, 0, 1, b"dead", 4,  # deleted SAMEFIELDS entry 5-11
+                    0, 1, 0, 2, b"a", b"1", b"b", b"2", 9])  # 6-10, own fields  # fmt: skip
+    v2 = rdb_type >= 19
+    return (
+        _len(1) + _str(struct.pack(">QQ", 5, 10)) + _str(lp)
+        + _len(2) + _len(6) + _len(10)
+        + (_len(5) + _len(10) + _len(5) + _len(11) + _len(3) if v2 else b"")
+        + _len(1) + _str(b"g") + _len(6) + _len(10) + (_len(3) if v2 else b"")
+        + _len(1) + struct.pack(">QQ", 5, 10) + struct.pack("<q", 1234) + _len(2)
+        + _len(1) + _str(b"c") + struct.pack("<q", 99)
+        + (struct.pack("<q", 100) if rdb_type == 21 else b"")
+        + _len(1) + struct.pack(">QQ", 5, 10)
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(("rdb_type", "version"), [(15, 9), (19, 10), (21, 11)])
+def test_handmade_streams(rdb_type: int, version: int) -> None:
+    body = _key(rdb_type, b"s", _stream_value(rdb_type))
+    (item,) = RdbReader(io.BytesIO(_rdb(body, version)), "h.rdb")
+    assert isinstance(item, RdbKey) and item.stream is not None
+    assert item.value.entries == {(5, 10): [b"f", b"v0"], (6, 10): [b"a", b"1", b"b", b"2"]}
+    assert item.value.last_id == (6, 10)
+    v2 = rdb_type >= 19
+    assert item.stream == RdbStreamMeta(
+        2,
+        (5, 10) if v2 else None,
+        (5, 11) if v2 else None,
+        3 if v2 else None,
+        (
+            RdbGroup(
+                b"g",
+                (6, 10),
+                3 if v2 else None,
+                (RdbPending((5, 10), 1234, 2, b"c"),),
+                (RdbConsumer(b"c", 99, 100 if rdb_type == 21 else None, ((5, 10),)),),
+            ),
+        ),
+    )
+
+
 def _error(body: bytes, version: int = 10) -> MoonishError:
     with pytest.raises(MoonishError) as info:
         list(RdbReader(io.BytesIO(_rdb(body, version)), "h.rdb"))
@@ -432,7 +541,13 @@ ERRORS = {
     "module value": (_key(7, b"m", b"\x01\x02"), RdbUnsupportedError, 9, b"m", "module values"),
     "module aux": (b"\xf7\x01\x02\x02", RdbUnsupportedError, 9, None, "MODULE_AUX"),
     "pre-GA function": (b"\xf6" + _str(b"x"), RdbUnsupportedError, 9, None, "pre-release"),
-    "stream 3": (_key(21, b"s", b""), RdbUnsupportedError, 9, b"s", "stream listpacks 3"),
+    "stream entries count": (
+        _key(21, b"s", _len(0) + _len(1) + _len(0) * 8),
+        RdbCorruptionError,
+        9 + 3 + 1,
+        b"s",
+        "says 1 entries but holds 0",
+    ),
     "hash field TTLs": (_key(25, b"h", b""), RdbUnsupportedError, 9, b"h", "field TTLs"),
     "bad listpack": (
         _key(20, b"k", _str(bytes(BAD_LISTPACK))),

@@ -36,7 +36,14 @@ from typing import IO, Any, NoReturn
 import lzf  # type: ignore[import-not-found]
 
 from moonish.errors import CorruptionError, UnsupportedFormatError
-from moonish.redis.rdb_values import TYPE_NAMES, UnsupportedValue, ValueCorrupt, read_value
+from moonish.redis.rdb_values import (
+    TYPE_NAMES,
+    RdbStreamMeta,
+    UnsupportedValue,
+    ValueCorrupt,
+    read_value,
+)
+from moonish.state.values import STREAM
 
 MAGIC = b"REDIS"
 MIN_VERSION, MAX_VERSION = 9, 12
@@ -101,7 +108,7 @@ class RdbCorruptionError(_KeyContext, CorruptionError):
 
 class RdbUnsupportedError(_KeyContext, UnsupportedFormatError):
     """An RDB file holds what this reader does not read: another version, a module value or
-    module data, a stream, a hash with field TTLs, an unknown opcode or type.
+    module data, a hash with field TTLs, an unknown opcode or type.
 
     Attributes:
         path, offset, key: as :class:`RdbCorruptionError`.
@@ -144,7 +151,9 @@ class RdbSlotInfo:
 @dataclass(frozen=True, slots=True)
 class RdbKey:
     """One key. ``value`` is in moonish's form for ``type`` (:mod:`moonish.state.values`):
-    ``bytes``, ``list[bytes]``, ``set[bytes]``, ``SortedSet``, ``dict[bytes, bytes]``. An
+    ``bytes``, ``list[bytes]``, ``set[bytes]``, ``SortedSet``, ``dict[bytes, bytes]``,
+    ``Stream`` (entries and last ID; the rest of the stream, its consumer groups included,
+    is in ``stream``). An
     empty container is yielded as it is (Redis drops such keys on load). ``expire_at_ms`` is
     ms since the Unix epoch (possibly in the past); ``idle_s``/``lfu_freq`` are the IDLE and
     FREQ hints. ``offset`` is where the key's record starts in the file."""
@@ -157,6 +166,7 @@ class RdbKey:
     offset: int
     idle_s: int | None = None
     lfu_freq: int | None = None
+    stream: RdbStreamMeta | None = None
 
 
 RdbItem = RdbAux | RdbFunction | RdbResizeDb | RdbSlotInfo | RdbKey
@@ -270,7 +280,7 @@ class RdbReader:
             RdbCorruptionError: a bad CRC, a truncated file, bytes that do not follow their
                 encoding, a duplicate member in a set, hash or zset, a NaN score.
             RdbUnsupportedError: not an RDB file, a version outside 9..12, module data or a
-                module value, a stream, a hash with field TTLs, an unknown opcode or type.
+                module value, a hash with field TTLs, an unknown opcode or type.
         """
         src = self._src
         magic, digits = HEADER.unpack(src.read(HEADER.size))
@@ -356,7 +366,10 @@ class RdbReader:
         except UnsupportedValue as exc:
             src.unsupported(str(exc), offset)
         src.key = None
-        return RdbKey(db, key, kind, value, expire_at_ms, offset, idle_s, lfu_freq)
+        stream = None
+        if kind == STREAM:
+            value, stream = value
+        return RdbKey(db, key, kind, value, expire_at_ms, offset, idle_s, lfu_freq, stream)
 
 
 def read_rdb(path: str | os.PathLike[str]) -> Iterator[RdbItem]:

@@ -24,8 +24,23 @@ Value encodings by RDB type byte (Redis ``rdb.h``; ``rdbLoadObject`` in ``rdb.c`
     18 list quicklist 2 <len> (<container len: 1 plain, 2 packed> <string>)*
     20 set listpack     <string: listpack>
 
-Refused (:class:`UnsupportedValue`): 6, 7 module values; 15, 19, 21 streams; 22..25 hashes
-with field expiry (Redis 7.4).
+    15 stream 1, 19 stream 2, 21 stream 3 (t_stream.c):
+        <len nodes> (<string: master ID, 16 bytes> <string: stream listpack>)*
+        <len length> <len last ms> <len last seq>
+        [type >= 19: <len first ms> <len first seq> <len max deleted ms> <len max deleted seq>
+                     <len entries added>]
+        <len groups> (<string name> <len last ms> <len last seq> [type >= 19: <len entries read>]
+            <len pending> (<16 bytes ID> <i64 delivery ms> <len delivery count>)*
+            <len consumers> (<string name> <i64 seen ms> [type 21: <i64 active ms>]
+                <len pending> <16 bytes ID>*)*)*
+
+A stream listpack holds the master entry, ``count deleted num-fields field* 0``, then per entry
+``flags ms-diff seq-diff`` and either (SAMEFIELDS flag 2) the values of the master fields, or
+``num-fields (field value)*``, then ``lp-count``; flag 1 marks a deleted entry. IDs are the
+node's master ID plus the diffs; a raw (16 bytes) ID is ms and seq as big-endian u64.
+
+Refused (:class:`UnsupportedValue`): 6, 7 module values; 22..25 hashes with field expiry
+(Redis 7.4).
 
 A binary double is 8 bytes, IEEE 754 little endian. A text double is one length byte (253 NaN,
 254 +inf, 255 -inf) followed by that many bytes of ``%.17g`` text.
@@ -36,6 +51,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from moonish.redis.listpack import (
@@ -45,9 +61,58 @@ from moonish.redis.listpack import (
     ziplist_entries,
     zipmap_pairs,
 )
-from moonish.state.values import HASH, LIST, SET, STRING, ZSET, SortedSet
+from moonish.state.values import HASH, LIST, SET, STREAM, STRING, ZSET, SortedSet, Stream, StreamId
 
 _DOUBLE = struct.Struct("<d")
+_ID = struct.Struct(">QQ")  # a stream ID as stored raw: ms, seq, big endian
+_MS = struct.Struct("<q")  # a time in ms (PEL delivery, consumer seen/active)
+STREAM_DELETED, STREAM_SAMEFIELDS = 1, 2
+UNKNOWN_ENTRIES_READ = 2**64 - 1  # Redis's SCG_INVALID_ENTRIES_READ (-1) stored as a length
+
+
+@dataclass(frozen=True, slots=True)
+class RdbPending:
+    """One entry of a consumer group's pending entries list (PEL)."""
+
+    id: StreamId
+    delivery_time_ms: int
+    delivery_count: int
+    consumer: bytes | None  # None: no consumer claims it (Redis tolerates this)
+
+
+@dataclass(frozen=True, slots=True)
+class RdbConsumer:
+    """A consumer of a group; ``active_time_ms`` is ``None`` before RDB type 21 (7.2)."""
+
+    name: bytes
+    seen_time_ms: int
+    active_time_ms: int | None
+    pending: tuple[StreamId, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RdbGroup:
+    """A consumer group; ``entries_read`` is ``None`` when unknown: Redis's -1 (XINFO shows
+    nil), or before RDB type 19 (7.0)."""
+
+    name: bytes
+    last_id: StreamId
+    entries_read: int | None
+    pending: tuple[RdbPending, ...]
+    consumers: tuple[RdbConsumer, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RdbStreamMeta:
+    """What a stream holds beyond its entries and last ID (moonish's :class:`Stream`):
+    ``first_id``, ``max_deleted_id`` and ``entries_added`` are ``None`` before RDB type 19."""
+
+    length: int
+    first_id: StreamId | None
+    max_deleted_id: StreamId | None
+    entries_added: int | None
+    groups: tuple[RdbGroup, ...]
+
 
 QUICKLIST_PLAIN, QUICKLIST_PACKED = 1, 2
 
@@ -176,17 +241,124 @@ def _quicklist(src: ValueSource, version: int) -> list[bytes]:
     return out
 
 
+def _int(element: bytes, what: str) -> int:
+    try:
+        return int(element)
+    except ValueError:
+        raise ValueCorrupt(f"stream listpack: {what} {element!r} is not an integer") from None
+
+
+def _stream_node(
+    master: StreamId, elements: list[bytes], into: dict[StreamId, list[bytes]]
+) -> None:
+    """Add a stream listpack's live entries to ``into`` (module docstring)."""
+    it = iter(elements)
+    try:
+        count, deleted = _int(next(it), "count"), _int(next(it), "deleted")
+        master_fields = [next(it) for _ in range(_int(next(it), "num-fields"))]
+        if _int(next(it), "master terminator") != 0:
+            raise ValueCorrupt("stream listpack: master entry not terminated by 0")
+        for _ in range(count + deleted):
+            flags = _int(next(it), "flags")
+            stream_id = (
+                master[0] + _int(next(it), "ms-diff"),
+                master[1] + _int(next(it), "seq-diff"),
+            )
+            fields: list[bytes] = []
+            if flags & STREAM_SAMEFIELDS:
+                for field in master_fields:
+                    fields += (field, next(it))
+            else:
+                fields = [next(it) for _ in range(2 * _int(next(it), "num-fields"))]
+            next(it)  # lp-count
+            if not flags & STREAM_DELETED:
+                if stream_id in into:
+                    raise ValueCorrupt(f"stream entry {stream_id} stored twice")
+                into[stream_id] = fields
+    except StopIteration:
+        raise ValueCorrupt("stream listpack ends inside an entry") from None
+    if next(it, None) is not None:
+        raise ValueCorrupt("stream listpack holds bytes after its last entry")
+
+
+def _raw_id(src: ValueSource) -> StreamId:
+    ms, seq = _ID.unpack(src.read(_ID.size))
+    return int(ms), int(seq)
+
+
+def _id(src: ValueSource) -> StreamId:
+    return src.length(), src.length()
+
+
+def _group(src: ValueSource, rdb_type: int) -> RdbGroup:
+    name = src.string()
+    last_id = _id(src)
+    entries_read: int | None = src.length() if rdb_type >= 19 else None
+    if entries_read == UNKNOWN_ENTRIES_READ:
+        entries_read = None
+    pel: dict[StreamId, tuple[int, int]] = {}
+    for _ in range(src.length()):
+        pending_id = _raw_id(src)
+        pel[pending_id] = (int(_MS.unpack(src.read(8))[0]), src.length())
+    owner: dict[StreamId, bytes] = {}
+    consumers = []
+    for _ in range(src.length()):
+        consumer = src.string()
+        seen = int(_MS.unpack(src.read(8))[0])
+        active = int(_MS.unpack(src.read(8))[0]) if rdb_type >= 21 else None
+        ids = tuple(_raw_id(src) for _ in range(src.length()))
+        for pending_id in ids:
+            if pending_id not in pel or pending_id in owner:
+                raise ValueCorrupt(
+                    f"consumer {consumer!r} owns {pending_id}, not pending or owned twice"
+                )
+            owner[pending_id] = consumer
+        consumers.append(RdbConsumer(consumer, seen, active, ids))
+    pending = tuple(RdbPending(i, t, n, owner.get(i)) for i, (t, n) in pel.items())
+    return RdbGroup(name, last_id, entries_read, pending, tuple(consumers))
+
+
+def _stream(src: ValueSource, rdb_type: int) -> tuple[Stream, RdbStreamMeta]:
+    stream = Stream()
+    for _ in range(src.length()):
+        master = src.string()
+        if len(master) != _ID.size:
+            raise ValueCorrupt(f"stream node key of {len(master)} bytes (16 expected)")
+        ms, seq = _ID.unpack(master)
+        elements = _blob(src, listpack_entries, "stream listpack")
+        try:
+            _stream_node((int(ms), int(seq)), elements, stream.entries)
+        except ValueCorrupt as exc:
+            raise ValueCorrupt(exc.message, src.string_offset) from None
+    length_at = src.offset
+    length = src.length()
+    stream.last_id = _id(src)
+    first_id = max_deleted_id = entries_added = None
+    if rdb_type >= 19:
+        first_id, max_deleted_id, entries_added = _id(src), _id(src), src.length()
+    if length != len(stream.entries):
+        raise ValueCorrupt(
+            f"stream says {length} entries but holds {len(stream.entries)}", length_at
+        )
+    groups = tuple(_group(src, rdb_type) for _ in range(src.length()))
+    if len({g.name for g in groups}) != len(groups):
+        raise ValueCorrupt("stream holds a consumer group twice")
+    stream.entries = dict(sorted(stream.entries.items()))
+    return stream, RdbStreamMeta(length, first_id, max_deleted_id, entries_added, groups)
+
+
 def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
     """Decode the value of RDB type ``rdb_type`` from ``src``.
 
     Returns:
         ``(type, value)``: moonish's type name and value (module docstring). Containers may be
-        empty (Redis skips such keys when it loads them).
+        empty (Redis skips such keys when it loads them). A stream's value is the pair
+        ``(Stream, RdbStreamMeta)``.
 
     Raises:
         ValueCorrupt: bytes that do not follow the encoding (also a duplicate member or field,
             a NaN score).
-        UnsupportedValue: a module value, a stream or a hash with field TTLs.
+        UnsupportedValue: a module value or a hash with field TTLs.
         KeyError: an RDB type byte that is no value type (the caller reports it).
     """
     if rdb_type == 0:
@@ -229,5 +401,7 @@ def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
         return ZSET, _zset(_blob(src, listpack_entries, "listpack"), "zset listpack")
     if rdb_type == 20:
         return SET, _set(_blob(src, listpack_entries, "listpack"), "set listpack")
+    if rdb_type in (15, 19, 21):
+        return STREAM, _stream(src, rdb_type)
     name = TYPE_NAMES[rdb_type]  # KeyError: not a value type
     raise UnsupportedValue(f"{name} values (RDB type {rdb_type}) are not supported yet")

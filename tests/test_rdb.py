@@ -528,6 +528,18 @@ def test_handmade_streams(rdb_type: int, version: int) -> None:
     )
 
 
+def _module_id(name: str) -> int:
+    charset = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+    return sum(charset.index(c) << (6 * (8 - j)) for j, c in enumerate(name))
+
+
+def test_crc64() -> None:
+    assert crc64(0, b"123456789") == 0xE9C6D914C4B8D9CA  # Redis crc64.c's test
+    data = RNG.randbytes(1000)
+    for cut in (0, 1, 7, 8, 9, 500, 999):
+        assert crc64(crc64(0, data[:cut]), data[cut:]) == crc64(0, data)
+
+
 def _error(body: bytes, version: int = 10) -> MoonishError:
     with pytest.raises(MoonishError) as info:
         list(RdbReader(io.BytesIO(_rdb(body, version)), "h.rdb"))
@@ -538,7 +550,13 @@ BAD_LISTPACK = bytearray(_listpack([b"a", b"b"]))
 BAD_LISTPACK[9] = 0xF5  # the second entry's encoding
 ERRORS = {
     "unknown opcode": (b"\xf3", RdbUnsupportedError, 9, None, "unknown opcode or value type 0xf3"),
-    "module value": (_key(7, b"m", b"\x01\x02"), RdbUnsupportedError, 9, b"m", "module values"),
+    "module value": (
+        _key(7, b"m", b"\x81" + (_module_id("ReJSON-RL") << 10 | 3).to_bytes(8, "big")),
+        RdbUnsupportedError,
+        9,
+        b"m",
+        "module values are not supported (module type 'ReJSON-RL')",
+    ),
     "module aux": (b"\xf7\x01\x02\x02", RdbUnsupportedError, 9, None, "MODULE_AUX"),
     "pre-GA function": (b"\xf6" + _str(b"x"), RdbUnsupportedError, 9, None, "pre-release"),
     "stream entries count": (

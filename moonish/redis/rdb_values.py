@@ -161,6 +161,15 @@ class ValueSource(Protocol):
         """Exactly ``size_bytes`` bytes."""
 
 
+_MODULE_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+
+
+def module_type_name(module_id: int) -> str:
+    """A module type's name from its 64-bit id: nine 6-bit characters above 10 bits of
+    encoding version (``moduleTypeNameByID`` in Redis ``module.c``)."""
+    return "".join(_MODULE_CHARSET[(module_id >> (10 + 6 * (8 - j))) & 63] for j in range(9))
+
+
 def _blob(src: ValueSource, decode: Callable[[bytes], list[bytes]], what: str) -> list[bytes]:
     blob = src.string()
     try:
@@ -403,5 +412,8 @@ def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
         return SET, _set(_blob(src, listpack_entries, "listpack"), "set listpack")
     if rdb_type in (15, 19, 21):
         return STREAM, _stream(src, rdb_type)
+    if rdb_type == 7:
+        name = module_type_name(src.length())
+        raise UnsupportedValue(f"module values are not supported (module type {name!r})")
     name = TYPE_NAMES[rdb_type]  # KeyError: not a value type
     raise UnsupportedValue(f"{name} values (RDB type {rdb_type}) are not supported yet")

@@ -370,7 +370,8 @@ def _listpack(items: list[bytes | int]) -> bytes:
     entries = []
     for item in items:
         if isinstance(item, int):
-            body = bytes([item]) if 0 <= item < 128 else dict(LP_INTS)[item]
+            wide = b"\xf4" + struct.pack("<q", item)
+            body = bytes([item]) if 0 <= item < 128 else dict(LP_INTS).get(item, wide)
         elif len(item) < 64:
             body = bytes([0x80 | len(item)]) + item
         elif len(item) < 4096:
@@ -540,6 +541,29 @@ def test_crc64() -> None:
         assert crc64(crc64(0, data[:cut]), data[cut:]) == crc64(0, data)
 
 
+T1, T2 = 1_800_000_000_000, 1_800_000_000_500  # field expiry times, ms
+
+
+HASH_TTLS = {
+    22: _len(3) + _len(0) + _str(b"a") + _str(b"1") + b"\x81" + T1.to_bytes(8, "big")
+        + _str(b"b") + _str(b"2") + b"\x81" + T2.to_bytes(8, "big") + _str(b"c") + _str(b"3"),
+    23: _str(_listpack([b"a", b"1", 0, b"b", b"2", T1, b"c", b"3", T2])),
+    24: struct.pack("<q", T1) + _len(3) + _len(0) + _str(b"a") + _str(b"1")
+        + _len(1) + _str(b"b") + _str(b"2") + _len(501) + _str(b"c") + _str(b"3"),
+    25: struct.pack("<q", T1) + _str(_listpack([b"a", b"1", 0, b"b", b"2", T1, b"c", b"3", T2])),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("rdb_type", sorted(HASH_TTLS))
+def test_handmade_hashes_with_field_ttls(rdb_type: int) -> None:
+    """Redis 7.4 (RDB 12) hashes with field TTLs; the installed redis-server is 7.0."""
+    body = _key(rdb_type, b"h", HASH_TTLS[rdb_type])
+    (item,) = RdbReader(io.BytesIO(_rdb(body, 12)), "h.rdb")
+    assert isinstance(item, RdbKey)
+    assert (item.type, item.value) == ("hash", {b"a": b"1", b"b": b"2", b"c": b"3"})
+    assert item.field_expire_at_ms == {b"b": T1, b"c": T2}
+
+
 def _error(body: bytes, version: int = 10) -> MoonishError:
     with pytest.raises(MoonishError) as info:
         list(RdbReader(io.BytesIO(_rdb(body, version)), "h.rdb"))
@@ -566,7 +590,13 @@ ERRORS = {
         b"s",
         "says 1 entries but holds 0",
     ),
-    "hash field TTLs": (_key(25, b"h", b""), RdbUnsupportedError, 9, b"h", "field TTLs"),
+    "field TTL out of range": (
+        _key(22, b"h", _len(1) + b"\x81" + (2**48).to_bytes(8, "big") + _str(b"f") + _str(b"v")),
+        RdbCorruptionError,
+        13,
+        b"h",
+        "hash field expiry 281474976710656 out of range",
+    ),
     "bad listpack": (
         _key(20, b"k", _str(bytes(BAD_LISTPACK))),
         RdbCorruptionError,

@@ -44,7 +44,6 @@ from moonish.redis.rdb_values import (
     ValueCorrupt,
     read_value,
 )
-from moonish.state.values import STREAM
 
 MAGIC = b"REDIS"
 MIN_VERSION, MAX_VERSION = 9, 12
@@ -128,7 +127,7 @@ class RdbCorruptionError(_KeyContext, CorruptionError):
 
 class RdbUnsupportedError(_KeyContext, UnsupportedFormatError):
     """An RDB file holds what this reader does not read: another version, a module value or
-    module data, a hash with field TTLs, an unknown opcode or type.
+    module data, an unknown opcode or type.
 
     Attributes:
         path, offset, key: as :class:`RdbCorruptionError`.
@@ -173,7 +172,8 @@ class RdbKey:
     """One key. ``value`` is in moonish's form for ``type`` (:mod:`moonish.state.values`):
     ``bytes``, ``list[bytes]``, ``set[bytes]``, ``SortedSet``, ``dict[bytes, bytes]``,
     ``Stream`` (entries and last ID; the rest of the stream, its consumer groups included,
-    is in ``stream``). An
+    is in ``stream``). A Redis 7.4 hash's field expiry times (ms since the epoch) are in
+    ``field_expire_at_ms`` (fields without one left out; ``None`` for other types). An
     empty container is yielded as it is (Redis drops such keys on load). ``expire_at_ms`` is
     ms since the Unix epoch (possibly in the past); ``idle_s``/``lfu_freq`` are the IDLE and
     FREQ hints. ``offset`` is where the key's record starts in the file."""
@@ -187,6 +187,7 @@ class RdbKey:
     idle_s: int | None = None
     lfu_freq: int | None = None
     stream: RdbStreamMeta | None = None
+    field_expire_at_ms: dict[bytes, int] | None = None
 
 
 RdbItem = RdbAux | RdbFunction | RdbResizeDb | RdbSlotInfo | RdbKey
@@ -300,7 +301,7 @@ class RdbReader:
             RdbCorruptionError: a bad CRC, a truncated file, bytes that do not follow their
                 encoding, a duplicate member in a set, hash or zset, a NaN score.
             RdbUnsupportedError: not an RDB file, a version outside 9..12, module data or a
-                module value, a hash with field TTLs, an unknown opcode or type.
+                module value, an unknown opcode or type.
         """
         src = self._src
         magic, digits = HEADER.unpack(src.read(HEADER.size))
@@ -380,16 +381,16 @@ class RdbReader:
         key = src.string()
         src.key = key
         try:
-            kind, value = read_value(src, rdb_type)
+            decoded = read_value(src, rdb_type)
         except ValueCorrupt as exc:
             src.corrupt(exc.message, src.string_offset if exc.position is None else exc.position)
         except UnsupportedValue as exc:
             src.unsupported(str(exc), offset)
         src.key = None
-        stream = None
-        if kind == STREAM:
-            value, stream = value
-        return RdbKey(db, key, kind, value, expire_at_ms, offset, idle_s, lfu_freq, stream)
+        return RdbKey(
+            db, key, decoded.type, decoded.value, expire_at_ms, offset, idle_s, lfu_freq,
+            decoded.stream, decoded.field_expire_at_ms,
+        )  # fmt: skip
 
 
 def read_rdb(path: str | os.PathLike[str]) -> Iterator[RdbItem]:

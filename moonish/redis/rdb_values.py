@@ -39,8 +39,15 @@ A stream listpack holds the master entry, ``count deleted num-fields field* 0``,
 ``num-fields (field value)*``, then ``lp-count``; flag 1 marks a deleted entry. IDs are the
 node's master ID plus the diffs; a raw (16 bytes) ID is ms and seq as big-endian u64.
 
-Refused (:class:`UnsupportedValue`): 6, 7 module values; 22..25 hashes with field expiry
-(Redis 7.4).
+Hashes with field TTLs (Redis 7.4; t_hash.c)::
+
+    22 hash metadata (pre-GA)  <len n> (<len absolute expiry ms, 0 none> <string> <string>)*
+    23 hash listpack ex (pre-GA) <string: listpack of field, value, absolute expiry (0 none)>
+    24 hash metadata           <i64 min expiry ms> <len n> (<len ttl> <string> <string>)*
+                               ttl 0: none, else expiry = ttl + min expiry - 1
+    25 hash listpack ex        <i64 min expiry ms> <string: listpack as 23>
+
+Refused (:class:`UnsupportedValue`): 6, 7 module values.
 
 A binary double is 8 bytes, IEEE 754 little endian. A text double is one length byte (253 NaN,
 254 +inf, 255 -inf) followed by that many bytes of ``%.17g`` text.
@@ -52,7 +59,7 @@ import math
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from moonish.redis.listpack import (
     EncodingError,
@@ -67,6 +74,7 @@ _DOUBLE = struct.Struct("<d")
 _ID = struct.Struct(">QQ")  # a stream ID as stored raw: ms, seq, big endian
 _MS = struct.Struct("<q")  # a time in ms (PEL delivery, consumer seen/active)
 STREAM_DELETED, STREAM_SAMEFIELDS = 1, 2
+FIELD_EXPIRE_MAX_MS = 0x0000FFFFFFFFFFFF  # EB_EXPIRE_TIME_MAX, ebuckets.h
 UNKNOWN_ENTRIES_READ = 2**64 - 1  # Redis's SCG_INVALID_ENTRIES_READ (-1) stored as a length
 
 
@@ -164,6 +172,17 @@ class ValueSource(Protocol):
 _MODULE_CHARSET = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 
 
+class Decoded(NamedTuple):
+    """A decoded value: moonish's type and value, plus what a stream holds beyond its
+    entries and last ID (``stream``), and a 7.4 hash's field expiry times
+    (``field_expire_at_ms``, ms since the epoch, only fields that have one)."""
+
+    type: str
+    value: Any
+    stream: RdbStreamMeta | None = None
+    field_expire_at_ms: dict[bytes, int] | None = None
+
+
 def module_type_name(module_id: int) -> str:
     """A module type's name from its 64-bit id: nine 6-bit characters above 10 bits of
     encoding version (``moduleTypeNameByID`` in Redis ``module.c``)."""
@@ -248,6 +267,42 @@ def _quicklist(src: ValueSource, version: int) -> list[bytes]:
         else:
             raise ValueCorrupt(f"quicklist node container {container} (1 or 2 expected)", at)
     return out
+
+
+def _hash_ttls(src: ValueSource, rdb_type: int) -> tuple[dict[bytes, bytes], dict[bytes, int]]:
+    """A Redis 7.4 hash with field TTLs: its fields and values, and each field's expiry time
+    (ms since the epoch; fields without one are left out)."""
+    min_expire = int(_MS.unpack(src.read(8))[0]) if rdb_type in (24, 25) else 0
+    value: dict[bytes, bytes] = {}
+    ttls: dict[bytes, int] = {}
+    if rdb_type in (23, 25):  # a listpack of field, value, absolute expiry (0: none)
+        triples = _blob(src, listpack_entries, "listpack")
+        if len(triples) % 3:
+            raise ValueCorrupt("hash listpack with TTLs holds a partial triple")
+        for field, item, at in zip(triples[::3], triples[1::3], triples[2::3], strict=True):
+            if field in value:
+                raise ValueCorrupt(f"hash holds field {field!r} twice")
+            value[field] = item
+            if at != b"0":
+                ttls[field] = _field_expiry(_int(at, "field expiry"), src.string_offset)
+        return value, ttls
+    for _ in range(src.length()):
+        ttl_at = src.offset
+        ttl = src.length()  # 24: relative to min_expire, plus 1; 22: absolute; 0: none
+        expire = (ttl + min_expire - 1 if ttl else 0) if rdb_type == 24 else ttl
+        field, item = src.string(), src.string()
+        if field in value:
+            raise ValueCorrupt(f"hash holds field {field!r} twice")
+        value[field] = item
+        if expire:
+            ttls[field] = _field_expiry(expire, ttl_at)
+    return value, ttls
+
+
+def _field_expiry(expire_at_ms: int, position: int) -> int:
+    if not 0 < expire_at_ms <= FIELD_EXPIRE_MAX_MS:
+        raise ValueCorrupt(f"hash field expiry {expire_at_ms} out of range", position)
+    return expire_at_ms
 
 
 def _int(element: bytes, what: str) -> int:
@@ -356,20 +411,25 @@ def _stream(src: ValueSource, rdb_type: int) -> tuple[Stream, RdbStreamMeta]:
     return stream, RdbStreamMeta(length, first_id, max_deleted_id, entries_added, groups)
 
 
-def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
+def read_value(src: ValueSource, rdb_type: int) -> Decoded:
     """Decode the value of RDB type ``rdb_type`` from ``src``.
 
     Returns:
-        ``(type, value)``: moonish's type name and value (module docstring). Containers may be
-        empty (Redis skips such keys when it loads them). A stream's value is the pair
-        ``(Stream, RdbStreamMeta)``.
+        moonish's type name and value (module docstring), and what a stream or a hash with
+        field TTLs holds beyond that. Containers may be empty (Redis skips such keys when it
+        loads them).
 
     Raises:
         ValueCorrupt: bytes that do not follow the encoding (also a duplicate member or field,
-            a NaN score).
-        UnsupportedValue: a module value or a hash with field TTLs.
+            a NaN score, a field TTL out of range).
+        UnsupportedValue: a module value.
         KeyError: an RDB type byte that is no value type (the caller reports it).
     """
+    decoded = _read(src, rdb_type)
+    return decoded if isinstance(decoded, Decoded) else Decoded(*decoded)
+
+
+def _read(src: ValueSource, rdb_type: int) -> Decoded | tuple[str, Any]:
     if rdb_type == 0:
         return STRING, src.string()
     if rdb_type in (1, 2, 3, 4, 5):
@@ -411,9 +471,13 @@ def read_value(src: ValueSource, rdb_type: int) -> tuple[str, Any]:
     if rdb_type == 20:
         return SET, _set(_blob(src, listpack_entries, "listpack"), "set listpack")
     if rdb_type in (15, 19, 21):
-        return STREAM, _stream(src, rdb_type)
+        stream, meta = _stream(src, rdb_type)
+        return Decoded(STREAM, stream, stream=meta)
+    if rdb_type in (22, 23, 24, 25):
+        value, ttls = _hash_ttls(src, rdb_type)
+        return Decoded(HASH, value, field_expire_at_ms=ttls)
     if rdb_type == 7:
         name = module_type_name(src.length())
         raise UnsupportedValue(f"module values are not supported (module type {name!r})")
     name = TYPE_NAMES[rdb_type]  # KeyError: not a value type
-    raise UnsupportedValue(f"{name} values (RDB type {rdb_type}) are not supported yet")
+    raise UnsupportedValue(f"{name} values (RDB type {rdb_type}) are not supported")

@@ -625,6 +625,20 @@ ERRORS = {
         b"k",
         "LZF",
     ),
+    "huge length": (
+        _key(0, b"k", b"\x81" + (2**62).to_bytes(8, "big") + b"abc"),
+        RdbCorruptionError,
+        33,
+        b"k",
+        "truncated RDB file: 4611686018427387904 bytes needed, 12 left",
+    ),
+    "huge LZF": (
+        _key(0, b"k", b"\xc3" + _len(3) + b"\x81" + (2**40).to_bytes(8, "big") + b"\x00ab"),
+        RdbCorruptionError,
+        12,
+        b"k",
+        "LZF string of 3 bytes claims 1099511627776",
+    ),
     "quicklist container": (
         _key(18, b"k", _len(1) + b"\x03" + _str(b"x")),
         RdbCorruptionError,
@@ -650,6 +664,25 @@ def test_handmade_errors(name: str) -> None:
     assert type(error) is kind
     assert (error.path, error.offset, getattr(error, "key", None)) == ("h.rdb", offset, key)
     assert message in str(error)
+
+
+class _Trickle(io.RawIOBase):
+    """A file that returns at most 3 bytes a read, as a pipe or socket may."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = io.BytesIO(data)
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        return self.data.read(min(size, 3) if size >= 0 else 3)
+
+
+def test_short_reads() -> None:
+    data = _rdb(HANDMADE["list ziplist"][0])
+    (item,) = RdbReader(_Trickle(data), "pipe")  # type: ignore[arg-type]
+    assert item.value == HANDMADE["list ziplist"][1]  # type: ignore[union-attr]
 
 
 def test_crc_zero_is_not_checked() -> None:

@@ -46,6 +46,11 @@ from moonish.redis.rdb_values import (
 )
 
 MAGIC = b"REDIS"
+READ_CHUNK_BYTES = 1 << 24
+"""Reads above this size go chunk by chunk, so a damaged length meets the end of the file
+before it allocates its size."""
+LZF_MAX_RATIO = 100
+"""An LZF back reference of 3 bytes expands to at most 264: a larger ratio is damage."""
 MIN_VERSION, MAX_VERSION = 9, 12
 HEADER = struct.Struct(
     "5s"  # magic "REDIS"
@@ -214,12 +219,19 @@ class _Source:
         raise RdbUnsupportedError(message, path=self.path, offset=offset, key=self.key)
 
     def read(self, size_bytes: int) -> bytes:
-        data = self.file.read(size_bytes)
-        if len(data) != size_bytes:
-            self.corrupt(
-                f"truncated RDB file: {size_bytes} bytes needed, {len(data)} left",
-                self.offset + len(data),
-            )
+        data = self.file.read(size_bytes) if size_bytes <= READ_CHUNK_BYTES else b""
+        if len(data) != size_bytes:  # a large or short read: chunk by chunk, to the end
+            chunks, have = [data], len(data)
+            while have < size_bytes:
+                chunk = self.file.read(min(size_bytes - have, READ_CHUNK_BYTES))
+                if not chunk:
+                    self.corrupt(
+                        f"truncated RDB file: {size_bytes} bytes needed, {have} left",
+                        self.offset + have,
+                    )
+                chunks.append(chunk)
+                have += len(chunk)
+            data = b"".join(chunks)
         self.crc = crc64(self.crc, data)
         self.offset += size_bytes
         return data
@@ -263,6 +275,8 @@ class _Source:
         if value == 3:
             compressed_len = self.length()
             plain_len = self.length()
+            if plain_len > LZF_MAX_RATIO * compressed_len:
+                self.corrupt(f"LZF string of {compressed_len} bytes claims {plain_len}", at)
             data = self.read(compressed_len)
             try:
                 plain = lzf.decompress(data, plain_len) if plain_len else b""

@@ -14,6 +14,9 @@ from typing import Any
 
 import redis
 
+from moonish.clock import SYSTEM_CLOCK
+from moonish.log.writer import FsyncPolicy, WriterOptions
+from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.state.values import HASH, LIST, SET, STREAM, STRING, ZSET, Entry
 
 
@@ -50,6 +53,12 @@ def redis_server(workdir: Path, *extra: str) -> Iterator[redis.Redis]:
         client.close()
         process.terminate()
         process.wait(10)
+
+
+def shard_writer(path: Path) -> ShardWriter:
+    """A ShardWriter to compare with Redis: the system clock, no fsync, no sweep thread."""
+    options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=0)
+    return ShardWriter(path, options, SYSTEM_CLOCK)
 
 
 def redis_entry(client: redis.Redis, key: bytes) -> Entry | None:

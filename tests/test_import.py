@@ -291,8 +291,8 @@ def test_rdb_preamble_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_command_without_a_routable_key_is_refused(tmp_path: Path) -> None:
-    aof = copy_aof(tmp_path, b"*3\r\n$6\r\nSWAPDB\r\n$1\r\n0\r\n$1\r\n1\r\n")
-    with pytest.raises(UnsupportedFormatError, match="SWAPDB"):
+    aof = copy_aof(tmp_path, b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nFLUSH\r\n")
+    with pytest.raises(UnsupportedFormatError, match="FUNCTION"):
         import_aof(aof, tmp_path / "data", 1)
 
 

@@ -19,14 +19,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import moonish
-from moonish.clock import SYSTEM_CLOCK
 from moonish.errors import CommandError
 from moonish.log.records import KvChange
-from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.redis.aof import AofCommands, read_manifest
 from moonish.redis.importer import import_aof
 from moonish.state.execute import keys_of
-from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.shard import ShardWriter
 from moonish.state.values import _element_bytes as element_bytes
 from tests.redis_server import (
     comparable,
@@ -35,6 +33,7 @@ from tests.redis_server import (
     redis_server,
     redis_shapes,
     shape,
+    shard_writer,
 )
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "redis-aof"
@@ -44,11 +43,6 @@ FIXTURES = Path(__file__).parent.parent / "fixtures" / "redis-aof"
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
     with redis_server(tmp_path_factory.mktemp("redis")) as client:
         yield client
-
-
-def _writer(path: Path) -> ShardWriter:
-    options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=0)
-    return ShardWriter(path, options, SYSTEM_CLOCK)
 
 
 def check_command(
@@ -84,7 +78,9 @@ def check_command(
         assert exc.message.removeprefix("ERR ") == redis_error, (argv, exc.message, redis_error)
         return
     assert redis_error is None, f"Redis refused {argv!r} ({redis_error}), moonish did not"
-    ops = {c.key: c.op for c in changes if isinstance(c, KvChange) and not c.expired}
+    ops = {
+        c.key: c.op for c in changes if isinstance(c, KvChange) and not c.expired and c.db == db
+    }  # MOVE and SWAPDB also change keys of another db
     ours_all = [writer.keyspace.get(db, key) for key in keys]
     big = [
         key for key, ours in zip(keys, ours_all, strict=True) if (shape(ours) or (0, 0))[1] > 256
@@ -120,6 +116,14 @@ value = st.sampled_from(VALUES)
 number = st.sampled_from([b"0", b"1", b"3", b"-2", b"x"])
 score = st.sampled_from([b"1", b"2.5", b"-1", b"inf", b"nan"])
 stream_id = st.sampled_from([b"1-1", b"2-0", b"2-*", b"0-0", b"5-3", b"3"])
+bit = st.sampled_from([b"0", b"1", b"2"])
+bitop = st.sampled_from([b"AND", b"OR", b"XOR", b"NOT", b"nand"])
+overflow = st.sampled_from([b"WRAP", b"SAT", b"FAIL"])
+bitfield_type = st.sampled_from([b"u1", b"i3", b"u8", b"i8", b"i64", b"u63", b"u64"])
+bit_offset = st.sampled_from([b"0", b"5", b"#1", b"-1"])
+score_bound = st.sampled_from([b"1", b"(1", b"2.5", b"-inf", b"+inf", b"(-1", b"x"])
+lex_bound = st.sampled_from([b"-", b"+", b"[v0", b"(v0", b"[1", b"(", b"x"])
+weight = st.sampled_from([b"1", b"-1", b"0.5", b"inf", b"0", b"x"])
 
 COMMAND = st.one_of(
     st.tuples(st.just(b"SET"), key, value),
@@ -212,6 +216,72 @@ COMMAND = st.one_of(
     st.tuples(st.just(b"LINSERT"), key, st.sampled_from([b"BEFORE", b"AFTER", b"X"]), value, value),
     st.tuples(st.just(b"RPOPLPUSH"), key, key),
     st.tuples(st.sampled_from([b"SETEX", b"PSETEX"]), key, st.just(b"0"), value),
+    # bitmaps and string ranges
+    st.tuples(st.just(b"SETRANGE"), key, st.sampled_from([b"0", b"1", b"3", b"-1", b"x"]), value),
+    st.tuples(st.just(b"SETBIT"), key, st.sampled_from([b"0", b"7", b"9", b"x"]), bit),
+    st.tuples(st.just(b"BITOP"), bitop, key, key, key),
+    st.tuples(st.just(b"BITOP"), st.just(b"NOT"), key, key),
+    st.tuples(
+        st.just(b"BITFIELD"),
+        key,
+        st.just(b"OVERFLOW"),
+        overflow,
+        st.sampled_from([b"INCRBY", b"SET", b"GET"]),
+        bitfield_type,
+        bit_offset,
+        number,
+    ),
+    st.tuples(
+        st.just(b"BITFIELD"),
+        key,
+        st.sampled_from([b"SET", b"INCRBY"]),
+        bitfield_type,
+        bit_offset,
+        number,
+        st.just(b"GET"),
+        bitfield_type,
+        bit_offset,
+    ),
+    # set and sorted set stores, ranges
+    st.tuples(st.sampled_from([b"SINTERSTORE", b"SUNIONSTORE", b"SDIFFSTORE"]), key, key, key),
+    st.tuples(st.just(b"ZREMRANGEBYSCORE"), key, score_bound, score_bound),
+    st.tuples(st.just(b"ZREMRANGEBYRANK"), key, number, number),
+    st.tuples(st.just(b"ZREMRANGEBYLEX"), key, lex_bound, lex_bound),
+    st.tuples(
+        st.sampled_from([b"ZUNIONSTORE", b"ZINTERSTORE", b"ZDIFFSTORE"]),
+        key,
+        st.sampled_from([b"1", b"2"]),
+        key,
+        key,
+    ),
+    st.tuples(
+        st.sampled_from([b"ZUNIONSTORE", b"ZINTERSTORE"]),
+        key,
+        st.just(b"2"),
+        key,
+        key,
+        st.just(b"WEIGHTS"),
+        weight,
+        weight,
+        st.just(b"AGGREGATE"),
+        st.sampled_from([b"SUM", b"MIN", b"MAX"]),
+    ),
+    st.tuples(st.just(b"ZRANGESTORE"), key, key, number, number),
+    st.tuples(st.just(b"ZRANGESTORE"), key, key, score_bound, score_bound, st.just(b"BYSCORE")),
+    st.tuples(
+        st.just(b"ZRANGESTORE"),
+        key,
+        key,
+        lex_bound,
+        lex_bound,
+        st.just(b"BYLEX"),
+        st.just(b"REV"),
+        st.just(b"LIMIT"),
+        number,
+        number,
+    ),
+    st.tuples(st.just(b"MOVE"), key, st.sampled_from([b"0", b"1"])),
+    st.tuples(st.just(b"SWAPDB"), st.just(b"0"), st.sampled_from([b"1", b"0"])),
 )
 
 
@@ -225,11 +295,11 @@ def test_random_commands_match_redis(
 ) -> None:  # fmt: skip
     server.flushall()
     shard_dir = tmp_path_factory.mktemp("shard")
-    with _writer(shard_dir) as writer:
+    with shard_writer(shard_dir) as writer:
         for command in commands:
             check_command(server, writer, 0, list(command))
         state = {(db, key): comparable(entry) for db, key, entry in writer.keyspace.items()}
-    with _writer(shard_dir) as reopened:  # the log replays to the same keyspace
+    with shard_writer(shard_dir) as reopened:  # the log replays to the same keyspace
         replayed = {(db, k): comparable(entry) for db, k, entry in reopened.keyspace.items()}
     assert replayed == state
 
@@ -240,7 +310,7 @@ def test_real_aof_command_by_command(server: redis.Redis, tmp_path: Path, fixtur
     server.flushall()
     appendonlydir = FIXTURES / fixture / "appendonlydir"
     checked = 0
-    with _writer(tmp_path / "shard-0") as writer:
+    with shard_writer(tmp_path / "shard-0") as writer:
         db = 0
         for aof_file in read_manifest(str(appendonlydir)):
             for _, argv in AofCommands(str(appendonlydir / aof_file.name)):
@@ -267,7 +337,7 @@ def test_imported_aof_equals_redis_loading_it(tmp_path: Path) -> None:
     assert report.records > report.commands
     ours = {}
     for shard_dir in moonish.shard_dirs(tmp_path / "data"):
-        with _writer(Path(shard_dir)) as writer:
+        with shard_writer(Path(shard_dir)) as writer:
             ours.update({(db, k): comparable(e) for db, k, e in writer.keyspace.items()})
     with redis_server(copy, "--appendonly", "yes", "--appenddirname", "appendonlydir") as client:
         theirs = {}

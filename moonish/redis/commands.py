@@ -7,7 +7,7 @@ record per key, written as an atomic batch (per shard):
 - key/value pairs (``MSET k1 v1 k2 v2``, ``MSETNX``): one record per pair, ``MSET k1 v1``;
 - source and destination (``RENAME a b``, ``COPY``, ``SMOVE``, ``LMOVE``, ``RPOPLPUSH``,
   ``BLMOVE``, ``BRPOPLPUSH``): the whole command twice, once about each key (``key_pos`` 1, 2);
-- ``FLUSHDB`` / ``FLUSHALL``: no key; every shard gets the record.
+- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB``: no key; every shard gets the record.
 - otherwise the key is the first argument (``BITOP op dest ...``: the destination, argv[2];
   ``XGROUP sub key ...``: argv[2]).
 
@@ -25,10 +25,10 @@ SOURCE_AND_DESTINATION = frozenset(
     {b"RENAME", b"RENAMENX", b"COPY", b"SMOVE", b"LMOVE", b"RPOPLPUSH", b"BLMOVE", b"BRPOPLPUSH"}
 )
 KEY_AT_2 = frozenset({b"BITOP", b"XGROUP"})
-KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL"})
+KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB"})
 NOT_WRITES = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
 NOT_ROUTABLE = frozenset(
-    {b"SWAPDB", b"FUNCTION", b"SCRIPT", b"EVAL", b"EVALSHA", b"FCALL", b"PUBLISH", b"SPUBLISH"}
+    {b"FUNCTION", b"SCRIPT", b"EVAL", b"EVALSHA", b"FCALL", b"PUBLISH", b"SPUBLISH"}
 )
 """Commands whose first argument is not a key: they cannot be routed to one shard."""
 
@@ -40,8 +40,8 @@ def split_command(argv: list[bytes] | tuple[bytes, ...]) -> list[Part]:
     """The records a write command becomes: ``(key, argv, key_pos)`` per affected key.
 
     Raises:
-        UnsupportedFormatError: a keyless command other than FLUSHDB/FLUSHALL (SWAPDB,
-            FUNCTION LOAD, ...), or a command whose arguments do not fit its key layout.
+        UnsupportedFormatError: a keyless command other than FLUSHDB/FLUSHALL/SWAPDB
+            (FUNCTION LOAD, ...), or a command whose arguments do not fit its key layout.
     """
     command = argv[0].upper()
     args = tuple(argv)

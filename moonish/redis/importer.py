@@ -8,7 +8,7 @@ shard ``k``'s range (``k = slot * shards // 16384``). Replay follows Redis's loa
 - a ``MULTI`` ... ``EXEC`` block becomes one atomic batch per shard it touches;
 - a multi-key command (``DEL k1 k2``, ``MSET``, ``RENAME``) becomes one record per key, as one
   atomic batch per shard (see moonish.redis.commands);
-- ``FLUSHDB`` / ``FLUSHALL`` go to every shard;
+- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` go to every shard;
 - an incomplete command or an unfinished ``MULTI`` at the very end of the *last* file is what a
   Redis crash leaves; Redis loads the file without it (``aof-load-truncated yes``) and so do we,
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.

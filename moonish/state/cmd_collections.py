@@ -1,6 +1,6 @@
 """Hash, set and list commands: HSET, HSETNX, HMSET, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM,
-SPOP, SMOVE; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP, LSET, LREM, LTRIM, LINSERT, LMOVE,
-RPOPLPUSH (semantics of Redis 7.0, redis.io/commands)."""
+SPOP, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP,
+LSET, LREM, LTRIM, LINSERT, LMOVE, RPOPLPUSH (semantics of Redis 7.0, redis.io/commands)."""
 
 from __future__ import annotations
 
@@ -170,6 +170,36 @@ def cmd_smove(acc: Access, db: int, argv: list[bytes]) -> Any:
     return 1
 
 
+def store_result(acc: Access, db: int, key: bytes, entry: Entry | None) -> None:
+    """``setKey`` of a *STORE command's result: ``key`` (of any type) is replaced, without
+    expiry; an empty result (``None``) deletes it instead, as Redis does."""
+    if acc.get(db, key) is not None and entry is None:
+        acc.remove(db, key)
+    elif entry is not None:
+        acc.put(db, key, entry)
+
+
+def cmd_setstore(acc: Access, db: int, argv: list[bytes]) -> Any:
+    """SINTERSTORE, SUNIONSTORE, SDIFFSTORE: every source is looked up (WRONGTYPE for any
+    that is not a set) before anything is written; a missing source is an empty set."""
+    parse.arity(argv, -3)
+    sources = []
+    for key in argv[2:]:
+        entry = acc.get(db, key, SET)
+        sources.append(None if entry is None else entry.value)
+    name = argv[0].upper()
+    result: set[bytes]
+    if name == b"SINTERSTORE":
+        present = [s for s in sources if s is not None]
+        result = set.intersection(*present) if len(present) == len(sources) else set()
+    elif name == b"SUNIONSTORE":
+        result = set().union(*(s for s in sources if s is not None))
+    else:
+        result = set(sources[0] or ()).difference(*(s for s in sources[1:] if s is not None))
+    store_result(acc, db, argv[1], Entry(SET, result) if result else None)
+    return len(result)
+
+
 # -- lists ---------------------------------------------------------------------------------
 
 
@@ -319,6 +349,9 @@ COMMANDS = {
     b"SREM": (cmd_srem, [1]),
     b"SPOP": (cmd_spop, [1]),
     b"SMOVE": (cmd_smove, [1, 2]),
+    b"SINTERSTORE": (cmd_setstore, "all"),
+    b"SUNIONSTORE": (cmd_setstore, "all"),
+    b"SDIFFSTORE": (cmd_setstore, "all"),
     b"LPUSH": (cmd_push, [1]),
     b"RPUSH": (cmd_push, [1]),
     b"LPUSHX": (cmd_push, [1]),

@@ -1,5 +1,5 @@
 """Key commands: DEL, UNLINK, RENAME, RENAMENX, COPY, EXPIRE, PEXPIRE, EXPIREAT, PEXPIREAT,
-PERSIST, FLUSHDB, FLUSHALL (semantics of Redis 7.0, redis.io/commands)."""
+PERSIST, FLUSHDB, FLUSHALL, MOVE, SWAPDB (semantics of Redis 7.0, redis.io/commands)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from moonish.errors import CommandError
+from moonish.log.records import MAX_DB
 from moonish.state import parse
 from moonish.state.keyspace import Access
 from moonish.state.values import STREAM, Entry, Stream
@@ -131,6 +132,51 @@ def cmd_flush(acc: Access, db: int, argv: list[bytes]) -> Any:
     return b"OK"
 
 
+def _db_index(value: bytes, message: str | None = None) -> int:
+    """``getIntFromObjectOrReply`` then ``selectDb``'s check. Redis refuses indexes from its
+    ``databases`` setting on (16 by default), which moonish does not know: it refuses what
+    its records cannot hold (above ``MAX_DB``)."""
+    number = parse.integer(value, message or parse.NOT_INTEGER)
+    if not -(2**31) <= number < 2**31:
+        raise CommandError(
+            message or "ERR value is out of range, value must between -2147483648 and 2147483647"
+        )
+    if not 0 <= number <= MAX_DB:
+        raise CommandError("ERR DB index is out of range")
+    return number
+
+
+def cmd_move(acc: Access, db: int, argv: list[bytes]) -> Any:
+    parse.arity(argv, 3)
+    target = _db_index(argv[2])
+    if target == db:
+        raise CommandError("ERR source and destination objects are the same")
+    entry = acc.get(db, argv[1])
+    if entry is None or acc.get(target, argv[1]) is not None:
+        return 0
+    acc.remove(db, argv[1])
+    acc.put(target, argv[1], entry)
+    return 1
+
+
+def cmd_swapdb(acc: Access, db: int, argv: list[bytes]) -> Any:
+    """Swaps two databases: a change for every key of both (each key's new value in each)."""
+    parse.arity(argv, 3)
+    first = _db_index(argv[1], "ERR invalid first DB index")
+    second = _db_index(argv[2], "ERR invalid second DB index")
+    if first == second:
+        return b"OK"
+    keys = {key: None for _, key in acc.keys(first) + acc.keys(second)}
+    held = [(key, acc.get(first, key), acc.get(second, key)) for key in keys]
+    for key, in_first, in_second in held:
+        for number, old, new in ((first, in_first, in_second), (second, in_second, in_first)):
+            if new is not None:
+                acc.put(number, key, new)
+            elif old is not None:
+                acc.remove(number, key)
+    return b"OK"
+
+
 COMMANDS = {
     b"DEL": (cmd_del, "all"),
     b"UNLINK": (cmd_del, "all"),
@@ -144,4 +190,6 @@ COMMANDS = {
     b"PERSIST": (cmd_persist, [1]),
     b"FLUSHDB": (cmd_flush, []),
     b"FLUSHALL": (cmd_flush, []),
+    b"MOVE": (cmd_move, [1]),
+    b"SWAPDB": (cmd_swapdb, []),
 }

@@ -10,7 +10,14 @@ from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError, UnsupportedFormatError
-from moonish.state import cmd_collections, cmd_keys, cmd_sorted, cmd_strings
+from moonish.state import (
+    cmd_bits,
+    cmd_collections,
+    cmd_keys,
+    cmd_sorted,
+    cmd_strings,
+    cmd_zstore,
+)
 from moonish.state.keyspace import Access
 
 Handler = Callable[[Access, int, list[bytes]], Any]
@@ -20,8 +27,12 @@ COMMANDS: dict[bytes, tuple[Handler, Any]] = {
     **cmd_keys.COMMANDS,
     **cmd_collections.COMMANDS,
     **cmd_sorted.COMMANDS,
+    **cmd_bits.COMMANDS,
+    **cmd_zstore.COMMANDS,
 }
-"""Upper-case name -> (handler, key positions: argv indexes, ``"all"`` or ``"pairs"``)."""
+"""Upper-case name -> (handler, key positions: argv indexes, ``"all"``, ``"pairs"``, or a
+function of argv giving the indexes, for commands whose keys depend on their arguments:
+``BITOP op dest src...``, ``ZUNIONSTORE dest numkeys src...``)."""
 
 
 def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
@@ -48,6 +59,8 @@ def keys_of(argv: list[bytes]) -> list[bytes]:
         return argv[1:]
     if positions == "pairs":
         return argv[1::2]
+    if callable(positions):
+        positions = positions(argv)
     return [argv[i] for i in positions if i < len(argv)]
 
 

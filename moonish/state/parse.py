@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -11,7 +12,6 @@ from moonish.errors import CommandError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 _INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
-_FLOAT_BAD = re.compile(rb"[\s_]|\A\Z")
 NOT_INTEGER = "ERR value is not an integer or out of range"
 NOT_FLOAT = "ERR value is not a valid float"
 SYNTAX = "ERR syntax error"
@@ -34,20 +34,54 @@ def integer(value: bytes, message: str = NOT_INTEGER) -> int:
 
 
 def score(value: bytes, message: str = NOT_FLOAT) -> float:
-    """A double as ``strtod`` reads it (``inf``, ``-inf``, exponents); NaN is refused.
+    """A double as Redis's ``string2d`` reads it (src/util.c: ``strtod`` over the whole
+    argument, no leading space, no NaN, no overflow, no non-zero number rounded to zero).
 
     Raises:
         CommandError: ``message``.
     """
-    if _FLOAT_BAD.search(value) is not None:
+    if not value or value[:1].isspace():
         raise CommandError(message)
-    try:
-        number = float(value)
-    except ValueError:
-        raise CommandError(message) from None
-    if math.isnan(number):
+    number, used, erange = strtod(value)
+    if used != len(value) or math.isnan(number) or (erange and number in (0.0, _INF, -_INF)):
         raise CommandError(message)
     return number
+
+
+_INF = math.inf
+# glibc strtod's grammar ("C" locale): leading white space, a sign, then a hexadecimal or
+# decimal number with an optional exponent, inf/infinity, or nan with an optional (chars).
+_STRTOD = re.compile(
+    rb"[ \t\n\v\f\r]*(?P<num>[+-]?(?:"
+    rb"0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
+    rb"|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
+    rb"|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?"
+    rb"|[nN][aA][nN](?:\([0-9A-Za-z_]*\))?))"
+)
+
+
+def strtod(value: bytes) -> tuple[float, int, bool]:
+    """C's ``strtod`` (glibc, correctly rounded) on ``value``: (the number, how many bytes it
+    read, whether it set ``ERANGE``: an overflow to infinity or an underflow). Nothing read
+    gives ``(0.0, 0, False)``."""
+    match = _STRTOD.match(value)
+    if match is None:
+        return 0.0, 0, False
+    text = match["num"].lower()
+    body = text.lstrip(b"+-")
+    negative = text.startswith(b"-")
+    if body.startswith(b"inf"):
+        return (-_INF if negative else _INF), match.end(), False
+    if body.startswith(b"nan"):
+        return math.nan, match.end(), False
+    try:
+        number = float.fromhex(text.decode()) if b"x" in body else float(text)
+    except OverflowError:
+        return (-_INF if negative else _INF), match.end(), True
+    mantissa = body.partition(b"p" if b"x" in body else b"e")[0]
+    nonzero = mantissa.strip(b"0x.") != b""
+    erange = math.isinf(number) or (nonzero and abs(number) < sys.float_info.min)
+    return number, match.end(), erange
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,356 @@
+"""SETRANGE, SETBIT, BITOP, BITFIELD; SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*,
+ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; MOVE, SWAPDB against a real redis-server.
+
+Each case runs the same commands on a redis-server started here and on a ShardWriter, and
+requires the same reply (or error text) for every command, the same keyspace after every
+command (type, value byte for byte, scores as doubles, expiry) in the databases used, the
+``c``/``u``/``d`` of each record matching the key's existence before and after, and the same
+keyspace again after the log is replayed.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+import moonish
+from moonish.errors import CommandError
+from moonish.redis.importer import import_aof
+from moonish.state.shard import ShardWriter
+from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
+
+DBS = (0, 1)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
+    with redis_server(tmp_path_factory.mktemp("redis")) as client:
+        yield client
+
+
+def _redis_state(client: redis.Redis) -> dict[tuple[int, bytes], Any]:
+    state = {}
+    for db in DBS:
+        client.execute_command("SELECT", db)
+        for key in client.scan_iter():
+            state[(db, key)] = comparable(redis_entry(client, key))
+    client.execute_command("SELECT", 0)
+    return state
+
+
+def _our_state(writer: ShardWriter) -> dict[tuple[int, bytes], Any]:
+    return {(db, key): comparable(entry) for db, key, entry in writer.keyspace.items()}
+
+
+def _same_reply(ours: Any, theirs: Any) -> bool:
+    if isinstance(ours, list) and isinstance(theirs, list):
+        return len(ours) == len(theirs) and all(map(_same_reply, ours, theirs))
+    if ours == b"OK":
+        return theirs in (b"OK", True)
+    if isinstance(ours, float):  # a score: Redis replies with its text
+        return math.isclose(ours, float(theirs), rel_tol=0)
+    return bool(ours == theirs)
+
+
+def run(server: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]]) -> list[Any]:
+    """Run ``commands`` (in db 0; ``SELECT`` is not a write) on both and compare after each;
+    returns moonish's replies (a CommandError's text for a refusal)."""
+    server.flushall()
+    replies = []
+    with shard_writer(tmp_path / "shard") as writer:
+        for command in commands:
+            argv = [a.encode() if isinstance(a, str) else a for a in command]
+            before = _redis_state(server)
+            try:
+                theirs: Any = server.execute_command(*argv)
+            except redis.ResponseError as exc:
+                theirs = exc
+            try:
+                result = writer.execute(0, argv)
+            except CommandError as exc:
+                assert isinstance(theirs, redis.ResponseError), (argv, exc.message)
+                assert exc.message.removeprefix("ERR ") == str(theirs), (argv, exc.message)
+                replies.append(exc.message)
+                continue
+            assert not isinstance(theirs, Exception), (argv, theirs, result.reply)
+            assert _same_reply(result.reply, theirs), (argv, result.reply, theirs)
+            replies.append(result.reply)
+            after = _redis_state(server)
+            assert _our_state(writer) == after, argv
+            events = []
+            if result.lsns:
+                events = moonish.read(writer.shard_dir, result.lsns[0], 10_000).events
+            ops = {}
+            for event in events:
+                record = event.record
+                ops[(record.db, record.key)] = record.op
+            for (db, key), op in ops.items():
+                existed, exists = (db, key) in before, (db, key) in after
+                assert op == ("u" if existed and exists else "c" if exists else "d"), argv
+            changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+            assert changed <= ops.keys(), (argv, changed, ops)
+        state = _our_state(writer)
+    with shard_writer(tmp_path / "shard") as reopened:
+        assert _our_state(reopened) == state
+    return replies
+
+
+# -- strings and bitmaps -------------------------------------------------------------------
+
+STRING_CASES: dict[str, list[list[str | bytes]]] = {
+    "SETRANGE pads and overwrites": [
+        ["SETRANGE", "s", "5", "ab"], ["SETRANGE", "s", "1", "xyzxyzxyz"],
+        ["SETRANGE", "s", "0", ""],
+        ["SETRANGE", "missing", "3", ""], ["SETRANGE", "s", "-1", "a"], ["SETRANGE", "s", "x", "a"],
+        ["SETRANGE", "s", "536870911", "ab"], ["SET", "n", "12"], ["SETRANGE", "n", "1", "9"],
+        ["SETRANGE", "s", "0", b"\xff\x00"],
+    ],
+    "SETRANGE wrong type": [
+        ["LPUSH", "l", "a"], ["SETRANGE", "l", "0", "x"], ["SETRANGE", "l", "0", ""],
+        ["SETRANGE", "l", "-1", ""],
+    ],
+    "SETBIT": [
+        ["SETBIT", "b", "7", "1"], ["SETBIT", "b", "7", "1"], ["SETBIT", "b", "0", "1"],
+        ["SETBIT", "b", "0", "0"], ["SETBIT", "b", "100", "0"], ["SETBIT", "b", "3", "2"],
+        ["SETBIT", "b", "-1", "1"], ["SETBIT", "b", "4294967296", "1"], ["SETBIT", "b", "x", "1"],
+        ["SETBIT", "b", "3", "-1"], ["SET", "n", "5"], ["SETBIT", "n", "6", "1"],
+        ["HSET", "h", "f", "v"], ["SETBIT", "h", "0", "1"], ["SETBIT", "h", "x", "1"],
+        ["SETBIT", "b", "#3", "1"],
+    ],
+    "BITOP": [
+        ["SET", "a", b"\xf0\x0f\xaa"], ["SET", "b", b"\xff"], ["SET", "c", ""],
+        ["BITOP", "AND", "d", "a", "b"], ["BITOP", "or", "d", "a", "b", "missing"],
+        ["BITOP", "XOR", "d", "a", "b", "a"], ["BITOP", "NOT", "d", "a"],
+        ["BITOP", "NOT", "d", "a", "b"], ["BITOP", "NAND", "d", "a"],
+        ["BITOP", "AND", "d", "missing", "c"],  # empty result: d is deleted
+        ["LPUSH", "l", "x"], ["BITOP", "OR", "l", "a"],  # a list destination is overwritten
+        ["BITOP", "OR", "d", "a", "l"], ["BITOP", "AND", "c", "c"],
+        ["SET", "e", "v", "EX", "100"], ["BITOP", "OR", "e", "a"],  # the TTL goes too
+        ["SET", "long", "x" * 70], ["BITOP", "AND", "d", "long", "a", "b"],
+        ["BITOP", "NOT", "d", "long"],
+    ],
+    "BITFIELD": [
+        ["BITFIELD", "f", "SET", "u8", "0", "200", "GET", "u8", "0", "GET", "i8", "0"],
+        ["BITFIELD", "f", "INCRBY", "u8", "0", "100"],  # wraps
+        ["BITFIELD", "f", "OVERFLOW", "SAT", "INCRBY", "u8", "0", "300", "INCRBY", "i8", "0",
+         "-300"],
+        ["BITFIELD", "f", "OVERFLOW", "FAIL", "INCRBY", "u8", "0", "300", "INCRBY", "u4", "#3",
+         "3"],
+        ["BITFIELD", "f", "SET", "i64", "#1", "-9223372036854775808", "INCRBY", "i64", "#1",
+         "-1"],
+        ["BITFIELD", "f", "OVERFLOW", "SAT", "INCRBY", "i64", "#1", "-1", "INCRBY", "i64",
+         "#1", "9223372036854775807", "INCRBY", "i64", "#1", "9223372036854775807"],
+        ["BITFIELD", "f", "SET", "u63", "3", "9223372036854775807", "GET", "u63", "3"],
+        ["BITFIELD", "f", "OVERFLOW", "SAT", "SET", "u8", "100", "-1", "SET", "i5", "200",
+         "-100", "OVERFLOW", "WRAP", "SET", "i5", "300", "100", "SET", "u3", "7", "-1"],
+        ["BITFIELD", "f", "GET", "i3", "5", "GET", "u17", "1000"],
+        ["BITFIELD", "g", "OVERFLOW", "FAIL", "INCRBY", "u2", "10", "9"],  # creates "\0\0"
+        ["BITFIELD", "h", "GET", "u8", "0"],  # a read: nothing is created
+        ["BITFIELD", "f", "GET", "u64", "0"], ["BITFIELD", "f", "GET", "i65", "0"],
+        ["BITFIELD", "f", "GET", "x8", "0"], ["BITFIELD", "f", "GET", "u0", "0"],
+        ["BITFIELD", "f", "GET", "u8", "-1"], ["BITFIELD", "f", "GET", "u8", "#-1"],
+        ["BITFIELD", "f", "OVERFLOW", "UP", "GET", "u8", "0"],
+        ["BITFIELD", "f", "INCRBY", "u8", "0"], ["BITFIELD", "f", "FOO"],
+        ["BITFIELD", "f", "SET", "u8", "0", "1.5"], ["BITFIELD", "f"],
+        ["LPUSH", "l", "x"], ["BITFIELD", "l", "GET", "u8", "0"],
+        ["BITFIELD", "l", "SET", "u8", "0", "1"], ["BITFIELD", "l", "SET", "u8", "x", "1"],
+        ["BITFIELD", "f", "OVERFLOW", "WRAP", "INCRBY", "i8", "4", "-129", "INCRBY", "u1",
+         "#0", "3", "SET", "i1", "9", "1", "GET", "i1", "9"],
+        ["SET", "n", "123"], ["BITFIELD", "n", "INCRBY", "u8", "#0", "1"],
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(STRING_CASES))
+def test_strings_and_bits(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, STRING_CASES[name])
+
+
+# -- sets ----------------------------------------------------------------------------------
+
+SET_CASES: dict[str, list[list[str | bytes]]] = {
+    "store": [
+        ["SADD", "a", "1", "2", "3", "x"], ["SADD", "b", "2", "3", "4"], ["SADD", "c", "3", "y"],
+        ["SINTERSTORE", "d", "a", "b"], ["SINTERSTORE", "d", "a", "b", "c"],
+        ["SUNIONSTORE", "d", "a", "b", "missing"], ["SDIFFSTORE", "d", "a", "b", "c"],
+        ["SDIFFSTORE", "d", "missing", "a"],  # empty: d is deleted
+        ["SADD", "d", "z"], ["SINTERSTORE", "d", "a", "missing"],
+        ["SINTERSTORE", "a", "a", "b"],  # a source as destination
+        ["SUNIONSTORE", "a", "a"], ["SDIFFSTORE", "e", "a"], ["SDIFFSTORE", "e", "a", "a"],
+    ],
+    "destinations and wrong types": [
+        ["SADD", "a", "1"], ["SET", "s", "v", "EX", "100"], ["SUNIONSTORE", "s", "a"],
+        ["ZADD", "z", "1", "m"], ["SINTERSTORE", "z", "a", "z"], ["SUNIONSTORE", "z", "missing",
+        "z"], ["SDIFFSTORE", "d", "missing", "z"], ["SINTERSTORE", "d", "missing", "z"],
+        ["SINTERSTORE", "d"], ["RPUSH", "l", "a"], ["SDIFFSTORE", "l", "a"],
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SET_CASES))
+def test_sets(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, SET_CASES[name])
+
+
+# -- sorted sets ---------------------------------------------------------------------------
+
+ZSETUP: list[list[str | bytes]] = [
+    ["ZADD", "z", "1", "a", "2", "b", "2", "c", "3", "d", "-inf", "m", "inf", "n"],
+    ["ZADD", "lex", "0", "a", "0", "b", "0", "c", "0", "d", "0", "e", "0", "f"],
+    ["ZADD", "mixed", "1", "d", "2", "a", "3", "e", "4", "b", "5", "c"],
+]
+ZSET_CASES: dict[str, list[list[str | bytes]]] = {
+    "ZREMRANGEBYSCORE": [
+        *ZSETUP, ["ZREMRANGEBYSCORE", "z", "(1", "2"], ["ZREMRANGEBYSCORE", "z", "5", "1"],
+        ["ZREMRANGEBYSCORE", "z", "x", "1"], ["ZREMRANGEBYSCORE", "z", "nan", "1"],
+        ["ZREMRANGEBYSCORE", "z", " 0x0", "1e400"], ["ZREMRANGEBYSCORE", "z", "", "("],
+        ["ZREMRANGEBYSCORE", "z", "-inf", "(inf"], ["ZREMRANGEBYSCORE", "z", "-inf", "+inf"],
+        ["ZREMRANGEBYSCORE", "missing", "0", "1"], ["SET", "s", "v"],
+        ["ZREMRANGEBYSCORE", "s", "0", "1"], ["ZREMRANGEBYSCORE", "s", "x", "1"],
+    ],
+    "ZREMRANGEBYRANK": [
+        *ZSETUP, ["ZREMRANGEBYRANK", "z", "-2", "-1"], ["ZREMRANGEBYRANK", "z", "3", "1"],
+        ["ZREMRANGEBYRANK", "z", "10", "20"], ["ZREMRANGEBYRANK", "z", "-100", "0"],
+        ["ZREMRANGEBYRANK", "z", "x", "0"], ["ZREMRANGEBYRANK", "z", "0", "100"],
+        ["ZREMRANGEBYRANK", "z", "0", "0"],
+    ],
+    "ZREMRANGEBYLEX": [
+        *ZSETUP, ["ZREMRANGEBYLEX", "lex", "(a", "[c"], ["ZREMRANGEBYLEX", "lex", "[e", "+"],
+        ["ZREMRANGEBYLEX", "lex", "+", "-"], ["ZREMRANGEBYLEX", "lex", "a", "[c"],
+        ["ZREMRANGEBYLEX", "lex", "[a", "+x"], ["ZREMRANGEBYLEX", "lex", "(d", "(d"],
+        ["ZREMRANGEBYLEX", "mixed", "[b", "[d"], ["ZREMRANGEBYLEX", "mixed", "-", "[a"],
+        ["ZREMRANGEBYLEX", "lex", "-", "+"], ["ZREMRANGEBYLEX", "lex", "-", "+"],
+    ],
+    "ZRANGESTORE": [
+        *ZSETUP, ["ZRANGESTORE", "d", "z", "1", "-2"], ["ZRANGESTORE", "d", "z", "0", "1", "REV"],
+        ["ZRANGESTORE", "d", "z", "(1", "3", "BYSCORE"],
+        ["ZRANGESTORE", "d", "z", "3", "(1", "BYSCORE", "REV", "LIMIT", "1", "2"],
+        ["ZRANGESTORE", "d", "z", "-inf", "inf", "BYSCORE", "LIMIT", "2", "-1"],
+        ["ZRANGESTORE", "d", "z", "-inf", "inf", "BYSCORE", "LIMIT", "-1", "2"],
+        ["ZRANGESTORE", "d", "z", "-inf", "inf", "BYSCORE", "LIMIT", "1", "0"],
+        ["ZRANGESTORE", "d", "lex", "[b", "(e", "BYLEX"],
+        ["ZRANGESTORE", "d", "lex", "+", "[b", "BYLEX", "REV", "LIMIT", "1", "10"],
+        ["ZRANGESTORE", "d", "mixed", "[b", "+", "BYLEX"],
+        ["ZRANGESTORE", "d", "mixed", "[c", "-", "BYLEX", "REV"],
+        ["ZRANGESTORE", "d", "z", "0", "-1", "LIMIT", "0", "1"],
+        ["ZRANGESTORE", "d", "z", "0", "-1", "LIMIT", "0", "-1"],
+        ["ZRANGESTORE", "d", "z", "0", "-1", "WITHSCORES"],
+        ["ZRANGESTORE", "d", "z", "0", "-1", "REV", "REV"],
+        ["ZRANGESTORE", "d", "z", "a", "b", "BYLEX", "BYSCORE"],
+        ["ZRANGESTORE", "d", "z", "a", "b", "BYSCORE"], ["ZRANGESTORE", "d", "z", "a", "b"],
+        ["ZRANGESTORE", "d", "lex", "a", "b", "BYLEX"],
+        ["ZRANGESTORE", "d", "missing", "0", "-1"],  # empty: d is deleted
+        ["SET", "s", "v"], ["ZRANGESTORE", "s", "z", "0", "0"],
+        ["ZRANGESTORE", "d", "s", "0", "0"], ["ZRANGESTORE", "d", "z", "5", "1"],
+        ["ZRANGESTORE", "z", "z", "1", "2"],
+    ],
+    "ZUNIONSTORE and ZINTERSTORE": [
+        *ZSETUP, ["SADD", "set", "a", "b", "q"],
+        ["ZUNIONSTORE", "d", "2", "z", "set"], ["ZINTERSTORE", "d", "2", "z", "set"],
+        ["ZUNIONSTORE", "d", "3", "z", "set", "mixed", "WEIGHTS", "2", "-1", "0.5"],
+        ["ZINTERSTORE", "d", "2", "z", "mixed", "WEIGHTS", "0", "1", "AGGREGATE", "MAX"],
+        ["ZUNIONSTORE", "d", "2", "z", "z", "AGGREGATE", "min", "WEIGHTS", "1", "-1"],
+        ["ZUNIONSTORE", "d", "2", "z", "mixed", "WEIGHTS", "inf", "-inf"],
+        ["ZINTERSTORE", "d", "2", "z", "z", "WEIGHTS", "1", "-1"],  # inf + -inf: 0
+        ["ZUNIONSTORE", "d", "1", "z", "WEIGHTS", "0"],  # 0 * inf: 0
+        ["ZINTERSTORE", "d", "2", "z", "missing"],  # empty: d is deleted
+        ["ZUNIONSTORE", "d", "2", "missing", "missing2"],
+        ["ZADD", "p", "0.1", "a", "0.2", "b"], ["ZADD", "q", "0.2", "a", "0.7", "b"],
+        ["ZUNIONSTORE", "d", "3", "p", "q", "p", "WEIGHTS", "3", "0.3", "1e-5"],
+        ["ZINTERSTORE", "d", "2", "p", "q", "AGGREGATE", "SUM", "WEIGHTS", "1.1", "2.2"],
+        ["ZUNIONSTORE", "d", "0", "z"], ["ZUNIONSTORE", "d", "-1", "z"],
+        ["ZUNIONSTORE", "d", "3", "z", "set"], ["ZUNIONSTORE", "d", "x", "z"],
+        ["ZUNIONSTORE", "d", "1", "z", "WEIGHTS"], ["ZUNIONSTORE", "d", "1", "z", "WEIGHTS", "x"],
+        ["ZUNIONSTORE", "d", "1", "z", "WEIGHTS", "nan"],
+        ["ZUNIONSTORE", "d", "1", "z", "WEIGHTS", "1e400"],
+        ["ZUNIONSTORE", "d", "1", "z", "AGGREGATE", "AVG"],
+        ["ZUNIONSTORE", "d", "1", "z", "WITHSCORES"],
+        ["SET", "s", "v"], ["ZUNIONSTORE", "d", "2", "z", "s", "WEIGHTS", "x"],
+        ["ZUNIONSTORE", "s", "1", "set"],  # a string destination is overwritten
+        ["ZINTERSTORE", "set", "2", "set", "z"],
+    ],
+    "ZDIFFSTORE": [
+        *ZSETUP, ["SADD", "set", "a", "b", "q"], ["ZDIFFSTORE", "d", "2", "z", "set"],
+        ["ZDIFFSTORE", "d", "2", "set", "z"], ["ZDIFFSTORE", "d", "2", "z", "z"],
+        ["ZDIFFSTORE", "d", "1", "missing"], ["ZDIFFSTORE", "d", "1", "z", "WEIGHTS", "1"],
+        ["ZDIFFSTORE", "d", "1", "z", "AGGREGATE", "SUM"], ["ZDIFFSTORE", "d", "3", "z", "set",
+        "missing"], ["ZDIFFSTORE", "z", "1", "mixed"],
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ZSET_CASES))
+def test_sorted_sets(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, ZSET_CASES[name])
+
+
+def test_scores_are_doubles_summed_in_redis_order(server: redis.Redis, tmp_path: Path) -> None:
+    """Sources from the smallest to the largest (ties in argument order): the sums round
+    differently in another order."""
+    replies = run(server, tmp_path, [
+        ["ZADD", "x", "1e16", "m", "1", "o"], ["ZADD", "y", "1", "m"], ["ZADD", "w", "-1e16", "m"],
+        ["ZUNIONSTORE", "d", "3", "x", "y", "w"], ["ZUNIONSTORE", "d", "3", "y", "w", "x"],
+        ["ZINTERSTORE", "d", "3", "x", "w", "y"], ["ZADD", "i", "inf", "m"],
+        ["ZADD", "j", "-inf", "m"], ["ZUNIONSTORE", "d", "3", "i", "j", "y"],
+        ["ZUNIONSTORE", "d", "3", "y", "i", "j"],
+    ])  # fmt: skip
+    assert replies[3:6] == [2, 2, 1]
+
+
+# -- MOVE, SWAPDB --------------------------------------------------------------------------
+
+
+def test_move(server: redis.Redis, tmp_path: Path) -> None:
+    run(server, tmp_path, [
+        ["SET", "a", "1", "PX", "100000"], ["HSET", "h", "f", "v"], ["MOVE", "a", "1"],
+        ["MOVE", "a", "1"], ["SET", "a", "2"], ["MOVE", "a", "1"], ["MOVE", "h", "0"],
+        ["MOVE", "h", "x"], ["MOVE", "h", "-1"], ["MOVE", "h", "4294967296"], ["MOVE", "q", "1"],
+        ["MOVE", "h", "1"],
+    ])  # fmt: skip
+
+
+def test_swapdb(server: redis.Redis, tmp_path: Path) -> None:
+    server.flushall()
+    run(server, tmp_path, [
+        ["SET", "a", "1", "PX", "100000"], ["RPUSH", "l", "x"], ["MOVE", "l", "1"],
+        ["RPUSH", "l", "y"], ["SET", "b", "2"], ["MOVE", "b", "1"], ["SWAPDB", "0", "1"],
+        ["SWAPDB", "1", "0"], ["SWAPDB", "0", "0"], ["SWAPDB", "x", "0"], ["SWAPDB", "0", "x"],
+        ["SWAPDB", "0", "-1"], ["SWAPDB", "0", "4294967296"], ["FLUSHDB"], ["SWAPDB", "0", "1"],
+    ])  # fmt: skip
+
+
+def resp(*argv: bytes) -> bytes:
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
+
+
+def test_import_runs_swapdb_on_every_shard_and_store_commands_across_shards(
+    tmp_path: Path,
+) -> None:
+    """SWAPDB reaches every shard; a *STORE whose keys live in several shards runs once over
+    all of them (each shard logs its keys' new values)."""
+    appendonlydir = tmp_path / "appendonlydir"
+    appendonlydir.mkdir()
+    (appendonlydir / "appendonly.aof.manifest").write_text(
+        "file appendonly.aof.1.incr.aof seq 1 type i\n"
+    )
+    keys = [b"k%d" % i for i in range(12)]
+    commands = [resp(b"SADD", key, b"m", key) for key in keys]
+    commands += [resp(b"SADD", b"none", b"x"), resp(b"SUNIONSTORE", b"all", *keys)]
+    commands += [resp(b"SINTERSTORE", b"none", *keys, b"missing")]  # empty: deleted
+    commands += [resp(b"ZUNIONSTORE", b"z", b"3", *keys[:3], b"WEIGHTS", b"1", b"2", b"3")]
+    commands += [resp(b"SELECT", b"0"), resp(b"SWAPDB", b"0", b"3")]
+    (appendonlydir / "appendonly.aof.1.incr.aof").write_bytes(b"".join(commands))
+    import_aof(appendonlydir, tmp_path / "data", 3)
+    found = {}
+    for shard_dir in moonish.shard_dirs(tmp_path / "data"):
+        with shard_writer(Path(shard_dir)) as writer:
+            found.update({(db, key): entry.value for db, key, entry in writer.keyspace.items()})
+    assert {db for db, _ in found} == {3}
+    assert found[(3, b"all")] == {b"m", *keys}
+    assert (3, b"none") not in found
+    assert found[(3, b"z")].scores == {b"m": 6.0, b"k0": 1.0, b"k1": 2.0, b"k2": 3.0}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import random
 import struct
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -688,3 +689,35 @@ def test_short_reads() -> None:
 def test_crc_zero_is_not_checked() -> None:
     data = _rdb(_key(0, b"k", _str(b"v")), crc=False)
     assert [i.key for i in RdbReader(io.BytesIO(data), "h.rdb")] == [b"k"]  # type: ignore[union-attr]
+
+
+def test_aof_base_rdb(tmp_path: Path) -> None:
+    """The RDB base file of a Redis 7 AOF (``aof-use-rdb-preamble yes``, the default), read
+    to its end; its keys are what Redis holds."""
+    workdir = tmp_path / "server"
+    workdir.mkdir()
+    with redis_server(workdir, "--appendonly", "yes", "--aof-use-rdb-preamble", "yes") as c:
+        c.set(b"s", b"v", pxat=FAR_MS)
+        c.rpush(b"l", b"a", 1)
+        c.hset(b"h", b"f", b"v")
+        c.xadd(b"x", {b"f": b"v"}, id=b"1-1")
+        c.bgrewriteaof()
+        deadline = time.monotonic() + 30
+        while c.info("persistence")["aof_rewrite_in_progress"] or not list(
+            (workdir / "appendonlydir").glob("*.base.rdb")
+        ):
+            assert time.monotonic() < deadline, "BGREWRITEAOF did not finish"
+            time.sleep(0.05)
+        keys = [b"h", b"l", b"s", b"x"]
+        expected = dict(zip(keys, redis_entries(c, keys), strict=True))
+    (base,) = (workdir / "appendonlydir").glob("*.base.rdb")
+    items = list(read_rdb(base))
+    assert RdbAux(b"aof-base", b"1") in items
+    found = {i.key: i for i in items if isinstance(i, RdbKey)}
+    assert sorted(found) == keys
+    for key in (b"h", b"l", b"s"):
+        item = found[key]
+        assert comparable(Entry(item.type, item.value, item.expire_at_ms)) == comparable(
+            expected[key]
+        )
+    assert list(found[b"x"].value.entries.items()) == [((1, 1), [b"f", b"v"])]

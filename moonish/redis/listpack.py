@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import struct
 
-_U16 = struct.Struct("<H")
 _U32 = struct.Struct("<I")
 _U32BE = struct.Struct(">I")
 _I16 = struct.Struct("<h")

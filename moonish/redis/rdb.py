@@ -56,12 +56,11 @@ HEADER = struct.Struct(
     "5s"  # magic "REDIS"
     "4s"  # version, 4 ASCII digits ("0010")
 )
-_U8 = struct.Struct("<B")
-_I32 = struct.Struct("<i")  # EXPIRETIME: seconds
-_I64 = struct.Struct("<q")  # EXPIRETIME_MS: milliseconds; the CRC is read as <Q
-_U64 = struct.Struct("<Q")
-_BE32 = struct.Struct(">I")
-_BE64 = struct.Struct(">Q")
+_I32 = struct.Struct("<i")  # EXPIRETIME: seconds since the epoch
+_I64 = struct.Struct("<q")  # EXPIRETIME_MS: ms since the epoch
+_U64 = struct.Struct("<Q")  # the CRC-64
+_BE32 = struct.Struct(">I")  # a 32-bit length
+_BE64 = struct.Struct(">Q")  # a 64-bit length
 
 OP_SLOT_INFO, OP_FUNCTION2, OP_FUNCTION_PRE_GA, OP_MODULE_AUX = 0xF4, 0xF5, 0xF6, 0xF7
 OP_IDLE, OP_FREQ, OP_AUX, OP_RESIZEDB = 0xF8, 0xF9, 0xFA, 0xFB
@@ -291,7 +290,8 @@ class _Source:
 class RdbReader:
     """Reads an RDB file's items in file order, one value in memory at a time.
 
-    ``version`` is set once the header has been read (by the first ``next``)::
+    Iterate it once. ``version`` is set once the header has been read (by the first
+    ``next``), ``checksum`` once the iteration ended::
 
         with open("dump.rdb", "rb") as file:
             for item in RdbReader(file, "dump.rdb"):

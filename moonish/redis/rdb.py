@@ -49,6 +49,9 @@ MAGIC = b"REDIS"
 READ_CHUNK_BYTES = 1 << 24
 """Reads above this size go chunk by chunk, so a damaged length meets the end of the file
 before it allocates its size."""
+CRC_BATCH_BYTES = 1 << 16
+"""Bytes read are added to the CRC this many at a time (one call per small read costs more
+than the CRC itself)."""
 LZF_MAX_RATIO = 100
 """An LZF back reference of 3 bytes expands to at most 264: a larger ratio is damage."""
 MIN_VERSION, MAX_VERSION = 9, 12
@@ -200,12 +203,15 @@ RdbItem = RdbAux | RdbFunction | RdbResizeDb | RdbSlotInfo | RdbKey
 class _Source:
     """Exact reads from a file object, counting the offset and the CRC-64 of what was read."""
 
-    __slots__ = ("crc", "file", "key", "offset", "path", "string_offset")
+    __slots__ = ("_crc", "_unsummed", "_unsummed_bytes", "file", "key", "offset", "path",
+                 "string_offset")  # fmt: skip
 
     def __init__(self, file: IO[bytes], path: str) -> None:
         self.file, self.path = file, path
         self.offset = 0
-        self.crc = 0
+        self._crc = 0
+        self._unsummed: list[bytes] = []  # read, not yet in the CRC: summed in batches
+        self._unsummed_bytes = 0
         self.string_offset = 0
         self.key: bytes | None = None
 
@@ -231,9 +237,20 @@ class _Source:
                 chunks.append(chunk)
                 have += len(chunk)
             data = b"".join(chunks)
-        self.crc = crc64(self.crc, data)
+        self._unsummed.append(data)
+        self._unsummed_bytes += size_bytes
+        if self._unsummed_bytes >= CRC_BATCH_BYTES:
+            self.crc()
         self.offset += size_bytes
         return data
+
+    def crc(self) -> int:
+        """The CRC-64 of every byte read so far."""
+        if self._unsummed:
+            self._crc = crc64(self._crc, b"".join(self._unsummed))
+            self._unsummed.clear()
+            self._unsummed_bytes = 0
+        return self._crc
 
     def byte(self) -> int:
         return self.read(1)[0]
@@ -373,7 +390,7 @@ class RdbReader:
                     src.unsupported(f"unknown opcode or value type 0x{op:02x}", at)
                 expire_at_ms = idle_s = lfu_freq = None
                 record_offset = None
-        expected = src.crc
+        expected = src.crc()
         (stored,) = _U64.unpack(src.read(8))
         self.checksum = stored
         if stored != 0 and stored != expected:

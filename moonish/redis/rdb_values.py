@@ -1,9 +1,11 @@
 """Decoding one RDB value (the bytes after a key's type byte and key) into moonish's form.
 
-The value is returned as ``(type, value)`` in the representation of
-:mod:`moonish.state.values` (string ``bytes``, list ``list[bytes]``, set ``set[bytes]``, zset
-:class:`~moonish.state.values.SortedSet`, hash ``dict[bytes, bytes]``), ready to become an
-:class:`~moonish.state.values.Entry` of a shard's keyspace.
+The value is returned as a :class:`Decoded` ``(type, value, stream, field_expire_at_ms)``,
+``value`` in the representation of :mod:`moonish.state.values` (string ``bytes``, list
+``list[bytes]``, set ``set[bytes]``, zset :class:`~moonish.state.values.SortedSet`, hash
+``dict[bytes, bytes]``, stream :class:`~moonish.state.values.Stream`), ready to become an
+:class:`~moonish.state.values.Entry` of a shard's keyspace; what moonish's forms do not hold
+(a stream's consumer groups, a 7.4 hash's field TTLs) comes beside it.
 
 Value encodings by RDB type byte (Redis ``rdb.h``; ``rdbLoadObject`` in ``rdb.c``)::
 

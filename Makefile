@@ -15,6 +15,9 @@ install: $(DEV)
 install-base: $(BASE)
 
 $(BIN)/python:
+	@# python-lzf (the RDB reader's LZF strings) ships as source only: it needs a C compiler.
+	command -v cc >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 

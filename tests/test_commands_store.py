@@ -1,5 +1,6 @@
 """SETRANGE, SETBIT, BITOP, BITFIELD; SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*,
-ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; MOVE, SWAPDB against a real redis-server.
+ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; SORT … STORE; MOVE, SWAPDB against a real
+redis-server.
 
 Each case runs the same commands on a redis-server started here and on a ShardWriter, and
 requires the same reply (or error text) for every command, the same keyspace after every
@@ -302,6 +303,71 @@ def test_scores_are_doubles_summed_in_redis_order(server: redis.Redis, tmp_path:
     assert replies[3:6] == [2, 2, 1]
 
 
+# -- SORT … STORE --------------------------------------------------------------------------
+
+SORT_SETUP: list[list[str | bytes]] = [
+    ["RPUSH", "l", "3", "10", "2.5", "-1", "10", "0x10", " 7"],
+    ["RPUSH", "words", "b", "a", "c", "B", "", "a"],
+    ["SADD", "s", "5", "3", "x", "1"],
+    ["ZADD", "z", "3", "a", "1", "b", "2", "c"],
+    ["SET", "w_a", "2"],
+    ["SET", "w_b", "2"],
+    ["SET", "w_c", "1"],
+    ["SET", "w_x", "z"],
+    ["HSET", "h_a", "f", "9", "g", "A"],
+    ["HSET", "h_c", "f", "-9"],
+    ["SET", "h_b", "nothash"],
+    ["MSET", "v_a", "x", "v_b", "y", "v_c", "w"],
+]
+SORT_CASES: dict[str, list[list[str | bytes]]] = {
+    "numbers": [
+        *SORT_SETUP, ["SORT", "l", "STORE", "d"], ["SORT", "l", "DESC", "STORE", "d"],
+        ["SORT", "l", "LIMIT", "1", "3", "STORE", "d"], ["SORT", "l", "LIMIT", "-5", "2", "STORE",
+        "d"], ["SORT", "l", "LIMIT", "10", "2", "STORE", "d"],  # empty: d is deleted
+        ["SORT", "l", "LIMIT", "2", "-7", "STORE", "d"], ["SORT", "z", "STORE", "d"],
+        ["SORT", "words", "STORE", "d"],  # not numbers: nothing is stored
+        ["SORT", "s", "STORE", "d"], ["SORT", "missing", "STORE", "d"],
+    ],
+    "alpha": [
+        *SORT_SETUP, ["SORT", "words", "ALPHA", "STORE", "d"],
+        ["SORT", "words", "ALPHA", "DESC", "LIMIT", "0", "3", "STORE", "d"],
+        ["SORT", "s", "ALPHA", "STORE", "d"], ["SORT", "z", "ALPHA", "DESC", "STORE", "d"],
+    ],
+    "by and get": [
+        *SORT_SETUP, ["SORT", "z", "BY", "w_*", "STORE", "d"],
+        ["SORT", "z", "BY", "w_*", "DESC", "STORE", "d"],
+        ["SORT", "z", "BY", "v_*", "ALPHA", "STORE", "d"],
+        ["SORT", "z", "BY", "v_*", "ALPHA", "DESC", "STORE", "d"],
+        ["SORT", "z", "BY", "h_*->f", "GET", "#", "GET", "h_*->g", "GET", "w_*", "STORE", "d"],
+        ["SORT", "z", "BY", "h_*->f", "LIMIT", "1", "1", "STORE", "d"],
+        ["SORT", "words", "BY", "w_*", "ALPHA", "STORE", "d"],
+        ["SORT", "words", "BY", "w_*", "GET", "nostar", "STORE", "d"],
+        ["SORT", "s", "BY", "w_*", "STORE", "d"],  # w_x is not a number
+        ["SORT", "z", "BY", "h_*->", "STORE", "d"], ["SORT", "z", "BY", "*->f", "STORE", "d"],
+    ],
+    "no sort": [
+        *SORT_SETUP, ["SORT", "l", "BY", "nosort", "STORE", "d"],
+        ["SORT", "l", "BY", "nosort", "DESC", "LIMIT", "1", "2", "STORE", "d"],
+        ["SORT", "z", "BY", "nosort", "DESC", "STORE", "d"],
+        ["SORT", "z", "BY", "nosort", "LIMIT", "1", "5", "STORE", "d"],
+        ["SORT", "s", "BY", "nosort", "STORE", "d"],  # a set is sorted ALPHA for STORE
+        ["SORT", "s", "BY", "nosort", "DESC", "STORE", "d"],
+    ],
+    "destinations and errors": [
+        *SORT_SETUP, ["SET", "d", "v", "EX", "100"], ["SORT", "l", "STORE", "d"],
+        ["SORT", "l", "STORE", "d", "STORE", "e"], ["SORT", "w_a", "STORE", "d"],
+        ["SORT", "l", "LIMIT", "1"], ["SORT", "l", "LIMIT", "x", "1", "STORE", "d"],
+        ["SORT", "l", "STORE"], ["SORT", "l", "FOO", "STORE", "d"], ["SORT", "l", "BY"],
+        ["SORT", "l", "STORE", "l"],
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SORT_CASES))
+def test_sort_store(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, SORT_CASES[name])
+
+
 # -- MOVE, SWAPDB --------------------------------------------------------------------------
 
 
@@ -331,8 +397,9 @@ def resp(*argv: bytes) -> bytes:
 def test_import_runs_swapdb_on_every_shard_and_store_commands_across_shards(
     tmp_path: Path,
 ) -> None:
-    """SWAPDB reaches every shard; a *STORE whose keys live in several shards runs once over
-    all of them (each shard logs its keys' new values)."""
+    """SWAPDB reaches every shard; a *STORE whose keys live in several shards, and a SORT
+    that reads BY/GET keys, run once over all of them (each shard logs its keys' new
+    values)."""
     appendonlydir = tmp_path / "appendonlydir"
     appendonlydir.mkdir()
     (appendonlydir / "appendonly.aof.manifest").write_text(
@@ -343,6 +410,14 @@ def test_import_runs_swapdb_on_every_shard_and_store_commands_across_shards(
     commands += [resp(b"SADD", b"none", b"x"), resp(b"SUNIONSTORE", b"all", *keys)]
     commands += [resp(b"SINTERSTORE", b"none", *keys, b"missing")]  # empty: deleted
     commands += [resp(b"ZUNIONSTORE", b"z", b"3", *keys[:3], b"WEIGHTS", b"1", b"2", b"3")]
+    commands += [
+        resp(b"RPUSH", b"srt", b"a", b"b", b"c"),
+        resp(b"MSET", b"w_a", b"3", b"w_b", b"1"),
+    ]
+    commands += [
+        resp(b"SET", b"w_c", b"2"),
+        resp(b"SORT", b"srt", b"BY", b"w_*", b"GET", b"w_*", b"GET", b"#", b"STORE", b"sorted"),
+    ]
     commands += [resp(b"SELECT", b"0"), resp(b"SWAPDB", b"0", b"3")]
     (appendonlydir / "appendonly.aof.1.incr.aof").write_bytes(b"".join(commands))
     import_aof(appendonlydir, tmp_path / "data", 3)
@@ -353,4 +428,5 @@ def test_import_runs_swapdb_on_every_shard_and_store_commands_across_shards(
     assert {db for db, _ in found} == {3}
     assert found[(3, b"all")] == {b"m", *keys}
     assert (3, b"none") not in found
+    assert found[(3, b"sorted")] == [b"1", b"b", b"2", b"c", b"3", b"a"]  # BY/GET: any shard
     assert found[(3, b"z")].scores == {b"m": 6.0, b"k0": 1.0, b"k1": 2.0, b"k2": 3.0}

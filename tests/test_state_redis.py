@@ -123,6 +123,7 @@ bitfield_type = st.sampled_from([b"u1", b"i3", b"u8", b"i8", b"i64", b"u63", b"u
 bit_offset = st.sampled_from([b"0", b"5", b"#1", b"-1"])
 score_bound = st.sampled_from([b"1", b"(1", b"2.5", b"-inf", b"+inf", b"(-1", b"x"])
 lex_bound = st.sampled_from([b"-", b"+", b"[v0", b"(v0", b"[1", b"(", b"x"])
+store = st.sampled_from([b"STORE", b"store"])
 weight = st.sampled_from([b"1", b"-1", b"0.5", b"inf", b"0", b"x"])
 
 COMMAND = st.one_of(
@@ -279,6 +280,20 @@ COMMAND = st.one_of(
         st.just(b"LIMIT"),
         number,
         number,
+    ),
+    st.tuples(st.just(b"SORT"), key, st.sampled_from([b"ALPHA", b"DESC", b"ASC"]), store, key),
+    st.tuples(
+        st.just(b"SORT"),
+        key,
+        st.just(b"BY"),
+        st.sampled_from([b"k*", b"nosort", b"k*->f0"]),
+        st.just(b"GET"),
+        st.sampled_from([b"#", b"k*", b"{t}k*->f1"]),
+        st.just(b"LIMIT"),
+        number,
+        number,
+        store,
+        key,
     ),
     st.tuples(st.just(b"MOVE"), key, st.sampled_from([b"0", b"1"])),
     st.tuples(st.just(b"SWAPDB"), st.just(b"0"), st.sampled_from([b"1", b"0"])),

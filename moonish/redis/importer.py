@@ -51,6 +51,7 @@ from moonish.redis.aof import AofCommands, AofFormatError
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.import_checks import check_descriptors, check_import
 from moonish.redis.slots import shard_of_key
+from moonish.state.cmd_sort import reads_patterns
 from moonish.state.config import CONFIG_NAME, StreamConfig
 from moonish.state.execute import execute, keys_of
 from moonish.state.shard import Prepared, ShardOptions, ShardWriter
@@ -126,6 +127,8 @@ class _Router:
             groups: dict[int, list[bytes]] = {}
             for key in keys_of(argv):
                 groups.setdefault(shard_of_key(key, shards), []).append(key)
+            if name == b"SORT" and shards > 1 and reads_patterns(argv):
+                return self._across(db, argv, now_us, sorted(groups))  # BY/GET keys: anywhere
             if len(groups) <= 1:
                 parts = [(next(iter(groups), 0), argv)]
             elif name in ALL_KEYS:

@@ -14,6 +14,7 @@ from moonish.state import (
     cmd_bits,
     cmd_collections,
     cmd_keys,
+    cmd_sort,
     cmd_sorted,
     cmd_strings,
     cmd_zstore,
@@ -29,6 +30,7 @@ COMMANDS: dict[bytes, tuple[Handler, Any]] = {
     **cmd_sorted.COMMANDS,
     **cmd_bits.COMMANDS,
     **cmd_zstore.COMMANDS,
+    **cmd_sort.COMMANDS,
 }
 """Upper-case name -> (handler, key positions: argv indexes, ``"all"``, ``"pairs"``, or a
 function of argv giving the indexes, for commands whose keys depend on their arguments:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from moonish.errors import CorruptionError, UnsupportedFormatError
+from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import dump_checked, load_checked, replace_atomically
 from moonish.log.segment import list_snapshots
 
@@ -139,3 +139,30 @@ def store_control(shard_dir: str, control: Control) -> None:
         "discarded": [list(span) for span in control.discarded],
     }
     replace_atomically(control_path(shard_dir), [dump_checked(document)])
+
+
+def beyond_end(
+    control: Control | None, next_lsn: int, shard_dir: str, lsn: int
+) -> InvalidArgumentError:
+    """The error for a position ``lsn`` past a log whose next LSN is ``next_lsn`` (after the
+    LSNs a repair discarded, when control.json says the log continues after them)."""
+    end = next_lsn
+    if control is not None and control.next_lsn > end and control.covers(end, control.next_lsn - 1):
+        end = control.next_lsn  # after LSNs a repair discarded
+    return InvalidArgumentError(
+        f"LSN {lsn} is beyond the end of the log; the next LSN is {end}", path=shard_dir, lsn=lsn
+    )
+
+
+def lost_end(control: Control | None, next_lsn: int, path: str, offset: int) -> CorruptionError:
+    """The error for a log that ends at ``next_lsn - 1`` (in segment ``path`` at ``offset``)
+    although control.json says it had reached further: records lost from its end."""
+    reached = control.next_lsn - 1 if control is not None else next_lsn - 1
+    return CorruptionError(
+        f"the log ends at LSN {next_lsn - 1}, but control.json says it had reached "
+        f"LSN {reached}: records were lost from its end (a truncated or removed newest "
+        "segment)",
+        path=path,
+        offset=offset,
+        lsn=next_lsn,
+    )

@@ -37,24 +37,30 @@ import os
 
 from moonish.errors import (
     CorruptionError,
-    InvalidArgumentError,
     LsnDiscardedError,
     LsnNotRetainedError,
     MoonishError,
 )
-from moonish.log.control import Control, control_path, load_control, log_floor
-from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from moonish.log.control import (
+    Control,
+    beyond_end,
+    control_path,
+    load_control,
+    log_floor,
+    lost_end,
+)
+from moonish.log.format import SEGMENT_HEADER_BYTES
 from moonish.log.frames import (
     LATEST,
     LAYOUTS,
     Frame,
     StopKind,
-    header_checksum_holds,
     is_torn_tail,
     scan_frames,
 )
 from moonish.log.segment import (
     decode_segment_header,
+    index_hint,
     index_path,
     list_segments,
     read_index,
@@ -134,14 +140,16 @@ class ShardReader:
             if target < self._next_lsn:
                 raise LsnNotRetainedError(lsn, self._next_lsn, path=self.shard_dir)
             if target > self._next_lsn:
-                raise self._beyond_end(lsn)
+                raise beyond_end(self._control, self._next_lsn, self.shard_dir, lsn)
             return
         if target < bases[0]:
             raise LsnNotRetainedError(lsn, bases[0], path=self.shard_dir)
         base = bases[bisect.bisect_right(bases, target) - 1]
         while True:
             self._open_segment(base)
-            self._offset, self._next_lsn = self._index_hint(base, target)
+            self._offset, self._next_lsn = index_hint(
+                self._fd, self._layout.trailer, self.shard_dir, base, target
+            )
             while self._next_lsn < target:
                 if not self._fetch(target - self._next_lsn):
                     break
@@ -179,7 +187,7 @@ class ShardReader:
                 self._close_segment()
                 self._next_lsn = target
                 return
-            raise self._beyond_end(lsn)
+            raise beyond_end(self._control, self._next_lsn, self.shard_dir, lsn)
 
     def _load_control(self) -> Control | None:
         """The shard's control file, read again only when it was replaced (one stat)."""
@@ -213,7 +221,9 @@ class ShardReader:
         self._open_segment(bases[-1])
         entries = read_index(index_path(self.shard_dir, bases[-1]))
         if entries:
-            self._offset, self._next_lsn = self._index_hint(bases[-1], entries[-1][0])
+            self._offset, self._next_lsn = index_hint(
+                self._fd, self._layout.trailer, self.shard_dir, bases[-1], entries[-1][0]
+            )
         self._checked_from = (self._offset, self._next_lsn)
         while self._fetch(1 << 30):
             pass
@@ -226,7 +236,7 @@ class ShardReader:
                 pass
             torn = os.fstat(self._fd).st_size - self._offset
             if self._end_lost():
-                raise self._lost_end()
+                raise lost_end(self._control, self._next_lsn, self._path, self._offset)
         return torn
 
     @property
@@ -234,40 +244,6 @@ class ShardReader:
         """After :meth:`seek_end`: ``(offset, lsn)`` in the newest segment where its scan
         began (the last verified index entry, else the first record), or ``None``."""
         return self._checked_from
-
-    def _beyond_end(self, lsn: int) -> InvalidArgumentError:
-        control, end = self._control, self._next_lsn
-        if (
-            control is not None
-            and control.next_lsn > end
-            and control.covers(end, control.next_lsn - 1)
-        ):
-            end = control.next_lsn  # after LSNs a repair discarded
-        return InvalidArgumentError(
-            f"LSN {lsn} is beyond the end of the log; the next LSN is {end}",
-            path=self.shard_dir,
-            lsn=lsn,
-        )
-
-    def _index_hint(self, base: int, target: int) -> tuple[int, int]:
-        """(offset, lsn) of a verified frame at or before ``target``: where a scan can start."""
-        entries = read_index(index_path(self.shard_dir, base))
-        i = bisect.bisect_right(entries, (target, 2**64)) - 1
-        size = os.fstat(self._fd).st_size
-        while i >= 0 and not SEGMENT_HEADER_BYTES <= entries[i][1] < size:
-            i -= 1  # an entry into nowhere (damaged, or into a cut tail) is no hint
-        if i >= 0:
-            lsn, offset = entries[i]
-            head = os.pread(self._fd, FRAME_HEADER_BYTES, offset)
-            if len(head) == FRAME_HEADER_BYTES:
-                fields = FRAME_HEADER.unpack(head)
-                if (
-                    fields[2] == lsn
-                    and fields[6] == 0
-                    and (not self._layout.trailer or header_checksum_holds(head, 0))
-                ):
-                    return offset, lsn
-        return SEGMENT_HEADER_BYTES, base
 
     def _open_segment(self, base: int) -> None:
         path = segment_path(self.shard_dir, base)
@@ -433,7 +409,7 @@ class ShardReader:
                 rechecked, size, self._buf = True, os.fstat(fd).st_size, b""
                 continue
             if not sealed:
-                raise self._lost_end()
+                raise lost_end(self._control, self._next_lsn, self._path, self._offset)
             raise CorruptionError(
                 f"{stop.describe()} in a sealed segment (a newer one exists)",
                 path=self._path,
@@ -469,18 +445,6 @@ class ShardReader:
         control.json after its last append, so what it says is then visible."""
         control = self._load_control()
         return control is not None and control.lost_after(self._next_lsn)
-
-    def _lost_end(self) -> CorruptionError:
-        control = self._control
-        reached = control.next_lsn - 1 if control is not None else self._next_lsn - 1
-        return CorruptionError(
-            f"the log ends at LSN {self._next_lsn - 1}, but control.json says it had reached "
-            f"LSN {reached}: records were lost from its end (a truncated or removed newest "
-            "segment)",
-            path=self._path,
-            offset=self._offset,
-            lsn=self._next_lsn,
-        )
 
     def _newer_segments(self) -> list[int]:
         current = -1 if self._base is None else self._base
@@ -529,7 +493,7 @@ class ShardReader:
                 if self._end_lost():
                     if os.fstat(self._fd).st_size > self._offset or self._sealed():
                         return True  # the writer appended (or rotated), then closed
-                    raise self._lost_end()
+                    raise lost_end(self._control, self._next_lsn, self._path, self._offset)
                 return False
         if (
             newer[0] != nxt

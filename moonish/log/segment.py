@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import os
 from dataclasses import dataclass
 
@@ -10,6 +11,8 @@ import crc32c
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.log.format import (
     FORMAT_VERSION,
+    FRAME_HEADER,
+    FRAME_HEADER_BYTES,
     INDEX_ENTRY,
     MAGIC,
     SEGMENT_HEADER,
@@ -22,6 +25,7 @@ from moonish.log.format import (
     parse_segment_name,
     segment_name,
 )
+from moonish.log.frames import header_checksum_holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,3 +228,27 @@ def read_index(path: str) -> list[tuple[int, int]]:
         return []
     usable = len(data) - len(data) % INDEX_ENTRY.size
     return [entry for entry in INDEX_ENTRY.iter_unpack(data[:usable])]
+
+
+def index_hint(fd: int, trailer: bool, shard_dir: str, base: int, target: int) -> tuple[int, int]:
+    """``(offset, lsn)`` of a verified frame at or before LSN ``target`` in the segment of
+    base ``base`` open as ``fd``: where a scan can start (the segment's first record when no
+    index entry holds up). An entry is believed only if the frame header there has that LSN
+    and, for a format with header checksums (``trailer``), a valid one."""
+    entries = read_index(index_path(shard_dir, base))
+    i = bisect.bisect_right(entries, (target, 2**64)) - 1
+    size = os.fstat(fd).st_size
+    while i >= 0 and not SEGMENT_HEADER_BYTES <= entries[i][1] < size:
+        i -= 1  # an entry into nowhere (damaged, or into a cut tail) is no hint
+    if i >= 0:
+        lsn, offset = entries[i]
+        head = os.pread(fd, FRAME_HEADER_BYTES, offset)
+        if len(head) == FRAME_HEADER_BYTES:
+            fields = FRAME_HEADER.unpack(head)
+            if (
+                fields[2] == lsn
+                and fields[6] == 0
+                and (not trailer or header_checksum_holds(head, 0))
+            ):
+                return offset, lsn
+    return SEGMENT_HEADER_BYTES, base

@@ -176,6 +176,8 @@ CASES: dict[str, Case] = {
     "SORT STORE": ([["RPUSH", "l", "3", "1", "2"], ["SET", "d", "x"]],
                    ["SORT", "l", "DESC", "LIMIT", "0", "2", "STORE", "d"], 2, [("d", "u")], "d",
                    ("list", [b"3", b"2"], None)),
+    "PFADD": ([], ["PFADD", "h", "a"], 1, [("h", "c")], "h",
+              ("string", b"HYLL\x01" + bytes(10) + b"\x80q\xa6\x84NW", None)),  # as Redis has it
     "MOVE": ([["SET", "k", "v", "EX", "5"]], ["MOVE", "k", "3"], 1, [("k", "d"), ("k", "c")], "k",
              None),
     "SWAPDB": ([["SET", "a", "1"]], ["SWAPDB", "0", "1"], b"OK", [("a", "d"), ("a", "c")], "a",

@@ -1,6 +1,6 @@
 """SETRANGE, SETBIT, BITOP, BITFIELD; SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*,
-ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; SORT … STORE; MOVE, SWAPDB against a real
-redis-server.
+ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; SORT … STORE; PFADD, PFCOUNT, PFMERGE;
+MOVE, SWAPDB against a real redis-server.
 
 Each case runs the same commands on a redis-server started here and on a ShardWriter, and
 requires the same reply (or error text) for every command, the same keyspace after every
@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import moonish
 from moonish.errors import CommandError
@@ -366,6 +368,62 @@ SORT_CASES: dict[str, list[list[str | bytes]]] = {
 @pytest.mark.parametrize("name", list(SORT_CASES))
 def test_sort_store(server: redis.Redis, tmp_path: Path, name: str) -> None:
     run(server, tmp_path, SORT_CASES[name])
+
+
+# -- HyperLogLog ---------------------------------------------------------------------------
+
+CORRUPT_HLL = b"HYLL\x01" + bytes(11) + b"\x7f\xfe"  # covers 16383 registers, not 16384
+HLL_CASES: dict[str, list[list[str | bytes]]] = {
+    "sparse, dense, cached": [
+        ["PFADD", "h", "a", "b", "c"], ["PFCOUNT", "h"], ["PFADD", "h", "a"], ["PFADD", "h"],
+        ["PFADD", "new"], ["PFADD", "h", *[f"e{i}" for i in range(300)]], ["PFCOUNT", "h"],
+        ["PFCOUNT", "h"], ["PFADD", "g", *[f"x{i}" for i in range(1500)]], ["PFCOUNT", "g"],
+        ["PFADD", "g", *[f"y{i}" for i in range(1500)]], ["PFCOUNT", "g"],  # now dense
+        ["PFMERGE", "m", "h", "new"], ["PFCOUNT", "m"], ["PFMERGE", "m2", "h", "g"],
+        ["PFCOUNT", "m2"], ["PFCOUNT", "h", "g", "missing"], ["PFMERGE", "h", "m"],
+        ["PFMERGE", "h", "g"], ["PFMERGE", "empty"], ["PFMERGE", "empty2", "missing"],
+    ],
+    "wrong types and corrupt": [
+        ["SET", "s", "v"], ["PFADD", "s", "a"], ["PFCOUNT", "s"], ["PFMERGE", "s", "h"],
+        ["PFADD", "h", "a"], ["PFMERGE", "h", "s"], ["PFCOUNT", "h", "s"], ["LPUSH", "l", "a"],
+        ["PFADD", "l", "a"], ["PFCOUNT", "l"], ["PFMERGE", "d", "l"], ["SET", "c", CORRUPT_HLL],
+        ["PFCOUNT", "c"], ["PFCOUNT", "c", "h"], ["PFMERGE", "d", "c"],
+        ["SET", "c2", CORRUPT_HLL[:15] + b"\x80" + CORRUPT_HLL[16:]], ["PFCOUNT", "c2"],
+        ["SET", "t", b"HYLL\x00" + bytes(20)], ["PFCOUNT", "t"],  # dense of the wrong size
+        ["SET", "u", b"HYLL\x02" + bytes(20)], ["PFCOUNT", "u"],
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(HLL_CASES))
+def test_hyperloglog(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, HLL_CASES[name])
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.sampled_from(["PFADD a", "PFADD b", "PFMERGE a b", "PFMERGE c a b", "PFCOUNT a"]),
+            st.lists(st.integers(0, 4000), max_size=200),
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_hyperloglog_bytes_match_redis(
+    server: redis.Redis, tmp_path_factory: pytest.TempPathFactory,
+    batches: list[tuple[str, list[int]]],
+) -> None:  # fmt: skip
+    """Random element batches: sparse opcode splits and merges, promotion to dense at 3000
+    bytes or a run above 32, merges of sparse and dense, the cached cardinality."""
+    commands: list[list[str | bytes]] = []
+    for name, elements in batches:
+        words = name.split()
+        commands.append(words + ([f"{n}" for n in elements] if words[0] == "PFADD" else []))
+    run(server, tmp_path_factory.mktemp("hll"), commands)
 
 
 # -- MOVE, SWAPDB --------------------------------------------------------------------------

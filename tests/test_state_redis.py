@@ -295,6 +295,9 @@ COMMAND = st.one_of(
         store,
         key,
     ),
+    st.tuples(st.just(b"PFADD"), key, value, value),
+    st.tuples(st.just(b"PFCOUNT"), key),
+    st.tuples(st.sampled_from([b"PFMERGE", b"PFCOUNT"]), key, key, key),
     st.tuples(st.just(b"MOVE"), key, st.sampled_from([b"0", b"1"])),
     st.tuples(st.just(b"SWAPDB"), st.just(b"0"), st.sampled_from([b"1", b"0"])),
 )

@@ -178,6 +178,8 @@ CASES: dict[str, Case] = {
                    ("list", [b"3", b"2"], None)),
     "PFADD": ([], ["PFADD", "h", "a"], 1, [("h", "c")], "h",
               ("string", b"HYLL\x01" + bytes(10) + b"\x80q\xa6\x84NW", None)),  # as Redis has it
+    "XSETID": ([["XADD", "x", "1-1", "f", "v"]], ["XSETID", "x", "7-0"], b"OK", [("x", "u")], "x",
+               ("stream", [(b"1-1", {b"f": b"v"})], None)),
     "MOVE": ([["SET", "k", "v", "EX", "5"]], ["MOVE", "k", "3"], 1, [("k", "d"), ("k", "c")], "k",
              None),
     "SWAPDB": ([["SET", "a", "1"]], ["SWAPDB", "0", "1"], b"OK", [("a", "d"), ("a", "c")], "a",

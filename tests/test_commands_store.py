@@ -1,6 +1,6 @@
 """SETRANGE, SETBIT, BITOP, BITFIELD; SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*,
 ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; SORT … STORE; PFADD, PFCOUNT, PFMERGE;
-MOVE, SWAPDB against a real redis-server.
+XSETID; MOVE, SWAPDB against a real redis-server.
 
 Each case runs the same commands on a redis-server started here and on a ShardWriter, and
 requires the same reply (or error text) for every command, the same keyspace after every
@@ -424,6 +424,27 @@ def test_hyperloglog_bytes_match_redis(
         words = name.split()
         commands.append(words + ([f"{n}" for n in elements] if words[0] == "PFADD" else []))
     run(server, tmp_path_factory.mktemp("hll"), commands)
+
+
+# -- XSETID ----------------------------------------------------------------------------------
+
+
+def test_xsetid(server: redis.Redis, tmp_path: Path) -> None:
+    """The last ID it sets decides which IDs XADD accepts next (moonish keeps no
+    ENTRIESADDED/MAXDELETEDID counters, but checks them as Redis does)."""
+    run(server, tmp_path, [
+        ["XADD", "x", "1-1", "f", "v"], ["XSETID", "x", "0-5"], ["XSETID", "x", "5-0"],
+        ["XADD", "x", "3-0", "f", "v"], ["XADD", "x", "5-*", "f", "v"], ["XADD", "x", "*", "g",
+        "w"], ["XSETID", "x", "9999999999999", "ENTRIESADDED", "1"],
+        ["XSETID", "x", "9999999999999", "ENTRIESADDED", "-1"],
+        ["XSETID", "x", "9999999999999", "MAXDELETEDID", "99999999999999-0"],
+        ["XSETID", "x", "9999999999999-3", "MAXDELETEDID", "8-0", "ENTRIESADDED", "5"],
+        ["XADD", "x", "9999999999999-3", "f", "v"], ["XADD", "x", "9999999999999-*", "f", "v"],
+        ["XSETID", "missing", "1-1"], ["SET", "s", "v"], ["XSETID", "s", "1"],
+        ["XSETID", "x", "bad"], ["XSETID", "x", "99999999999999", "FOO"], ["XSETID", "x", "-"],
+        ["XSETID", "x", "99999999999999", "ENTRIESADDED"], ["XTRIM", "x", "MAXLEN", "0"],
+        ["XSETID", "x", "0-1"], ["XADD", "x", "0-2", "f", "v"],  # an empty stream takes any ID
+    ])  # fmt: skip
 
 
 # -- MOVE, SWAPDB --------------------------------------------------------------------------

@@ -295,6 +295,7 @@ COMMAND = st.one_of(
         store,
         key,
     ),
+    st.tuples(st.just(b"XSETID"), key, stream_id),
     st.tuples(st.just(b"PFADD"), key, value, value),
     st.tuples(st.just(b"PFCOUNT"), key),
     st.tuples(st.sampled_from([b"PFMERGE", b"PFCOUNT"]), key, key, key),

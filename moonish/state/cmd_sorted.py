@@ -1,5 +1,5 @@
 """Sorted set and stream commands: ZADD (all flags), ZINCRBY, ZREM, ZPOPMIN, ZPOPMAX; XADD,
-XDEL, XTRIM (semantics of Redis 7.0, redis.io/commands).
+XDEL, XTRIM, XSETID (semantics of Redis 7.0, redis.io/commands).
 
 Approximate trimming (``MAXLEN ~ n``) trims exactly here: Redis promises at least ``n``
 entries kept and trims by whole internal nodes; moonish keeps exactly ``n``.
@@ -231,6 +231,46 @@ def cmd_xtrim(acc: Access, db: int, argv: list[bytes]) -> Any:
     return removed
 
 
+def cmd_xsetid(acc: Access, db: int, argv: list[bytes]) -> Any:
+    """Sets the stream's last ID (what a rewritten AOF writes after a stream's entries).
+    ``ENTRIESADDED`` and ``MAXDELETEDID`` are checked as Redis checks them; moonish keeps
+    neither counter (no image shows them)."""
+    parse.arity(argv, -3)
+    new_id = _stream_id(argv[2])
+    entries_added, i = -1, 3
+    while i < len(argv):
+        option = argv[i].upper()
+        if option == b"ENTRIESADDED" and i + 1 < len(argv):
+            entries_added = parse.integer(argv[i + 1])
+            if entries_added < 0:
+                raise CommandError("ERR entries_added must be positive")
+        elif option == b"MAXDELETEDID" and i + 1 < len(argv):
+            if new_id < _stream_id(argv[i + 1]):
+                raise CommandError(
+                    "ERR The ID specified in XSETID is smaller than the provided "
+                    "max_deleted_entry_id"
+                )
+        else:
+            raise CommandError(parse.SYNTAX)
+        i += 2
+    entry = acc.get(db, argv[1], STREAM)
+    if entry is None:
+        raise CommandError("ERR no such key")
+    stream: Stream = entry.value
+    if stream.entries:
+        if new_id < max(stream.entries):
+            raise CommandError(
+                "ERR The ID specified in XSETID is smaller than the target stream top item"
+            )
+        if entries_added != -1 and len(stream.entries) > entries_added:
+            raise CommandError(
+                "ERR The entries_added specified in XSETID is smaller than the target stream length"
+            )
+    stream.last_id = new_id
+    acc.changed(db, argv[1], entry)
+    return b"OK"
+
+
 COMMANDS = {
     b"ZADD": (cmd_zadd, [1]),
     b"ZINCRBY": (cmd_zincrby, [1]),
@@ -240,4 +280,5 @@ COMMANDS = {
     b"XADD": (cmd_xadd, [1]),
     b"XDEL": (cmd_xdel, [1]),
     b"XTRIM": (cmd_xtrim, [1]),
+    b"XSETID": (cmd_xsetid, [1]),
 }

@@ -1,6 +1,7 @@
 """SETRANGE, SETBIT, BITOP, BITFIELD; SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*,
 ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE, ZDIFFSTORE; SORT … STORE; PFADD, PFCOUNT, PFMERGE;
-XSETID; MOVE, SWAPDB against a real redis-server.
+GEOADD, GEORADIUS/GEORADIUSBYMEMBER … STORE, GEOSEARCHSTORE; XSETID; MOVE, SWAPDB against a
+real redis-server.
 
 Each case runs the same commands on a redis-server started here and on a ShardWriter, and
 requires the same reply (or error text) for every command, the same keyspace after every
@@ -29,6 +30,11 @@ from moonish.state.shard import ShardWriter
 from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
 
 DBS = (0, 1)
+RANDOM: dict[str, Any] = {
+    "deadline": None,
+    "suppress_health_check": [HealthCheck.function_scoped_fixture],
+}
+FAR = "4102444800000"  # 2100-01-01 in ms: an absolute expiry time both sides agree on
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +140,7 @@ STRING_CASES: dict[str, list[list[str | bytes]]] = {
         ["BITOP", "AND", "d", "missing", "c"],  # empty result: d is deleted
         ["LPUSH", "l", "x"], ["BITOP", "OR", "l", "a"],  # a list destination is overwritten
         ["BITOP", "OR", "d", "a", "l"], ["BITOP", "AND", "c", "c"],
-        ["SET", "e", "v", "EX", "100"], ["BITOP", "OR", "e", "a"],  # the TTL goes too
+        ["SET", "e", "v", "PXAT", FAR], ["BITOP", "OR", "e", "a"],  # the TTL goes too
         ["SET", "long", "x" * 70], ["BITOP", "AND", "d", "long", "a", "b"],
         ["BITOP", "NOT", "d", "long"],
     ],
@@ -170,11 +176,6 @@ STRING_CASES: dict[str, list[list[str | bytes]]] = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(STRING_CASES))
-def test_strings_and_bits(server: redis.Redis, tmp_path: Path, name: str) -> None:
-    run(server, tmp_path, STRING_CASES[name])
-
-
 # -- sets ----------------------------------------------------------------------------------
 
 SET_CASES: dict[str, list[list[str | bytes]]] = {
@@ -188,17 +189,12 @@ SET_CASES: dict[str, list[list[str | bytes]]] = {
         ["SUNIONSTORE", "a", "a"], ["SDIFFSTORE", "e", "a"], ["SDIFFSTORE", "e", "a", "a"],
     ],
     "destinations and wrong types": [
-        ["SADD", "a", "1"], ["SET", "s", "v", "EX", "100"], ["SUNIONSTORE", "s", "a"],
+        ["SADD", "a", "1"], ["SET", "s", "v", "PXAT", FAR], ["SUNIONSTORE", "s", "a"],
         ["ZADD", "z", "1", "m"], ["SINTERSTORE", "z", "a", "z"], ["SUNIONSTORE", "z", "missing",
         "z"], ["SDIFFSTORE", "d", "missing", "z"], ["SINTERSTORE", "d", "missing", "z"],
         ["SINTERSTORE", "d"], ["RPUSH", "l", "a"], ["SDIFFSTORE", "l", "a"],
     ],
 }  # fmt: skip
-
-
-@pytest.mark.parametrize("name", list(SET_CASES))
-def test_sets(server: redis.Redis, tmp_path: Path, name: str) -> None:
-    run(server, tmp_path, SET_CASES[name])
 
 
 # -- sorted sets ---------------------------------------------------------------------------
@@ -288,11 +284,6 @@ ZSET_CASES: dict[str, list[list[str | bytes]]] = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(ZSET_CASES))
-def test_sorted_sets(server: redis.Redis, tmp_path: Path, name: str) -> None:
-    run(server, tmp_path, ZSET_CASES[name])
-
-
 def test_scores_are_doubles_summed_in_redis_order(server: redis.Redis, tmp_path: Path) -> None:
     """Sources from the smallest to the largest (ties in argument order): the sums round
     differently in another order."""
@@ -357,18 +348,13 @@ SORT_CASES: dict[str, list[list[str | bytes]]] = {
         ["SORT", "s", "BY", "nosort", "DESC", "STORE", "d"],
     ],
     "destinations and errors": [
-        *SORT_SETUP, ["SET", "d", "v", "EX", "100"], ["SORT", "l", "STORE", "d"],
+        *SORT_SETUP, ["SET", "d", "v", "PXAT", FAR], ["SORT", "l", "STORE", "d"],
         ["SORT", "l", "STORE", "d", "STORE", "e"], ["SORT", "w_a", "STORE", "d"],
         ["SORT", "l", "LIMIT", "1"], ["SORT", "l", "LIMIT", "x", "1", "STORE", "d"],
         ["SORT", "l", "STORE"], ["SORT", "l", "FOO", "STORE", "d"], ["SORT", "l", "BY"],
         ["SORT", "l", "STORE", "l"],
     ],
 }  # fmt: skip
-
-
-@pytest.mark.parametrize("name", list(SORT_CASES))
-def test_sort_store(server: redis.Redis, tmp_path: Path, name: str) -> None:
-    run(server, tmp_path, SORT_CASES[name])
 
 
 # -- HyperLogLog ---------------------------------------------------------------------------
@@ -396,14 +382,7 @@ HLL_CASES: dict[str, list[list[str | bytes]]] = {
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("name", list(HLL_CASES))
-def test_hyperloglog(server: redis.Redis, tmp_path: Path, name: str) -> None:
-    run(server, tmp_path, HLL_CASES[name])
-
-
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(max_examples=60, **RANDOM)
 @given(
     batches=st.lists(
         st.tuples(
@@ -425,6 +404,128 @@ def test_hyperloglog_bytes_match_redis(
         words = name.split()
         commands.append(words + ([f"{n}" for n in elements] if words[0] == "PFADD" else []))
     run(server, tmp_path_factory.mktemp("hll"), commands)
+
+
+# -- geo -----------------------------------------------------------------------------------
+
+GEO_SETUP: list[list[str | bytes]] = [
+    [
+        "GEOADD",
+        "g",
+        "13.361389",
+        "38.115556",
+        "Palermo",
+        "15.087269",
+        "37.502669",
+        "Catania",
+        "12.4964",
+        "41.9028",
+        "Rome",
+        "2.3522",
+        "48.8566",
+        "Paris",
+        "-0.1276",
+        "51.5072",
+        "London",
+        "13.4050",
+        "52.52",
+        "Berlin",
+        "-74.006",
+        "40.7128",
+        "NYC",
+        "151.2093",
+        "-33.8688",
+        "Sydney",
+    ],
+]
+GEO_CASES: dict[str, list[list[str | bytes]]] = {
+    "GEORADIUS and GEORADIUSBYMEMBER": [
+        *GEO_SETUP, ["GEORADIUS", "g", "15", "37", "200", "km", "STORE", "d"],
+        ["GEORADIUS", "g", "15", "37", "200", "km", "STOREDIST", "d"],
+        ["GEORADIUS", "g", "15", "37", "2000", "km", "COUNT", "3", "STORE", "d"],
+        ["GEORADIUS", "g", "15", "37", "2000", "km", "COUNT", "2", "DESC", "STOREDIST", "d"],
+        ["GEORADIUS", "g", "15", "37", "5000", "mi", "ASC", "STOREDIST", "d"],
+        ["GEORADIUS", "g", "15", "37", "20000", "km", "STOREDIST", "d"],
+        ["GEORADIUS", "g", "15", "37", "1", "m", "STORE", "d"],  # empty: d is deleted
+        ["GEORADIUSBYMEMBER", "g", "Rome", "1500", "km", "STOREDIST", "d"],
+        ["GEORADIUSBYMEMBER", "g", "Nope", "1500", "km", "STORE", "d"],
+        ["GEORADIUS", "g", "15", "37", "200", "km", "WITHDIST", "STORE", "d"],
+        ["GEORADIUS", "missing", "15", "37", "200", "km", "STORE", "d"],
+        ["GEORADIUSBYMEMBER", "missing", "x", "y", "z", "STORE", "g2"],
+        ["SET", "s", "v"], ["GEORADIUS", "s", "15", "37", "200", "km", "STORE", "d"],
+        ["GEORADIUS", "g", "15", "37", "x", "km", "STORE", "d"],
+        ["GEORADIUS", "g", "15", "37", "1", "km", "STORE"],
+    ],
+    "GEOSEARCHSTORE": [
+        *GEO_SETUP,
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYBOX", "2000", "1000", "km",
+         "STOREDIST"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMMEMBER", "Paris", "BYRADIUS", "1000", "km", "ASC",
+         "COUNT", "2", "ANY"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMMEMBER", "Sydney", "BYBOX", "100", "100", "ft"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "200", "48", "BYBOX", "2000", "1000", "km"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYRADIUS", "1", "parsec"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYRADIUS", "-1", "m"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYRADIUS", "1", "m", "WITHDIST"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYRADIUS", "1", "m", "ANY"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYRADIUS", "1", "m", "COUNT",
+         "0"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "2", "48", "BYBOX", "1", "m", "x", "km"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMMEMBER", "Paris", "FROMLONLAT", "2", "48", "BYRADIUS",
+         "1", "m"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMMEMBER", "Paris", "BYRADIUS", "1", "m", "BYBOX", "1",
+         "1", "m"],
+        ["GEOSEARCHSTORE", "d", "g", "BYRADIUS", "1", "m", "ASC", "ASC"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMMEMBER", "Paris", "ASC", "ASC", "DESC"],
+        ["GEOADD", "g", "NX", "CH", "0", "0", "Null", "1", "1", "Rome"],
+        ["GEOADD", "g", "NX", "XX", "0", "0", "a"], ["GEOADD", "g", "0", "90", "x"],
+        ["GEOADD", "g", "XX", "0", "0", "y", "1"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "0", "0", "BYRADIUS", "0", "m", "STOREDIST"],
+        ["GEOSEARCHSTORE", "d", "g", "FROMLONLAT", "0.5", "0.5", "BYBOX", "400", "400", "km"],
+    ],
+}  # fmt: skip
+
+
+@settings(max_examples=40, **RANDOM)
+@given(
+    points=st.lists(
+        st.tuples(st.floats(-180, 180), st.floats(-85.05112878, 85.05112878)),
+        min_size=1,
+        max_size=40,
+    ),
+    centre=st.tuples(st.floats(-180, 180), st.floats(-85, 85)),
+    radius_km=st.sampled_from(["0.5", "50", "700", "3000", "9000"]),
+    count=st.sampled_from([[], ["COUNT", "3"], ["COUNT", "5", "DESC"]]),
+)
+def test_geo_searches_match_redis(
+    server: redis.Redis, tmp_path_factory: pytest.TempPathFactory,
+    points: list[tuple[float, float]], centre: tuple[float, float], radius_km: str,
+    count: list[str],
+) -> None:  # fmt: skip
+    """Random points and searches: the members found, their geohashes and distances."""
+    geoadd: list[str | bytes] = ["GEOADD", "g"]
+    for n, (lon, lat) in enumerate(points):
+        geoadd += [repr(lon), repr(lat), f"m{n}"]
+    x, y = repr(centre[0]), repr(centre[1])
+    run(server, tmp_path_factory.mktemp("geo"), [
+        geoadd, ["GEORADIUS", "g", x, y, radius_km, "km", *count, "STOREDIST", "d"],
+        ["GEOSEARCHSTORE", "b", "g", "FROMLONLAT", x, y, "BYBOX", radius_km, radius_km, "km",
+         *count, "STOREDIST"],
+        ["GEORADIUSBYMEMBER", "g", "m0", radius_km, "mi", *count, "STORE", "e"],
+    ])  # fmt: skip
+
+
+ALL_CASES = {
+    f"{family}: {name}": commands
+    for family, cases in [("strings", STRING_CASES), ("sets", SET_CASES), ("zsets", ZSET_CASES),
+                          ("sort", SORT_CASES), ("hll", HLL_CASES), ("geo", GEO_CASES)]
+    for name, commands in cases.items()
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(ALL_CASES))
+def test_case(server: redis.Redis, tmp_path: Path, name: str) -> None:
+    run(server, tmp_path, ALL_CASES[name])
 
 
 # -- XSETID ----------------------------------------------------------------------------------
@@ -453,7 +554,7 @@ def test_xsetid(server: redis.Redis, tmp_path: Path) -> None:
 
 def test_move(server: redis.Redis, tmp_path: Path) -> None:
     run(server, tmp_path, [
-        ["SET", "a", "1", "PX", "100000"], ["HSET", "h", "f", "v"], ["MOVE", "a", "1"],
+        ["SET", "a", "1", "PXAT", FAR], ["HSET", "h", "f", "v"], ["MOVE", "a", "1"],
         ["MOVE", "a", "1"], ["SET", "a", "2"], ["MOVE", "a", "1"], ["MOVE", "h", "0"],
         ["MOVE", "h", "x"], ["MOVE", "h", "-1"], ["MOVE", "h", "4294967296"], ["MOVE", "q", "1"],
         ["MOVE", "h", "1"],
@@ -463,7 +564,7 @@ def test_move(server: redis.Redis, tmp_path: Path) -> None:
 def test_swapdb(server: redis.Redis, tmp_path: Path) -> None:
     server.flushall()
     run(server, tmp_path, [
-        ["SET", "a", "1", "PX", "100000"], ["RPUSH", "l", "x"], ["MOVE", "l", "1"],
+        ["SET", "a", "1", "PXAT", FAR], ["RPUSH", "l", "x"], ["MOVE", "l", "1"],
         ["RPUSH", "l", "y"], ["SET", "b", "2"], ["MOVE", "b", "1"], ["SWAPDB", "0", "1"],
         ["SWAPDB", "1", "0"], ["SWAPDB", "0", "0"], ["SWAPDB", "x", "0"], ["SWAPDB", "0", "x"],
         ["SWAPDB", "0", "-1"], ["SWAPDB", "0", "4294967296"], ["FLUSHDB"], ["SWAPDB", "0", "1"],
@@ -518,8 +619,7 @@ def test_redis_aof_of_these_commands_imports_to_redis_keyspace(tmp_path: Path) -
     into 3 shards holds exactly the keyspace of a redis-server that loads the same AOF. (Not
     always the writer's: a BITFIELD whose every write fails creates a zero string that Redis
     does not propagate.)"""
-    cases = [*STRING_CASES.values(), *SET_CASES.values(), *ZSET_CASES.values(),
-             *SORT_CASES.values(), *HLL_CASES.values()]  # fmt: skip
+    cases = list(ALL_CASES.values())
     workdir = tmp_path / "redis"
     workdir.mkdir()
     aof = ("--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--appendfsync", "always")
@@ -543,6 +643,7 @@ def test_redis_aof_of_these_commands_imports_to_redis_keyspace(tmp_path: Path) -
         "SETRANGE", "SETBIT", "BITOP", "BITFIELD", "SINTERSTORE", "SUNIONSTORE", "SDIFFSTORE",
         "ZREMRANGEBYSCORE", "ZREMRANGEBYRANK", "ZREMRANGEBYLEX", "ZRANGESTORE", "ZUNIONSTORE",
         "ZINTERSTORE", "ZDIFFSTORE", "SORT", "PFADD", "PFCOUNT", "PFMERGE", "SWAPDB",
+        "GEORADIUS", "GEORADIUSBYMEMBER", "GEOSEARCHSTORE",
     }  # fmt: skip
     ours = {}
     for shard_dir in moonish.shard_dirs(tmp_path / "data"):

@@ -13,6 +13,7 @@ from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.state import (
     cmd_bits,
     cmd_collections,
+    cmd_geo,
     cmd_hll,
     cmd_keys,
     cmd_sort,
@@ -33,6 +34,7 @@ COMMANDS: dict[bytes, tuple[Handler, Any]] = {
     **cmd_zstore.COMMANDS,
     **cmd_sort.COMMANDS,
     **cmd_hll.COMMANDS,
+    **cmd_geo.COMMANDS,
 }
 """Upper-case name -> (handler, key positions: argv indexes, ``"all"``, ``"pairs"``, or a
 function of argv giving the indexes, for commands whose keys depend on their arguments:

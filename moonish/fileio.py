@@ -10,7 +10,7 @@ from typing import Any
 import crc32c
 import orjson
 
-from moonish.errors import CorruptionError
+from moonish.errors import CorruptionError, UnsupportedFormatError
 
 
 def fsync_dir(path: str) -> None:
@@ -49,6 +49,29 @@ def dump_checked(document: dict[str, object]) -> bytes:
     space included). ``document`` must be a non-empty object without a ``crc32c`` member."""
     body = orjson.dumps(document, option=orjson.OPT_INDENT_2)[:-2]  # without "\n}"
     return body + CHECKSUM_MARK + b"%d\n}\n" % crc32c.crc32c(body)
+
+
+def read_checked(path: str, form: str, version: int) -> dict[str, Any] | None:
+    """The members of the :func:`dump_checked` document at ``path`` (``None`` when there is
+    no such file), which must say ``"format": form`` and ``"version": version``.
+
+    Raises:
+        CorruptionError: as :func:`load_checked`.
+        UnsupportedFormatError: another format, or a version this build does not read.
+    """
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    document = load_checked(data, path)
+    if document.get("format") != form or document.get("version") != version:
+        raise UnsupportedFormatError(
+            f"not {form} version {version}: {document.get('format')!r} version "
+            f"{document.get('version')!r}",
+            path=path,
+        )
+    return document
 
 
 def load_checked(data: bytes, path: str) -> dict[str, Any]:

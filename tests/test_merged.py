@@ -102,9 +102,16 @@ def test_resuming_from_any_token_gives_exactly_the_rest(
         rest, _ = read_all(root, str(tokens[pick]), data.draw(st.integers(1, 9)))
         assert rest == expected[done:]
     with MergedTail(root) as stream:  # the iterator: same order, per-event tokens
-        events = list(stream)
+        events, event_tokens = [], []
+        for event in stream:
+            events.append(event)
+            event_tokens.append(stream.token)
         assert [(e.commit_us, e.shard, e.lsn) for e in events] == expected
         assert stream.token == (tokens[-1] if tokens else Token.start(3))
+    if event_tokens:  # resuming from the token after any event gives exactly the rest
+        pick = data.draw(st.integers(0, len(event_tokens) - 1))
+        rest, _ = read_all(root, event_tokens[pick], 1000)
+        assert rest == expected[pick + 1 :]
 
 
 def _emitted_before(rows: list[tuple[int, int, int]], token: Token) -> int:

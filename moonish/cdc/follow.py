@@ -10,7 +10,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 
 class _WatchdogNotices(logging.Filter):
@@ -103,3 +103,40 @@ class ChangeSignal:
             self._observer.stop()
             self._observer.join()
             self._observer = None
+
+
+class Following:
+    """What the tails share: ``close()`` from any thread ends a blocked ``follow`` iteration
+    at once and releases files once, under the lock a poll holds (so a poll in progress
+    finishes first). Subclasses poll under ``_lock``, check ``_closed``, and release their
+    files in :meth:`_release_files`."""
+
+    def __init__(self, signal: ChangeSignal | None) -> None:
+        self._signal = signal
+        self._closed = False  # set by close(), from any thread
+        self._released = False
+        self._lock = threading.Lock()  # held while polling
+
+    def _release_files(self) -> None:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Stop the iteration and release files and watches. Idempotent; may be called from
+        another thread: a blocked ``follow`` iteration wakes and ends at once, and a poll in
+        progress finishes before the files are closed."""
+        self._closed = True
+        if self._signal is not None:
+            self._signal.wake()
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+            if self._signal is not None:
+                self._signal.close()
+            self._release_files()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

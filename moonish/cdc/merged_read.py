@@ -8,7 +8,6 @@ has the user's view.
 from __future__ import annotations
 
 import os
-import threading
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from dataclasses import dataclass
 
 from moonish.cdc.envelope import CONNECTOR
 from moonish.cdc.events import ChangeEvent
-from moonish.cdc.follow import ChangeSignal
+from moonish.cdc.follow import ChangeSignal, Following
 from moonish.cdc.merged import MergedBatch, Resolved, ShardFeed, first_damage, merge
 from moonish.cdc.positions import data_shards, earliest, resolve
 from moonish.cdc.shard_read import DEFAULT_LIMIT, MAX_LIMIT, TAIL_BATCH_RECORDS
@@ -210,7 +209,7 @@ def read_merged(
             feed.close()
 
 
-class MergedTail:
+class MergedTail(Following):
     """Iterate every shard of a data directory after ``position``, merged in commit-time
     order (``moonish.cdc.merged``).
 
@@ -262,14 +261,16 @@ class MergedTail:
         self._resolved_ms = resolved_ms
         self._resolved_us = -1  # the last watermark emitted
         self._resolved_at = 0.0  # time.monotonic() of the last marker
-        self._pending: deque[tuple[ChangeEvent | Resolved, Token]] = deque()
-        self._closed = self._released = False
-        self._lock = threading.Lock()
-        self._signal = ChangeSignal(self._shards, fallback_poll_ms, watch) if follow else None
+        # events (with their batch and index) and markers (batch None) not yet returned
+        self._pending: deque[tuple[ChangeEvent | Resolved, MergedBatch | None, int]] = deque()
+        self._moving: list[int] | None = None  # the position inside a batch being returned
+        super().__init__(ChangeSignal(self._shards, fallback_poll_ms, watch) if follow else None)
 
     @property
     def token(self) -> Token:
         """Where to resume: the position after the last event (or marker) returned."""
+        if self._moving is not None:  # built when asked, not per event
+            return Token(tuple(self._moving))
         return self._token
 
     def __iter__(self) -> Iterator[ChangeEvent | Resolved]:
@@ -323,18 +324,20 @@ class MergedTail:
             if got is None:
                 raise StopIteration
             batch, marker = got
-            token = list(self._token.positions)
-            for i, event in enumerate(batch):
-                index, lsn = batch.position_after(i)
-                token[index] = max(token[index], lsn)
-                self._pending.append((event, Token(tuple(token))))
-            if self._pending:  # records a disabled stream skipped move the position too
-                self._pending[-1] = (self._pending[-1][0], batch.token)
-            else:
-                self._token = batch.token  # only such records: past them, and on
+            self._pending.extend((event, batch, i) for i, event in enumerate(batch))
+            if not batch:
+                self._token = batch.token  # only records a disabled stream skips: past them
             if marker is not None:
-                self._pending.append((marker, marker.token))
-        item, self._token = self._pending.popleft()
+                self._pending.append((marker, None, -1))
+        item, source, i = self._pending.popleft()
+        if source is None or i == len(source) - 1:  # a marker, or a batch's last event
+            self._moving = None  # (its token also covers skipped records after the event)
+            self._token = source.token if source is not None else _marker_token(item)
+        else:
+            if self._moving is None:
+                self._moving = list(self._token.positions)
+            index, lsn = source.position_after(i)
+            self._moving[index] = max(self._moving[index], lsn)
         return item
 
     def batches(self) -> Iterator[MergedBatch | Resolved]:
@@ -351,25 +354,9 @@ class MergedTail:
             if marker is not None:
                 yield marker
 
-    def close(self) -> None:
-        """Stop and release files and watches. Idempotent; any thread."""
-        self._closed = True
-        if self._signal is not None:
-            self._signal.wake()
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-            if self._signal is not None:
-                self._signal.close()
-            for feed in self._feeds:
-                feed.close()
-
-    def __enter__(self) -> MergedTail:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _release_files(self) -> None:
+        for feed in self._feeds:
+            feed.close()
 
 
 def _position(
@@ -386,6 +373,11 @@ def _position(
     root = os.fspath(data_dir)
     owner, token = consumer_start(root, shards, consumer)
     return (root, owner), token
+
+
+def _marker_token(item: ChangeEvent | Resolved) -> Token:
+    assert isinstance(item, Resolved)
+    return item.token
 
 
 def _closed_time(feed: ShardFeed) -> ClosedTime | None:

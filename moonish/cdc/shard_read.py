@@ -23,7 +23,6 @@ Example::
 from __future__ import annotations
 
 import os
-import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +31,7 @@ from typing import Any
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.envelope import CONNECTOR, EnvelopeEncoder
 from moonish.cdc.events import ChangeEvent, EventBatch
-from moonish.cdc.follow import ChangeSignal
+from moonish.cdc.follow import ChangeSignal, Following
 from moonish.cdc.snapshot_rows import cursor_after, snapshot_frames, start_cursor
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError, MoonishError
@@ -172,7 +171,7 @@ def read(
         reader.close()
 
 
-class Tail:
+class Tail(Following):
     """Iterate a shard's events from ``from_lsn`` in LSN order.
 
     Without ``follow`` the iterator ends at the current end of the log. With ``follow`` it
@@ -227,12 +226,8 @@ class Tail:
         self._encoder: EnvelopeEncoder | None = None
         self._damage: MoonishError | None = None  # raised after the events before it
         self._pending: deque[tuple[ChangeEvent, Cursor]] = deque()
-        self._closed = False  # set by close(), from any thread
-        self._released = False
-        self._lock = threading.Lock()  # held while polling; close() releases files under it
-        self._signal = (
-            ChangeSignal(self._reader.shard_dir, fallback_poll_ms, watch) if follow else None
-        )
+        signal = ChangeSignal(self._reader.shard_dir, fallback_poll_ms, watch) if follow else None
+        super().__init__(signal)
 
     @property
     def cursor(self) -> Cursor:
@@ -305,26 +300,8 @@ class Tail:
             self._cursor = _event_cursor(batch.frames[-1], batch.ops[-1])
             yield batch
 
-    def close(self) -> None:
-        """Stop the iteration and release files and watches. Idempotent; may be called from
-        another thread: a blocked ``follow`` iteration wakes and ends at once, and a poll in
-        progress finishes before the files are closed."""
-        self._closed = True
-        if self._signal is not None:
-            self._signal.wake()
-        with self._lock:
-            if self._released:
-                return
-            self._released = True
-            if self._signal is not None:
-                self._signal.close()
-            self._reader.close()
-
-    def __enter__(self) -> Tail:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def _release_files(self) -> None:
+        self._reader.close()
 
 
 tail = Tail

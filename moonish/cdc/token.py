@@ -86,20 +86,6 @@ class Token:
         parts = [_LETTERS[len(digits) - 1] + digits for digits in map(str, self.positions)]
         return f"{VERSION}{len(self.positions)}." + ".".join(parts)
 
-    def next_lsns(self) -> tuple[int, ...]:
-        """Per shard, the first LSN a read from this token wants."""
-        return tuple(lsn + 1 for lsn in self.positions)
-
-    def advanced(self, shard: int, lsn: int) -> Token:
-        """This token with shard ``shard`` at ``lsn`` (a position never moves back here)."""
-        positions = list(self.positions)
-        positions[shard] = max(positions[shard], lsn)
-        return Token(tuple(positions))
-
-    def covers(self, other: Token) -> bool:
-        """Whether every position of this token is at or after ``other``'s."""
-        return all(a >= b for a, b in zip(self.positions, other.positions, strict=True))
-
 
 def _component(part: str, text: str) -> int:
     digits = part[1:]

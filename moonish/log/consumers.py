@@ -59,9 +59,8 @@ from moonish.errors import (
     ConsumerNotFoundError,
     CorruptionError,
     InvalidArgumentError,
-    UnsupportedFormatError,
 )
-from moonish.fileio import dump_checked, fsync_dir, load_checked, replace_atomically
+from moonish.fileio import dump_checked, fsync_dir, read_checked, replace_atomically
 from moonish.log.datadir import (
     check_count,
     check_position,
@@ -165,21 +164,11 @@ def _path(data_dir: str, name: str) -> str:
 
 def _read(data_dir: str, name: str) -> Consumer | None:
     path = _path(data_dir, name)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return None
-    return _parse(load_checked(data, path), path)
+    document = read_checked(path, FORMAT, VERSION)
+    return None if document is None else _parse(document, path)
 
 
 def _parse(document: dict[str, object], path: str) -> Consumer:
-    if document.get("format") != FORMAT or document.get("version") != VERSION:
-        raise UnsupportedFormatError(
-            f"consumer file is not {FORMAT} version {VERSION}: {document.get('format')!r} "
-            f"version {document.get('version')!r}",
-            path=path,
-        )
     try:
         positions = document["positions"]
         if not isinstance(positions, list) or len(positions) != document["shards"]:
@@ -254,6 +243,12 @@ def lost_error(
         requested_lsn=wanted, oldest_lsn=oldest, gone=max(0, oldest - wanted),
         oldest_token=oldest_token, path=_path(data_dir, consumer.name),
     )  # fmt: skip
+
+
+def _marked_lost(root: str, consumer: Consumer, shards: list[str]) -> ConsumerLostError:
+    """The error of a consumer marked ``lost``, naming the shard it was lost in."""
+    k = consumer.lost_shard or 0
+    return lost_error(root, consumer, k, oldest_lsn(shards[k]))
 
 
 # -- the operations ------------------------------------------------------------------------
@@ -363,8 +358,7 @@ def ack(
                 path=_path(root, name),
             )
         if consumer.lost:
-            k = consumer.lost_shard or 0
-            raise lost_error(root, consumer, k, oldest_lsn(shards[k]))
+            raise _marked_lost(root, consumer, shards)
         merged = tuple(map(max, consumer.positions, positions))
         if merged == consumer.positions:
             return consumer
@@ -514,8 +508,7 @@ def register_sink(
     if existing is None:
         return create(root, name, positions, owner=owner, clock=clock)
     if existing.lost:
-        oldest = oldest_lsn(shard_dirs(root)[existing.lost_shard or 0])
-        raise lost_error(root, existing, existing.lost_shard or 0, oldest)
+        raise _marked_lost(root, existing, shard_dirs(root))
     if authoritative and tuple(positions) != existing.positions:
         return seek(root, name, positions, clock=clock)
     return existing

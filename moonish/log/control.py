@@ -34,8 +34,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
-from moonish.fileio import dump_checked, load_checked, replace_atomically
+from moonish.errors import CorruptionError, InvalidArgumentError
+from moonish.fileio import dump_checked, read_checked, replace_atomically
 from moonish.log.segment import list_snapshots
 
 CONTROL_NAME = "control.json"
@@ -102,18 +102,9 @@ def load_control(shard_dir: str) -> Control | None:
         UnsupportedFormatError: another format or a version this build does not read.
     """
     path = control_path(shard_dir)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
+    document = read_checked(path, FORMAT, VERSION)
+    if document is None:
         return None
-    document = load_checked(data, path)
-    if document.get("format") != FORMAT or document.get("version") != VERSION:
-        raise UnsupportedFormatError(
-            f"control file is not {FORMAT} version {VERSION}: "
-            f"{document.get('format')!r} version {document.get('version')!r}",
-            path=path,
-        )
     try:
         shard, next_lsn, clean = document["shard"], document["next_lsn"], document["clean"]
         discarded = tuple((int(a), int(b)) for a, b in document["discarded"])

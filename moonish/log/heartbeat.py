@@ -16,7 +16,8 @@ read the promise, so a machine crash cannot take it back.
 
 File (JSON, with a crc32c as in ``moonish.fileio``)::
 
-    {"shard": 0, "next_lsn": 1235, "closed_us": 1764000000000000, "crc32c": ...}
+    {"format": "moonish-heartbeat", "version": 1, "shard": 0, "next_lsn": 1235,
+     "closed_us": 1764000000000000, "crc32c": ...}
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ import os
 from dataclasses import dataclass
 
 from moonish.errors import CorruptionError, MoonishError
-from moonish.fileio import dump_checked, load_checked, replace_atomically
+from moonish.fileio import dump_checked, read_checked, replace_atomically
 from moonish.log.reader import ShardReader
 
 HEARTBEAT_NAME = "heartbeat.json"
+FORMAT, VERSION = "moonish-heartbeat", 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,14 +51,12 @@ def load_closed_time(shard_dir: str) -> ClosedTime | None:
 
     Raises:
         CorruptionError: the file is damaged (bad checksum or fields).
+        UnsupportedFormatError: another format or version.
     """
     path = heartbeat_path(shard_dir)
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
+    document = read_checked(path, FORMAT, VERSION)
+    if document is None:
         return None
-    document = load_checked(data, path)
     try:
         closed = ClosedTime(
             int(document["shard"]), int(document["next_lsn"]), int(document["closed_us"])
@@ -99,6 +99,8 @@ def commit_before(shard_dir: str, lsn: int) -> int:
 def store_closed_time(shard_dir: str, closed: ClosedTime) -> None:
     """Replace ``heartbeat.json`` atomically (fsynced, directory too)."""
     document: dict[str, object] = {
+        "format": FORMAT,
+        "version": VERSION,
         "shard": closed.shard,
         "next_lsn": closed.next_lsn,
         "closed_us": closed.closed_us,

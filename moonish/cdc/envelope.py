@@ -43,6 +43,8 @@ from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import (
     CHANGE_EXPIRED,
+    CHANGE_FIRST_ROW,
+    CHANGE_LAST_ROW,
     KV_HEAD,
     LENGTHS_STRUCTS,
     Checkpoint,
@@ -65,6 +67,9 @@ FLAG_SNAPSHOT = 0x80
 ``batch_index``/``batch_size`` give the row's position in the snapshot."""
 _U32 = struct.Struct("<I")
 _SNAPSHOT_MARK = {-1: b"first", 0: b"true", 1: b"last"}
+_OP_ROW = ord("r")
+_ROW_MARK = {0: b"true", CHANGE_FIRST_ROW: b"first", CHANGE_LAST_ROW: b"last",
+             CHANGE_FIRST_ROW | CHANGE_LAST_ROW: b"last"}  # fmt: skip
 
 _b64encode = base64.b64encode
 
@@ -365,9 +370,7 @@ class EnvelopeEncoder:
         """(op, envelope) of a kv_change record or a snapshot row: the images are spliced in
         as stored (the writer made them JSON), no JSON is parsed."""
         try:
-            op_code, change_flags, _, db, command, _, before, after = change_fields(
-                payload, snapshot_row=bool(flags & FLAG_SNAPSHOT)
-            )
+            op_code, change_flags, _, db, command, _, before, after = change_fields(payload)
         except PayloadError as exc:
             raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
         before, after = before or b"null", after or b"null"
@@ -375,6 +378,9 @@ class EnvelopeEncoder:
         snapshot = b"false"
         if flags & FLAG_SNAPSHOT:
             snapshot = _SNAPSHOT_MARK[(bidx == bsize - 1) - (bidx == 0 and bsize > 1)]
+            transaction = b"null"
+        elif op_code == _OP_ROW:  # a key an RDB load wrote to the log
+            snapshot = _ROW_MARK[change_flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)]
             transaction = b"null"
         elif flags & FLAG_BATCH:
             transaction = b'{"id":"%d:%d","total_order":%d,"data_collection_order":%d}' % (

@@ -10,10 +10,14 @@ Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``l
     kv_change  := op:u8 change_flags:u8 view:u8 replay:u8 db:u16 reserved:u16
                   bytes(command) bytes(key) bytes(before) bytes(after) bytes(state)
                   argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
+                  [bytes(source)]            only with change_flags bit 2
 
 A kv_change record says what a write did to one key, as the writer's keyspace saw it: ``op``
-is ``c``, ``u`` or ``d`` (ASCII); ``change_flags`` bit 0 marks a delete by expiry, bit 1 a
-record of an AOF import (replayed with Redis's loading semantics); ``view`` is
+is ``c``, ``u``, ``d``, or ``r`` for a key loaded from an RDB file (ASCII); ``change_flags``
+bit 0 marks a delete by expiry, bit 1 a record of an AOF import (replayed with Redis's loading
+semantics), bit 2 a source position after argv (the import's or capture's position in its
+source once this record is written: moonish.redis.source), bits 3 and 4 the first and the
+last row of an RDB load; ``view`` is
 the stream view type in force (``ViewType``; 0: the stream was off, readers skip the record);
 ``before``/``after`` are the images readers put in the envelope as they are (UTF-8 JSON,
 empty for null); ``replay`` says how the writer rebuilds its keyspace from the log: ``1``
@@ -71,6 +75,12 @@ CHANGE_EXPIRED = 1
 CHANGE_LOADING = 2
 """``change_flags`` bit: written by an AOF import, which runs commands as Redis loads an AOF
 (no expiry on access, a past expiry time is set rather than deleting the key)."""
+CHANGE_SOURCE = 4
+"""``change_flags`` bit: a source position (``bytes(source)``) follows argv."""
+CHANGE_FIRST_ROW = 8
+"""``change_flags`` bit: the first ``r`` row of an RDB load (Debezium ``snapshot: "first"``)."""
+CHANGE_LAST_ROW = 16
+"""``change_flags`` bit: the last ``r`` row of an RDB load (Debezium ``snapshot: "last"``)."""
 _CHECKPOINT_HEAD = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
@@ -180,7 +190,8 @@ class KvChange:
     """What one write did to one key (see the module docstring for the fields).
 
     Attributes:
-        op: ``"c"``, ``"u"`` or ``"d"`` (``"r"`` only in snapshot rows, never in a log).
+        op: ``"c"``, ``"u"``, ``"d"``, or ``"r"`` (a key loaded from an RDB file, or a row
+            a reader builds from a snapshot file).
         db: Redis database index.
         command: the command's name as received (``b"HSET"``).
         key: the key.
@@ -192,6 +203,10 @@ class KvChange:
         state: with ``Replay.STATE``, the key's lossless image (``b""``: removed).
         argv: with ``Replay.COMMAND``, the command to run.
         loading: written by an AOF import (see ``CHANGE_LOADING``).
+        source: the source position once this record is written (``b""``: none; see
+            moonish.redis.source for its text form).
+        row: with op ``r``, ``"first"``/``"last"``/``"only"`` for the first/last/only row of
+            an RDB load, else ``""``.
     """
 
     op: str
@@ -206,6 +221,21 @@ class KvChange:
     state: bytes = b""
     argv: tuple[bytes, ...] = ()
     loading: bool = False
+    source: bytes = b""
+    row: str = ""
+
+
+_ROW_FLAGS = {"": 0, "first": CHANGE_FIRST_ROW, "last": CHANGE_LAST_ROW,
+              "only": CHANGE_FIRST_ROW | CHANGE_LAST_ROW}  # fmt: skip
+_ROW_NAMES = {flags: name for name, flags in _ROW_FLAGS.items()}
+
+
+def position_marker(source: bytes) -> KvChange:
+    """A kv_change that changes nothing and only carries the source position ``source``:
+    view 0 (readers skip it, as every record written with the stream off), no key, no
+    command, nothing to replay. Written to shards a command or an import left without a
+    record (moonish.redis.router), so their stored position is current."""
+    return KvChange("u", 0, b"", b"", b"", b"", ViewType.OFF, source=source)
 
 
 Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint | KvChange
@@ -244,9 +274,15 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
     if isinstance(record, KvChange):
         if not 0 <= record.db <= MAX_DB:
             raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
+        flags = (
+            (CHANGE_EXPIRED if record.expired else 0)
+            | (CHANGE_LOADING if record.loading else 0)
+            | (CHANGE_SOURCE if record.source else 0)
+            | _ROW_FLAGS[record.row]
+        )
         head = KV_CHANGE_HEAD.pack(
             ord(record.op),
-            (CHANGE_EXPIRED if record.expired else 0) | (CHANGE_LOADING if record.loading else 0),
+            flags,
             record.view,
             record.replay, record.db, 0,
         )  # fmt: skip
@@ -260,6 +296,8 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
         ]  # fmt: skip
         for arg in argv:
             parts += (_U32.pack(len(arg)), arg)
+        if record.source:
+            parts += (_U32.pack(len(record.source)), record.source)
         return RecordType.KV_CHANGE, b"".join(parts)
     if isinstance(record, Checkpoint):
         head = _CHECKPOINT_HEAD.pack(record.checkpoint_lsn)
@@ -341,12 +379,12 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
     return record
 
 
-KNOWN_CHANGE_FLAGS = CHANGE_EXPIRED | CHANGE_LOADING
+KNOWN_CHANGE_FLAGS = (
+    CHANGE_EXPIRED | CHANGE_LOADING | CHANGE_SOURCE | CHANGE_FIRST_ROW | CHANGE_LAST_ROW
+)
 
 
-def change_fields(
-    payload: bytes, *, snapshot_row: bool = False
-) -> tuple[int, int, int, int, bytes, bytes, bytes, bytes]:
+def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, bytes, bytes]:
     """The fields of a kv_change payload a reader needs, without the replay state:
     ``(op byte, change_flags, view, db, command, key, before, after)``; an image is ``b""``
     for null. Costs a few slices: no JSON is parsed. The whole payload is checked by the same
@@ -354,29 +392,27 @@ def change_fields(
 
     Args:
         payload: the payload bytes.
-        snapshot_row: the payload is a snapshot row built by a reader (op ``r``), not a record.
 
     Raises:
         PayloadError: the payload does not follow the kv_change grammar (see
             :func:`_change_parts`).
     """
-    op, flags, view, _, db, command, key, before, after, _, _ = _change_parts(
-        payload, snapshot_row, False
-    )
+    op, flags, view, _, db, command, key, before, after, _, _, _ = _change_parts(payload, False)
     return op, flags, view, db, command, key, before, after
 
 
 def _change_parts(
-    payload: bytes, snapshot_row: bool, want_argv: bool
-) -> tuple[int, int, int, int, int, bytes, bytes, bytes, bytes, bytes, list[bytes]]:
+    payload: bytes, want_argv: bool
+) -> tuple[int, int, int, int, int, bytes, bytes, bytes, bytes, bytes, list[bytes], bytes]:
     """Every field of a kv_change payload, checked: ``(op, change_flags, view, replay, db,
-    command, key, before, after, state, argv)`` (``argv`` only with ``want_argv``).
+    command, key, before, after, state, argv, source)`` (``argv`` only with ``want_argv``).
 
     Raises:
         PayloadError: a field overruns the payload or bytes are left after the last one; the
-            op is not ``c``/``u``/``d`` (``r`` only in snapshot rows); unknown change flags; a
-            view or replay value out of range; a non-zero reserved field; state or argv
-            where ``replay`` says there are none (or argv missing for replay 1).
+            op is not ``c``/``u``/``d``/``r``; unknown change flags; a source flag with an
+            empty source; first/last row flags on an op other than ``r``; a view or replay
+            value out of range; a non-zero reserved field; state or argv where ``replay``
+            says there are none (or argv missing for replay 1).
     """
     try:  # unrolled: the read path calls this once per kv_change record
         op, flags, view, replay, db, reserved = KV_CHANGE_HEAD.unpack_from(payload, 0)
@@ -404,12 +440,17 @@ def _change_parts(
             if want_argv:
                 argv.append(payload[pos + 4 : pos + 4 + size])
             pos += 4 + size
+        source = b""
+        if flags & CHANGE_SOURCE:
+            (size,) = _U32.unpack_from(payload, pos)
+            source = payload[pos + 4 : pos + 4 + size]
+            pos += 4 + size
     except struct.error as error:
         raise PayloadError(f"kv_change fields overrun the payload: {error}") from None
     if pos != len(payload):
         raise PayloadError(f"kv_change fields end at {pos}, the payload has {len(payload)} bytes")
     if (
-        op not in (_OPS_SNAPSHOT if snapshot_row else _OPS)
+        op not in _OPS
         or flags & ~KNOWN_CHANGE_FLAGS
         or view > ViewType.NEW_AND_OLD_IMAGES
         or replay > Replay.STATE
@@ -417,25 +458,28 @@ def _change_parts(
         or (state and replay != Replay.STATE)
         or (argc and replay != Replay.COMMAND)
         or (not argc and replay == Replay.COMMAND)
+        or (flags & CHANGE_SOURCE and not source)
+        or (flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW) and op != _OP_ROW)
     ):
         raise PayloadError(
             f"bad kv_change header (op {op}, flags {flags}, view {view}, replay {replay}, "
             f"reserved {reserved}, {len(state)} state bytes, {argc} argv)"
         )
-    return op, flags, view, replay, db, command, key, before, after, state, argv
+    return op, flags, view, replay, db, command, key, before, after, state, argv, source
 
 
-_OPS = frozenset(b"cud")
-_OPS_SNAPSHOT = frozenset(b"cudr")
+_OPS = frozenset(b"cudr")
+_OP_ROW = ord("r")
 
 
 def _decode_change(payload: bytes) -> tuple[KvChange, int]:
-    op, flags, view, replay, db, command, key, before, after, state, argv = _change_parts(
-        payload, False, True
+    op, flags, view, replay, db, command, key, before, after, state, argv, source = _change_parts(
+        payload, True
     )
     record = KvChange(
         chr(op), db, command, key, before, after, ViewType(view), bool(flags & CHANGE_EXPIRED),
-        Replay(replay), state, tuple(argv), bool(flags & CHANGE_LOADING),
+        Replay(replay), state, tuple(argv), bool(flags & CHANGE_LOADING), source,
+        _ROW_NAMES[flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)],
     )  # fmt: skip
     return record, len(payload)
 

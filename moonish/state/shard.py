@@ -132,6 +132,9 @@ class ShardWriter:
         self._log = WalWriter(shard_dir, log_options, clock)
         self.shard_dir = self._log.shard_dir
         self.keyspace = Keyspace()
+        self.source = b""
+        """The source position of the last record that carried one (KvChange.source), kept
+        by appends and recovery and stored in snapshots; ``b""`` when none did."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         try:
@@ -296,8 +299,11 @@ class ShardWriter:
         return KvChange("d", db, b"DEL", key, before, b"", config.view, True,
                         Replay.COMMAND, b"", (b"DEL", key))  # fmt: skip
 
-    def append(self, records: list[KvChange], atomic: bool, commit_us: int) -> list[int]:
-        """Append prepared records: each alone, or all as one atomic batch.
+    def append(
+        self, records: list[KvChange], atomic: bool, commit_us: int, source: bytes = b""
+    ) -> list[int]:
+        """Append prepared records: each alone, or all as one atomic batch. A ``source``
+        position rides on the last record, so it is in the log exactly when the records are.
 
         Raises:
             UnavailableError: the log refused an append. The keyspace already holds the
@@ -306,6 +312,8 @@ class ShardWriter:
         """
         if not records:
             return []
+        if source:
+            records[-1] = dataclasses.replace(records[-1], source=source)
         try:
             if atomic:
                 lsns = self._log.append_batch(records, commit_us)
@@ -314,6 +322,8 @@ class ShardWriter:
         except (UnavailableError, OSError) as error:
             self._broken = error
             raise
+        if source:
+            self.source = source
         if self._rotated:
             self._apply_retention()
         return lsns
@@ -398,7 +408,7 @@ class ShardWriter:
             self._log.sync()
             lsn = self._log.next_lsn - 1
             path = write_snapshot(self.shard_dir, self._log.shard_id, lsn,
-                                  self.keyspace, self._clock.now_us())  # fmt: skip
+                                  self.keyspace, self._clock.now_us(), self.source)  # fmt: skip
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
             return path, lsn
 
@@ -413,7 +423,7 @@ class ShardWriter:
             for line in snapshot.images:
                 db, key, entry = entry_from_image(orjson.loads(line))
                 self.keyspace.put(db, key, entry)
-            start = snapshot.lsn + 1
+            start, self.source = snapshot.lsn + 1, snapshot.source
         if start > last:
             return
         reader = ShardReader(self.shard_dir)
@@ -457,6 +467,8 @@ class ShardWriter:
         try:
             record = decode_payload(record_type, payload)
             assert isinstance(record, KvChange)
+            if record.source:
+                self.source = record.source
             if record.replay is Replay.COMMAND:
                 acc = Access(
                     lambda key: self.keyspace, commit_us // 1000, expire=not record.loading

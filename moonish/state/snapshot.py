@@ -3,12 +3,14 @@
 ``<shard_dir>/<lsn:016x>.snap``, UTF-8 NDJSON::
 
     {"format": "moonish-snapshot", "version": 1, "shard": <id>, "lsn": <L>, "keys": <n>,
-     "created_us": <µs since the Unix epoch>}
+     "created_us": <µs since the Unix epoch>[, "source": <source position text>]}
     <lossless image of key 1>            n lines, by db then key bytes (moonish.state.values)
     ...
     {"crc32c": <crc32c of every byte before this line>}
 
-The snapshot holds the effect of every record with LSN <= L and nothing after; it is written
+``source`` is the shard's source position after record L (the last one a record carried,
+moonish.redis.source), absent when it has none. The snapshot holds the effect of every
+record with LSN <= L and nothing after; it is written
 to a temporary name, synced and renamed, so a snapshot file is complete or absent.
 """
 
@@ -49,18 +51,23 @@ class Snapshot:
     lsn: int
     created_us: int
     images: list[bytes]
+    source: bytes = b""
 
 
 def write_snapshot(
-    shard_dir: str, shard: int, lsn: int, keyspace: Keyspace, created_us: int
-) -> str:
-    """Write ``keyspace`` as the snapshot at ``lsn`` and drop all but the newest
-    :data:`KEEP_SNAPSHOTS`; returns the file's path."""
+    shard_dir: str, shard: int, lsn: int, keyspace: Keyspace, created_us: int,
+    source: bytes = b"",
+) -> str:  # fmt: skip
+    """Write ``keyspace`` as the snapshot at ``lsn`` (with the source position ``source``,
+    UTF-8) and drop all but the newest :data:`KEEP_SNAPSHOTS`; returns the file's path."""
     lines = [state_image(db, key, entry) for db, key, entry in keyspace.items()]
-    header = orjson.dumps(
-        {"format": FORMAT, "version": VERSION, "shard": shard, "lsn": lsn, "keys": len(lines),
-         "created_us": created_us}
-    )  # fmt: skip
+    fields: dict[str, object] = {
+        "format": FORMAT, "version": VERSION, "shard": shard, "lsn": lsn, "keys": len(lines),
+        "created_us": created_us,
+    }  # fmt: skip
+    if source:
+        fields["source"] = source.decode()
+    header = orjson.dumps(fields)
     body = b"\n".join([header, *lines]) + b"\n"
     trailer = b'{"crc32c":%d}\n' % crc32c.crc32c(body)
     path = snapshot_path(shard_dir, lsn)
@@ -108,6 +115,9 @@ def read_snapshot(path: str) -> Snapshot:
         shard, lsn, keys, created_us = (
             int(header[name]) for name in ("shard", "lsn", "keys", "created_us")
         )
+        source = header.get("source", "")
+        if not isinstance(source, str):
+            raise TypeError(f"source {source!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"bad snapshot header: {exc!r}", path=path, offset=0) from None
     images = data[:end].split(b"\n")[1:-1]
@@ -115,4 +125,4 @@ def read_snapshot(path: str) -> Snapshot:
         raise CorruptionError(
             f"snapshot has {len(images)} keys, its header says {keys}", path=path, offset=0
         )
-    return Snapshot(path, shard, lsn, created_us, images)
+    return Snapshot(path, shard, lsn, created_us, images, source.encode())

@@ -51,10 +51,10 @@ def test_files_are_named_by_range_and_hold_each_change_once(data: Path, tmp_path
         stats = exporter.run()
     assert stats.records == len(every_event(data)) == 3473
     assert (tmp_path / file_name(0, 1, 700)).exists()
-    assert (tmp_path / file_name(1, 1401, 1574)).exists()
+    assert (tmp_path / file_name(1, 1401, 1575)).exists()  # 1575: the import's position marker
     assert sorted(exported(tmp_path)) == sorted(every_event(data))
     state = orjson.loads((tmp_path / STATE_NAME).read_bytes())
-    assert state["shards"] == {"0": 1900, "1": 1575}
+    assert state["shards"] == {"0": 1900, "1": 1576}
     with Exporter(data, tmp_path) as exporter:  # nothing new: no file, same cursors
         assert exporter.run().files == 0
 
@@ -69,7 +69,7 @@ def test_a_file_placed_before_the_cursor_commit_is_not_written_again(
         {"format": "moonish-export", "version": 1, "shards": {"0": 1001, "1": 1}}
     ))  # fmt: skip
     with Exporter(data, tmp_path, ExportOptions(max_records_per_file=1000)) as exporter:
-        assert exporter.cursors == {0: 1900, 1: 1575}
+        assert exporter.cursors == {0: 1900, 1: 1576}
         assert exporter.run().files == 0
     assert sorted(exported(tmp_path)) == sorted(every_event(data))
 
@@ -114,4 +114,4 @@ def test_follow_writes_aged_files_and_stops_on_sigterm(data: Path, tmp_path: Pat
     process.send_signal(signal.SIGTERM)
     out, _ = process.communicate(timeout=30)
     assert process.returncode == 0
-    assert b"shard 0: 1900, shard 1: 1575" in out
+    assert b"shard 0: 1900, shard 1: 1576" in out

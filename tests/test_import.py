@@ -18,11 +18,14 @@ import hiredis
 import orjson
 import pytest
 
-import moonish.redis.importer
+import moonish.redis.import_shards
 from moonish.cdc import shard_read
 from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
+from moonish.log.reader import ShardReader
+from moonish.log.records import KvChange, decode_payload, position_marker
 from moonish.redis.aof import AofFormatError, read_manifest
 from moonish.redis.importer import import_aof
+from moonish.redis.rdb import RdbCorruptionError
 from moonish.redis.slots import hash_slot, shard_of_slot
 from moonish.state.shard import ShardWriter
 
@@ -125,9 +128,9 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
 
     envelopes = all_envelopes(tmp_path, 4)
     for shard, shard_envelopes in enumerate(envelopes):
-        assert [e["source"]["lsn"] for e in shard_envelopes] == list(
-            range(1, len(shard_envelopes) + 1)
-        )
+        lsns = [e["source"]["lsn"] for e in shard_envelopes]
+        unseen = set(range(1, report.per_shard[shard] + 1)) - set(lsns)
+        assert lsns == sorted(lsns) and unseen == position_markers(tmp_path / f"shard-{shard}")
         for e in shard_envelopes:
             image = e["after"] or e["before"]
             assert crc16_xmodem(key_bytes(image["key"])) % 16384 * 4 // 16384 == shard
@@ -135,6 +138,19 @@ def test_import_counts_per_command_and_per_shard(tmp_path: Path) -> None:
     for shard_envelopes in envelopes:
         assert_op_sequences(shard_envelopes)
         assert {key_bytes((e["after"] or e["before"])["key"]) for e in shard_envelopes} <= named
+
+
+def position_markers(shard_dir: Path) -> set[int]:
+    """LSNs of the records that only carry a source position (readers skip them)."""
+    markers = set()
+    with ShardReader(shard_dir) as reader:
+        reader.seek(1)
+        while frames := reader.poll(4096):
+            for frame in frames:
+                record = decode_payload(frame.record_type, frame.payload)
+                if isinstance(record, KvChange) and record == position_marker(record.source):
+                    markers.add(frame.lsn)
+    return markers
 
 
 def assert_op_sequences(envelopes: list[dict]) -> None:
@@ -216,14 +232,15 @@ def test_select_sets_the_db_of_following_records(tmp_path: Path) -> None:
     assert len(in_db2) < len(envelopes) and {e["source"]["db"] for e in envelopes} == {0, 2}
 
 
-def test_running_again_appends_and_lsns_continue(tmp_path: Path) -> None:
+def test_running_again_writes_nothing_and_a_new_shard_count_is_refused(tmp_path: Path) -> None:
     aof = copy_aof(tmp_path, b"".join(resp(b"INCR", b"n%d" % i) for i in range(40)))
     first = import_aof(aof, tmp_path / "data", 2)
     second = import_aof(aof, tmp_path / "data", 2)
-    assert second.per_shard == first.per_shard
-    assert second.lsn_ranges == [(n + 1, 2 * n) for n in first.per_shard]
+    assert sum(first.per_shard) == 40 + 1 and first.commands == 40  # + a position marker
+    assert second.per_shard == [0, 0] and second.records == 0 and second.commands == 0
+    assert second.resumed_from == [f"{INCR}@{(aof / INCR).stat().st_size}"] * 2
     envelopes = [e for es in all_envelopes(tmp_path / "data", 2) for e in es]
-    assert Counter(e["op"] for e in envelopes) == {"c": 40, "u": 40}
+    assert Counter(e["op"] for e in envelopes) == {"c": 40}
     with pytest.raises(InvalidArgumentError, match="2 shards"):
         import_aof(aof, tmp_path / "data", 3)
 
@@ -283,11 +300,14 @@ def test_annotations_are_skipped_like_redis_does(tmp_path: Path) -> None:
     )
 
 
-def test_rdb_preamble_is_refused(tmp_path: Path) -> None:
+def test_a_damaged_rdb_base_is_an_error_that_leaves_nothing(tmp_path: Path) -> None:
     aof = copy_aof(tmp_path, (SLICE / INCR).read_bytes())
     (aof / "appendonly.aof.1.base.aof").write_bytes(b"REDIS0011\xfa\x09redis-ver")
-    with pytest.raises(UnsupportedFormatError, match="RDB preamble"):
-        import_aof(aof, tmp_path / "data", 1)
+    before = tree(tmp_path)
+    with pytest.raises(RdbCorruptionError, match="truncated RDB file") as info:
+        import_aof(aof, tmp_path / "data", 2)
+    assert info.value.path == str(aof / "appendonly.aof.1.base.aof") and info.value.offset == 20
+    assert tree(tmp_path) == before
 
 
 def test_a_command_without_a_routable_key_is_refused(tmp_path: Path) -> None:
@@ -364,7 +384,7 @@ def test_a_low_soft_descriptor_limit_is_raised_up_to_the_hard_limit(tmp_path: Pa
     writes = [c for c in aof_commands(SLICE) if c[0].upper() not in (b"SELECT", b"MULTI", b"EXEC")]
     assert summary["commands"] == len(writes) and len(summary["per_shard"]) == 400
     assert summary["records"] == sum(summary["per_shard"]) > 0
-    assert len(list((tmp_path / "data").iterdir())) == 400
+    assert len(list((tmp_path / "data").glob("shard-*"))) == 400
 
 
 def test_a_soft_limit_that_cannot_be_raised_refuses(
@@ -397,7 +417,7 @@ def failing_writers(
         opened.append(real(shard_dir, *args))  # type: ignore[arg-type]
         return opened[-1]
 
-    monkeypatch.setattr(moonish.redis.importer, "ShardWriter", writer)
+    monkeypatch.setattr(moonish.redis.import_shards, "ShardWriter", writer)
     return opened
 
 
@@ -419,13 +439,15 @@ def test_a_late_failure_keeps_the_shards_that_were_there(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     data = tmp_path / "data"
-    before = import_aof(SLICE, data, 2)
+    import_aof(SLICE, data, 2)
+    before = [[e["source"] for e in es] for es in all_envelopes(data, 2)]
     failing_writers(monkeypatch, 1, OSError(errno.ENFILE, "Too many open files in system"))
     with pytest.raises(UnavailableError, match="open files in system") as info:
         import_aof(SLICE, data, 2)
     assert info.value.path == str(data / "shard-1")
     monkeypatch.undo()
-    assert [len(es) for es in all_envelopes(data, 2)] == before.per_shard
+    assert [[e["source"] for e in es] for es in all_envelopes(data, 2)] == before
+    assert (data / "source.json").exists()
 
 
 def import_into_a_shard(tmp_path: Path) -> tuple[Path, Path]:
@@ -487,9 +509,8 @@ def import_a_missing_aof_file(tmp_path: Path) -> tuple[Path, Path]:
     return aof, tmp_path / "data"
 
 
-def import_an_rdb_preamble(tmp_path: Path) -> tuple[Path, Path]:
-    aof = copy_aof(tmp_path, (SLICE / INCR).read_bytes())
-    (aof / "appendonly.aof.1.base.aof").write_bytes(b"REDIS0011\xfa\x09redis-ver")
+def import_an_rdb_incremental_file(tmp_path: Path) -> tuple[Path, Path]:
+    aof = copy_aof(tmp_path, b"REDIS0011\xfa\x09redis-ver")
     return aof, tmp_path / "data"
 
 
@@ -507,7 +528,7 @@ def import_an_rdb_preamble(tmp_path: Path) -> tuple[Path, Path]:
         (import_into_other_shards, "the data directory holds shard-7; an import into 2 shards"),
         (import_next_to_a_shard_file, "the data directory holds 'shard-notes.txt', which is not a"),
         (import_a_missing_aof_file, "an AOF file listed in the manifest is missing"),
-        (import_an_rdb_preamble, "AOF file starts with an RDB preamble"),
+        (import_an_rdb_incremental_file, "an incremental AOF file starts with an RDB header"),
     ],
 )
 def test_nonsensical_targets_are_refused_before_creating_anything(

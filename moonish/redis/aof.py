@@ -7,8 +7,8 @@ stream of RESP arrays (one command each) as Redis writes them (``*<argc>\r\n`` t
 ``$<len>\r\n<bytes>\r\n`` per argument); lines starting with ``#`` are annotations that Redis's
 loader skips, and so do we. RESP is parsed with hiredis.
 
-A base file that starts with an RDB preamble (``REDIS``) is refused: moonish imports plain-RESP
-AOFs (``aof-use-rdb-preamble no``).
+A base file that starts with an RDB preamble (``REDIS``, ``aof-use-rdb-preamble yes``) is an RDB
+file: moonish.redis.rdb reads it, :class:`AofCommands` refuses it.
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def read_manifest(appendonlydir: str) -> list[AofFile]:
     return bases + sorted((f for f in files if f.type == "i"), key=lambda f: f.seq)
 
 
-def _resp_bytes(argv: list[bytes]) -> int:
+def resp_bytes(argv: list[bytes]) -> int:
     """Size of ``argv`` as Redis writes it to the AOF."""
     size = 3 + len(str(len(argv)))
     for arg in argv:
@@ -109,8 +109,10 @@ class AofCommands:
         UnsupportedFormatError: a base file with an RDB preamble.
     """
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, start: int = 0) -> None:
         self.path = path
+        self.start = start
+        """Byte offset of the first command to read (a command boundary)."""
         self.trailing_bytes = 0
         self.trailing_offset = 0
 
@@ -123,9 +125,9 @@ class AofCommands:
                     path=self.path,
                     offset=0,
                 )
-            handle.seek(0)
+            handle.seek(self.start)
             reader = hiredis.Reader()
-            pos = fed = 0
+            pos = fed = self.start
             while True:
                 try:
                     item = reader.gets()
@@ -157,7 +159,7 @@ class AofCommands:
                         offset=pos,
                     )
                 yield pos, item
-                pos += _resp_bytes(item)
+                pos += resp_bytes(item)
             if pos > fed:
                 raise AofFormatError(
                     "commands are not in Redis's canonical RESP form", path=self.path, offset=fed

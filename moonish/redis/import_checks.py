@@ -53,7 +53,7 @@ def check_import(
             to be created in a place that is not writable; a hard open-file limit
             (``RLIMIT_NOFILE``) below what ``shards`` writers need (see
             :func:`descriptors_needed`).
-        UnsupportedFormatError: an AOF file with an RDB preamble.
+        UnsupportedFormatError: an incremental AOF file that is an RDB file.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
     if not 1 <= shards <= MAX_SHARDS:
@@ -111,8 +111,8 @@ def _too_few_descriptors(shards: int, needed: int, allowed: int, which: str) -> 
 
 
 def _aof_paths(aof_dir: str) -> list[str]:
-    """The manifest's files as paths, each checked to be a readable file without an RDB
-    preamble."""
+    """The manifest's files as paths, each checked to be a readable file; only the base file
+    may be an RDB file (``aof-use-rdb-preamble yes``), as in Redis's loader."""
     paths = []
     for aof_file in read_manifest(aof_dir):
         name = aof_file.name
@@ -130,10 +130,10 @@ def _aof_paths(aof_dir: str) -> list[str]:
                 head = handle.read(len(RDB_MAGIC))
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read AOF file: {exc.strerror}", path=path) from None
-        if head == RDB_MAGIC:
+        if head == RDB_MAGIC and aof_file.type != "b":
             raise UnsupportedFormatError(
-                "AOF file starts with an RDB preamble; moonish imports plain-RESP AOFs "
-                "(aof-use-rdb-preamble no)",
+                "an incremental AOF file starts with an RDB header; only the base file may "
+                "be an RDB file",
                 path=path,
                 offset=0,
             )
@@ -158,7 +158,18 @@ def _within(path: str, directory: str) -> bool:
     return os.path.commonpath([path, directory]) == directory
 
 
-def _check_target(aof_dir: str, out_dir: str) -> None:
+def check_target(data_dir: str, shards: int, *, source: str) -> None:
+    """The checks of the target :func:`check_import` makes, for another source (an RDB file
+    ``source``): a data directory that makes no sense, or holds other shards.
+
+    Raises:
+        InvalidArgumentError: as :func:`check_import`.
+    """
+    _check_target(source, data_dir, what="RDB file")
+    _check_shard_count(data_dir, shards)
+
+
+def _check_target(aof_dir: str, out_dir: str, what: str = "AOF directory") -> None:
     """Refuse data directories that make no sense, naming the path."""
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise InvalidArgumentError("the data directory exists and is not a directory", path=out_dir)
@@ -174,7 +185,7 @@ def _check_target(aof_dir: str, out_dir: str) -> None:
         first = os.path.relpath(real_aof, real_out).split(os.sep)[0]
         if _SHARD_NAME.fullmatch(first):
             raise InvalidArgumentError(
-                f"the AOF directory is inside {first} of the data directory, which the import "
+                f"the {what} is inside {first} of the data directory, which the import "
                 "writes to; pass another data directory",
                 path=out_dir,
             )

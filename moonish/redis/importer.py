@@ -1,60 +1,65 @@
-"""Importing a Redis 7 append-only file into a sharded moonish data directory.
+"""Importing a Redis 7 append-only file into a sharded moonish data directory, resumably.
 
 ``<data_dir>/shard-<k>`` receives the records of the keys whose Redis Cluster hash slot falls in
-shard ``k``'s range (``k = slot * shards // 16384``). Replay follows Redis's loader:
+shard ``k``'s range (``k = slot * shards // 16384``; routing in moonish.redis.router). Replay
+follows Redis's loader:
 
 - files in manifest order (base, then incremental files by ``seq``); each file starts in db 0
   and ``SELECT`` switches the db of the records that follow;
+- a base file that is an RDB file (``aof-use-rdb-preamble yes``, Redis's default) is loaded
+  key by key (moonish.redis.rdb_load): its keys become ``r`` rows, as Debezium's initial
+  snapshot; a plain-RESP base file's commands are commands like any other (``c``/``u``/``d``);
 - a ``MULTI`` ... ``EXEC`` block becomes one atomic batch per shard it touches;
-- a multi-key command (``DEL k1 k2``, ``MSET``, ``RENAME``) becomes one record per key, as one
-  atomic batch per shard (see moonish.redis.commands);
-- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` go to every shard;
 - an incomplete command or an unfinished ``MULTI`` at the very end of the *last* file is what a
   Redis crash leaves; Redis loads the file without it (``aof-load-truncated yes``) and so do we,
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.
 
-Running an import again appends to the existing shards; their LSNs continue.
+Resuming (docs/redis-source.md): each shard's log stores, with its records, the AOF position it
+has applied (moonish.redis.source). Running the import again continues every shard exactly
+after its position: each command is applied once, whether the first run finished, failed or was
+killed, and a run after Redis appended to the AOF adds only what is new. When the files a
+position names are gone (Redis rewrote the AOF), the whole AOF is replayed into a scratch
+keyspace and each shard receives only the differences (moonish.state.load). The data directory
+remembers the AOF directory it follows; another source is refused.
 
 Everything that can be checked is checked before anything is created
 (moonish.redis.import_checks, :func:`check_import`): the manifest and its files, the target
-and the open-file limit. If opening the shards still fails, the writers opened are closed and
-the shard directories this import created are removed again.
+and the open-file limit. An import that fails before writing a record removes what it created.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
+import shutil
+import tempfile
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import (
-    CommandError,
-    MoonishError,
-    UnavailableError,
-    UnsupportedFormatError,
-)
-from moonish.log.control import CONTROL_NAME
-from moonish.log.format import (
-    LOCK_NAME,
-    SEGMENT_HEADER_BYTES,
-)
-from moonish.log.heartbeat import HEARTBEAT_NAME
-from moonish.log.lock import lock_shard
-from moonish.log.records import MAX_DB, KvChange, Replay
-from moonish.log.segment import index_path, segment_path
+from moonish.errors import CommandError, UnsupportedFormatError
+from moonish.log.records import MAX_DB, ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.aof import AofCommands, AofFormatError
-from moonish.redis.commands import ALL_KEYS, KEYLESS
+from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
 from moonish.redis.import_checks import check_descriptors, check_import
-from moonish.redis.slots import shard_of_key
-from moonish.state.cmd_sort import reads_patterns
-from moonish.state.config import CONFIG_NAME, StreamConfig
-from moonish.state.execute import execute, keys_of
-from moonish.state.shard import Prepared, ShardOptions, ShardWriter
+from moonish.redis.import_shards import OpenShards, open_shards, undo_create
+from moonish.redis.rdb_load import read_contents
+from moonish.redis.router import Router
+from moonish.redis.source import (
+    check_source,
+    decode_position,
+    describe,
+    encode_position,
+    remember_source,
+    unknown_source,
+)
+from moonish.state.config import StreamConfig
+from moonish.state.keyspace import Keyspace
+from moonish.state.load import load_entries, loader_for, remove_missing
+
+Resume = tuple[int, int]
+"""Where a shard stands in the manifest's files: (file index, byte offset); (-1, 0): nowhere."""
 
 
 @dataclass
@@ -71,6 +76,12 @@ class ImportReport:
         per_shard: records appended to each shard.
         lsn_ranges: per shard, the ``[first, last]`` LSNs appended, or ``None``.
         truncated_tail: description of an incomplete tail left out, or ``None``.
+        resumed_from: per shard, the source position it had before this run
+            (moonish.redis.source.describe; ``"none"``: it started from the beginning).
+        resynced: the positions named AOF files that are gone (Redis rewrote the AOF): the
+            shards received the differences (:func:`import_aof`).
+        rdb_keys: keys loaded from an RDB base file (``r`` rows written).
+        position: the source position reached (``"none"`` for an empty AOF).
     """
 
     files: list[str] = field(default_factory=list)
@@ -82,101 +93,10 @@ class ImportReport:
     per_shard: list[int] = field(default_factory=list)
     lsn_ranges: list[tuple[int, int] | None] = field(default_factory=list)
     truncated_tail: str | None = None
-
-
-class _Router:
-    """Runs replayed commands on the shards' keyspaces and appends their records."""
-
-    def __init__(self, writers: list[ShardWriter], report: ImportReport, clock: Clock) -> None:
-        self.writers = writers
-        self.report = report
-        self.clock = clock
-        self.first_lsn: list[int | None] = [None] * len(writers)
-
-    def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
-        """Run ``entries`` (db, argv) and append their records: per shard one atomic batch
-        when they come from MULTI/EXEC or make more than one record, else a plain append.
-
-        Raises:
-            CommandError: Redis would have refused a command (so it cannot be in a valid AOF).
-        """
-        now_us = self.clock.now_us()
-        per_shard: list[list[KvChange]] = [[] for _ in self.writers]
-        for db, argv in entries:
-            for shard, prepared in self._run(db, argv, now_us):
-                if isinstance(prepared.reply, CommandError):
-                    raise prepared.reply
-                self._append(shard, prepared.expired, False, now_us)
-                per_shard[shard] += prepared.records
-        for shard, records in enumerate(per_shard):
-            self._append(shard, records, transaction or len(records) > 1, now_us)
-
-    def _append(self, shard: int, records: list[KvChange], atomic: bool, now_us: int) -> None:
-        lsns = self.writers[shard].append(records, atomic, now_us)
-        if lsns and self.first_lsn[shard] is None:
-            self.first_lsn[shard] = lsns[0]
-        self.report.per_shard[shard] += len(lsns)
-        self.report.records += len(lsns)
-
-    def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
-        shards = len(self.writers)
-        name = argv[0].upper()
-        if name in KEYLESS:
-            parts = [(shard, argv) for shard in range(shards)]
-        else:
-            groups: dict[int, list[bytes]] = {}
-            for key in keys_of(argv):
-                groups.setdefault(shard_of_key(key, shards), []).append(key)
-            if name == b"SORT" and shards > 1 and reads_patterns(argv):
-                return self._across(db, argv, now_us, sorted(groups))  # BY/GET keys: anywhere
-            if len(groups) <= 1:
-                parts = [(next(iter(groups), 0), argv)]
-            elif name in ALL_KEYS:
-                parts = [(shard, [argv[0], *keys]) for shard, keys in groups.items()]
-            elif name == b"MSET":
-                pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
-                parts = [
-                    (shard, [argv[0], *[x for key in keys for x in (key, pairs[key])]])
-                    for shard, keys in groups.items()
-                ]
-            else:
-                return self._across(db, argv, now_us, sorted(groups))
-        return [
-            (shard, self.writers[shard].prepare(db, sub, now_us, loading=True))
-            for shard, sub in parts
-        ]
-
-    def _across(
-        self, db: int, argv: list[bytes], now_us: int, shards: list[int]
-    ) -> list[tuple[int, Prepared]]:
-        """A command whose keys live in several shards (RENAME, COPY, SMOVE, LMOVE, MSETNX
-        across shards): run once on all their keyspaces; each shard logs its keys' new
-        values (``Replay.STATE``), since no shard can replay the command alone."""
-        count = len(self.writers)
-        writers = self.writers
-
-        def route(key: bytes) -> int:
-            return shard_of_key(key, count)
-
-        acc = writers[shards[0]].access(
-            now_us // 1000, lambda key: writers[route(key)].keyspace, loading=True
-        )
-        acc.keyspaces = [writer.keyspace for writer in writers]
-        try:
-            reply = execute(acc, db, argv)
-        except CommandError as exc:
-            reply = exc
-        results = []
-        for shard in shards:
-            writer = writers[shard]
-            expired = [
-                writer.expiry_record(key_db, key, entry)
-                for key_db, key, entry in acc.expired
-                if route(key) == shard
-            ]
-            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
-            results.append((shard, Prepared(reply, expired, records)))
-        return results
+    resumed_from: list[str] = field(default_factory=list)
+    resynced: bool = False
+    rdb_keys: int = 0
+    position: str = "none"
 
 
 def import_aof(
@@ -189,7 +109,8 @@ def import_aof(
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
 ) -> ImportReport:
-    """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``.
+    """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
+    continuing each shard after the position its log stores (see the module docstring).
 
     Nothing is created unless every check of :func:`check_import` passes. A soft open-file
     limit (``RLIMIT_NOFILE``) below :func:`descriptors_needed` is raised for this process (up
@@ -216,10 +137,16 @@ def import_aof(
             directory, a shard count that differs from the existing data directory, too low
             an open-file limit), ``segment_bytes`` the writer refuses (checked first), or a
             bad SELECT.
+        SourceMismatchError: the data directory follows another source, or holds shards
+            written without positions.
+        ResumeError: a command across shards is in some shards' logs only (an import
+            stopped between its appends).
+        RdbCorruptionError, RdbUnsupportedError: a damaged or unsupported RDB base file
+            (nothing of it was written).
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
-        UnsupportedFormatError: an RDB-preamble AOF file, or a command moonish does not
-            implement.
+        UnsupportedFormatError: an incremental file that is an RDB file, or a command
+            moonish does not implement.
         CommandError: a command Redis would have refused (path and offset in the error).
         WriterLockedError: another writer holds one of the shards.
         UnavailableError: a shard could not be opened (too many open files, permissions; the
@@ -229,22 +156,42 @@ def import_aof(
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     paths = check_import(aof_dir, out_dir, shards)
+    location = os.path.realpath(aof_dir)
+    remembered = check_source(out_dir, "aof", location)
     check_descriptors(shards, raise_soft=True)
     report = ImportReport(per_shard=[0] * shards)
-    writers = _open_writers(out_dir, shards, log, stream or StreamConfig(), clock)
+    opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
+    writers = opened.writers
+    router = Router(writers, clock)
     try:
-        router = _Router(writers, report, clock)
-        for number, path in enumerate(paths):
-            _replay_file(path, router, report, progress, last=number == len(paths) - 1)
-            report.files.append(os.path.basename(path))
-        for shard, writer in enumerate(writers):  # as Redis does once loaded: expire keys
-            expired = writer.sweep_expired()
-            report.per_shard[shard] += expired
-            report.records += expired
+        if not remembered:
+            if any(writer.next_lsn > 1 for writer in writers):
+                raise unknown_source(out_dir, "aof", location)
+            remember_source(out_dir, "aof", location)
+        positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
+        report.resumed_from = [describe(position) for position in positions]
+        names = [os.path.basename(path) for path in paths]
+        if any(position and position.get("aof") not in names for position in positions):
+            _resync(paths, opened, router, report, progress, clock, out_dir)
+        else:
+            resume = [_resume_point(position, names) for position in positions]
+            for index, path in enumerate(paths):
+                _replay_file(path, index, resume, router, report, progress, clock,
+                             last=index == len(paths) - 1)  # fmt: skip
+        for shard, writer in enumerate(writers):
+            if router.position:  # every shard says how far the AOF is applied
+                router.mark(shard, router.position)
+            router.records[shard] += writer.sweep_expired()  # as Redis does once loaded
             writer.sync()
+    except BaseException:
+        if sum(router.records) == 0 and not opened.existed:
+            undo_create(opened, out_dir, remove_source=not remembered)
+        raise
     finally:
         for writer in writers:
             writer.close()
+    report.per_shard = list(router.records)
+    report.records = sum(router.records)
     report.lsn_ranges = [
         None if first is None else (first, writer.next_lsn - 1)
         for first, writer in zip(router.first_lsn, writers, strict=True)
@@ -252,102 +199,105 @@ def import_aof(
     return report
 
 
-def _open_writers(
-    out_dir: str, shards: int, log: WriterOptions, stream: StreamConfig, clock: Clock
-) -> list[ShardWriter]:
-    """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
-    the others are closed, the directories this call created are removed again
-    (:func:`_remove_created`) and the error is raised, an ``OSError`` as
-    :class:`UnavailableError`."""
-    created = []  # directories this call creates: the data directory and missing parents
-    missing = os.path.abspath(out_dir)
-    while not os.path.lexists(missing):
-        created.append(missing)
-        missing = os.path.dirname(missing)
-    shard_dirs = [os.path.join(out_dir, f"shard-{shard}") for shard in range(shards)]
-    new = {path for path in shard_dirs if not os.path.lexists(path)}
-    writers: list[ShardWriter] = []
+def _resume_point(position: dict[str, Any], names: list[str]) -> Resume:
+    if not position:
+        return (-1, 0)
+    return (names.index(position["aof"]), int(position["offset"]))
+
+
+def _resync(
+    paths: list[str], opened: OpenShards, router: Router, report: ImportReport,
+    progress: Callable[[int], None] | None, clock: Clock, out_dir: str,
+) -> None:  # fmt: skip
+    """The files the shards' positions name are gone: replay the whole AOF into scratch
+    shards (a temporary directory in ``out_dir``), then give each shard the differences
+    between its keyspace and the scratch one, with the final position."""
+    report.resynced = True
+    shards = len(opened.writers)
+    scratch_dir = tempfile.mkdtemp(prefix=".resync-", dir=out_dir)
     try:
-        for shard, shard_dir in enumerate(shard_dirs):
-            options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
-            try:
-                writers.append(ShardWriter(shard_dir, options, clock))
-            except OSError as exc:
-                raise _open_error(exc, shard, shards, shard_dir) from exc
-    except BaseException:
-        for writer in writers:
-            writer.close()
-        tried = shard_dirs[: len(writers) + 1]
-        _remove_created([path for path in tried if path in new], created)
-        raise
-    return writers
-
-
-def _open_error(exc: OSError, shard: int, shards: int, shard_dir: str) -> UnavailableError:
-    path = exc.filename if isinstance(exc.filename, str) else shard_dir
-    reason = exc.strerror or str(exc)
-    if exc.errno in (errno.EMFILE, errno.ENFILE):
-        return UnavailableError(
-            f"cannot open shard {shard} of {shards}: {reason}; nothing was imported (raise "
-            "the open-file limit, ulimit -n, or import into fewer shards)",
-            path=path,
-        )
-    return UnavailableError(
-        f"cannot open shard {shard} of {shards}: {reason}; nothing was imported", path=path
-    )
-
-
-def _remove_created(shard_dirs: list[str], created: list[str]) -> None:
-    """Best effort: remove ``shard_dirs`` (created by this import) when they hold nothing but
-    what opening a new shard writes, under the shard's lock, then the directories in
-    ``created`` (deepest first) that are empty."""
-    for shard_dir in reversed(shard_dirs):
+        scratch = open_shards(
+            scratch_dir, shards, WriterOptions(fsync=FsyncPolicy.NEVER),
+            StreamConfig(view=ViewType.OFF), clock,
+        )  # fmt: skip
         try:
-            lock_fd = lock_shard(shard_dir)
-        except (MoonishError, OSError):
-            lock_fd = -1  # gone, never made, or another writer has it: leave it alone
-        if lock_fd >= 0:
-            try:
-                names = os.listdir(shard_dir)
-                if all(_fresh(shard_dir, name) for name in names):
-                    for name in sorted(names, key=lambda name: name == LOCK_NAME):
-                        os.unlink(os.path.join(shard_dir, name))
-            except OSError:
-                pass
-            finally:
-                os.close(lock_fd)
-        _rmdir(shard_dir)
-    for directory in created:
-        _rmdir(directory)
+            scratch_router = Router(scratch.writers, clock)
+            for index, path in enumerate(paths):
+                _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
+                             clock, last=index == len(paths) - 1)  # fmt: skip
+            final = router.position = scratch_router.position
+            for shard, writer in enumerate(opened.writers):
+                keyspace = scratch.writers[shard].keyspace
+                loader = loader_for(writer, b"RESYNC")
+                append = _appender(router, shard, clock)
+                remove_missing(loader, _has(keyspace), append)  # first: the position goes last
+                load_entries(loader, list(keyspace.items()), append, rows=False, source=final)
+        finally:
+            for writer in scratch.writers:
+                writer.close()
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
 
 
-def _fresh(shard_dir: str, name: str) -> bool:
-    """Whether ``name`` in ``shard_dir`` is a file a new, empty shard holds."""
-    if name in (LOCK_NAME, CONTROL_NAME, CONFIG_NAME, HEARTBEAT_NAME) or name.endswith(".tmp"):
-        return True
-    try:
-        if name == os.path.basename(segment_path(shard_dir, 1)):
-            return os.path.getsize(os.path.join(shard_dir, name)) <= SEGMENT_HEADER_BYTES
-        if name == os.path.basename(index_path(shard_dir, 1)):
-            return os.path.getsize(os.path.join(shard_dir, name)) == 0
-    except OSError:
-        return False
-    return False
+def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
+    return lambda db, key: keyspace.get(db, key) is not None
 
 
-def _rmdir(path: str) -> None:
-    with contextlib.suppress(OSError):  # not empty (someone else's files), or already gone
-        os.rmdir(path)
+def _appender(router: Router, shard: int, clock: Clock) -> Callable[[list[Any], bytes], None]:
+    """Appends loaded records to ``shard`` (each alone), counting them in ``router``."""
+
+    def append(records: list[Any], source: bytes) -> None:
+        router.append(shard, records, False, clock.now_us(), source)
+
+    return append
+
+
+def _load_rdb_base(
+    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
+    clock: Clock,
+) -> None:  # fmt: skip
+    """Load the RDB base file ``path`` into the shards that have not loaded it (no position
+    yet): its keys as ``r`` rows, the position ``{"aof": name, "offset": size}`` on the last."""
+    todo = [shard for shard, point in enumerate(resume) if point < (index, 0)]
+    size = os.path.getsize(path)
+    position = encode_position({"aof": os.path.basename(path), "offset": size})
+    router.position = position
+    if not todo:
+        return
+    with open(path, "rb") as file:
+        contents = read_contents(file, path, len(router.writers), now_ms=clock.now_us() // 1000,
+                                 drop_expired=False)  # fmt: skip
+    if contents.functions:
+        raise UnsupportedFormatError(
+            f"the RDB base file holds {len(contents.functions)} function libraries, which "
+            "this build cannot load", path=path, offset=0,
+        )  # fmt: skip
+    for shard in todo:
+        loader = loader_for(router.writers[shard], b"RDB")
+        count = load_entries(loader, contents.keys[shard], _appender(router, shard, clock),
+                             rows=True, source=position)  # fmt: skip
+        report.rdb_keys += count
 
 
 def _replay_file(
-    path: str,
-    router: _Router,
-    report: ImportReport,
-    progress: Callable[[int], None] | None,
-    *,
-    last: bool,
-) -> None:
+    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
+    progress: Callable[[int], None] | None, clock: Clock, *, last: bool,
+) -> None:  # fmt: skip
+    """Replay the file ``path`` (``index`` in the manifest's order): each command or
+    MULTI/EXEC block on the shards whose ``resume`` point is before its end. The file is
+    read from its start (SELECT must be tracked); a file every shard is past is skipped."""
+    if all(point[0] > index for point in resume):
+        return
+    with open(path, "rb") as file:
+        is_rdb = file.read(len(RDB_MAGIC)) == RDB_MAGIC
+    report.files.append(os.path.basename(path))
+    if is_rdb:
+        _load_rdb_base(path, index, resume, router, report, clock)
+        report.bytes += os.path.getsize(path)
+        if progress is not None:
+            progress(os.path.getsize(path))
+        return
+    name = os.path.basename(path)
     commands = AofCommands(path)
     db = 0
     transaction: list[tuple[int, list[bytes]]] | None = None
@@ -357,26 +307,27 @@ def _replay_file(
         if progress is not None and offset - done >= 1 << 16:
             progress(offset - done)
             done = offset
-        name = argv[0].upper()
-        if name == b"SELECT":
+        command = argv[0].upper()
+        if command == b"SELECT":
             db = _select(argv, path, offset)
-        elif name == b"MULTI":
+        elif command == b"MULTI":
             if transaction is not None:
                 raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
             transaction, transaction_offset = [], offset
-        elif name == b"EXEC":
+        elif command == b"EXEC":
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            _apply(router, transaction, True, path, transaction_offset)
-            report.transactions += 1
+            end = offset + resp_bytes(argv)
+            if _position(router, resume, index, name, end):
+                _apply(router, transaction, True, path, transaction_offset)
+                report.transactions += 1
+                _count(report, transaction)
             transaction = None
-        else:
-            report.commands += 1
-            report.per_command[name.decode(errors="replace")] += 1
-            if transaction is not None:
-                transaction.append((db, argv))
-            else:
-                _apply(router, [(db, argv)], False, path, offset)
+        elif transaction is not None:
+            transaction.append((db, argv))
+        elif _position(router, resume, index, name, offset + resp_bytes(argv)):
+            _apply(router, [(db, argv)], False, path, offset)
+            _count(report, [(db, argv)])
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -390,19 +341,28 @@ def _replay_file(
         )
         if not last:
             raise AofFormatError(f"{what} before the end of the AOF", path=path, offset=start)
-        if transaction is not None:
-            report.commands -= len(transaction)
-            for _, argv in transaction:
-                report.per_command[argv[0].upper().decode(errors="replace")] -= 1
         report.truncated_tail = f"{what} at offset {start} of {path} (not applied, as Redis does)"
+    report.position = describe({"aof": name, "offset": commands.trailing_offset})
 
 
-def _owned_by(route: Callable[[bytes], int], shard: int) -> Callable[[bytes], bool]:
-    return lambda key: route(key) == shard
+def _position(router: Router, resume: list[Resume], index: int, name: str, end: int) -> bool:
+    """Set the router's position to ``end`` of file ``name`` and its skips; whether any
+    shard still has to apply the command that ends there."""
+    point = (index, end)
+    skip = [done >= point for done in resume]
+    router.skip = skip
+    router.position = encode_position({"aof": name, "offset": end})
+    return not all(skip)
+
+
+def _count(report: ImportReport, entries: list[tuple[int, list[bytes]]]) -> None:
+    report.commands += len(entries)
+    for _, argv in entries:
+        report.per_command[argv[0].upper().decode(errors="replace")] += 1
 
 
 def _apply(
-    router: _Router, entries: list[tuple[int, list[bytes]]], transaction: bool, path: str,
+    router: Router, entries: list[tuple[int, list[bytes]]], transaction: bool, path: str,
     offset: int,
 ) -> None:  # fmt: skip
     """``router.apply``, with errors naming the AOF file and the command's byte offset."""

@@ -1,0 +1,142 @@
+"""Opening the shards of a data directory for an import, and removing what a failed import
+created: a failed import that wrote nothing leaves nothing behind."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from dataclasses import dataclass, replace
+
+from moonish.clock import Clock
+from moonish.errors import MoonishError, UnavailableError
+from moonish.log.control import CONTROL_NAME
+from moonish.log.format import LOCK_NAME, SEGMENT_HEADER_BYTES
+from moonish.log.heartbeat import HEARTBEAT_NAME
+from moonish.log.lock import lock_shard
+from moonish.log.segment import index_path, segment_path
+from moonish.log.writer import WriterOptions
+from moonish.redis.source import SOURCE_NAME
+from moonish.state.config import CONFIG_NAME, StreamConfig
+from moonish.state.shard import ShardOptions, ShardWriter
+
+
+@dataclass
+class OpenShards:
+    """The writers of every shard, and what opening them created (for :func:`undo_create`).
+
+    Attributes:
+        writers: one per shard, in shard order.
+        new_dirs: shard directories that did not exist before.
+        created: directories created for the data directory (it and missing parents), the
+            deepest first.
+        existed: whether any shard directory existed before.
+    """
+
+    writers: list[ShardWriter]
+    new_dirs: list[str]
+    created: list[str]
+
+    @property
+    def existed(self) -> bool:
+        return len(self.new_dirs) < len(self.writers)
+
+
+def open_shards(
+    out_dir: str, shards: int, log: WriterOptions, stream: StreamConfig, clock: Clock
+) -> OpenShards:
+    """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
+    the others are closed, what this call created is removed again and the error is
+    raised, an ``OSError`` as :class:`UnavailableError`."""
+    created = []  # directories this call creates: the data directory and missing parents
+    missing = os.path.abspath(out_dir)
+    while not os.path.lexists(missing):
+        created.append(missing)
+        missing = os.path.dirname(missing)
+    shard_dirs = [os.path.join(out_dir, f"shard-{shard}") for shard in range(shards)]
+    new = {path for path in shard_dirs if not os.path.lexists(path)}
+    writers: list[ShardWriter] = []
+    try:
+        for shard, shard_dir in enumerate(shard_dirs):
+            options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
+            try:
+                writers.append(ShardWriter(shard_dir, options, clock))
+            except OSError as exc:
+                raise _open_error(exc, shard, shards, shard_dir) from exc
+    except BaseException:
+        for writer in writers:
+            writer.close()
+        tried = shard_dirs[: len(writers) + 1]
+        _remove_created([path for path in tried if path in new], created)
+        raise
+    return OpenShards(writers, [path for path in shard_dirs if path in new], created)
+
+
+def undo_create(opened: OpenShards, data_dir: str, *, remove_source: bool) -> None:
+    """After a failed import that wrote no record: close the writers, then remove the shard
+    directories and data directory the import created, and ``source.json`` with
+    ``remove_source`` (the import wrote it). Best effort: a directory holding anything but
+    what a new shard holds is left alone."""
+    for writer in opened.writers:
+        writer.close()
+    if remove_source:
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(data_dir, SOURCE_NAME))
+    _remove_created(opened.new_dirs, opened.created)
+
+
+def _open_error(exc: OSError, shard: int, shards: int, shard_dir: str) -> UnavailableError:
+    path = exc.filename if isinstance(exc.filename, str) else shard_dir
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return UnavailableError(
+            f"cannot open shard {shard} of {shards}: {reason}; nothing was imported (raise "
+            "the open-file limit, ulimit -n, or import into fewer shards)",
+            path=path,
+        )
+    return UnavailableError(
+        f"cannot open shard {shard} of {shards}: {reason}; nothing was imported", path=path
+    )
+
+
+def _remove_created(shard_dirs: list[str], created: list[str]) -> None:
+    """Best effort: remove ``shard_dirs`` (created by this import) when they hold nothing but
+    what opening a new shard writes, under the shard's lock, then the directories in
+    ``created`` (deepest first) that are empty."""
+    for shard_dir in reversed(shard_dirs):
+        try:
+            lock_fd = lock_shard(shard_dir)
+        except (MoonishError, OSError):
+            lock_fd = -1  # gone, never made, or another writer has it: leave it alone
+        if lock_fd >= 0:
+            try:
+                names = os.listdir(shard_dir)
+                if all(_fresh(shard_dir, name) for name in names):
+                    for name in sorted(names, key=lambda name: name == LOCK_NAME):
+                        os.unlink(os.path.join(shard_dir, name))
+            except OSError:
+                pass
+            finally:
+                os.close(lock_fd)
+        _rmdir(shard_dir)
+    for directory in created:
+        _rmdir(directory)
+
+
+def _fresh(shard_dir: str, name: str) -> bool:
+    """Whether ``name`` in ``shard_dir`` is a file a new, empty shard holds."""
+    if name in (LOCK_NAME, CONTROL_NAME, CONFIG_NAME, HEARTBEAT_NAME) or name.endswith(".tmp"):
+        return True
+    try:
+        if name == os.path.basename(segment_path(shard_dir, 1)):
+            return os.path.getsize(os.path.join(shard_dir, name)) <= SEGMENT_HEADER_BYTES
+        if name == os.path.basename(index_path(shard_dir, 1)):
+            return os.path.getsize(os.path.join(shard_dir, name)) == 0
+    except OSError:
+        return False
+    return False
+
+
+def _rmdir(path: str) -> None:
+    with contextlib.suppress(OSError):  # not empty (someone else's files), or already gone
+        os.rmdir(path)

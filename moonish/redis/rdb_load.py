@@ -1,0 +1,146 @@
+"""Loading an RDB file into shards: the keys it holds, as Redis's loader keeps them.
+
+Used for an AOF whose base is an RDB file (``aof-use-rdb-preamble yes``, Redis's default), for
+``moonish wal import-rdb`` and for the payload of a replica's full resync. The whole file is
+read (and its CRC-64 checked) before any record is written, so a damaged or truncated file
+writes nothing; the keys are then held per shard in memory, as the shards' keyspaces hold them
+anyway.
+
+What Redis's loader does, and so does this one (Redis ``rdb.c``, ``rdbLoadRioWithLoadingCtx``):
+
+- an empty list, set, zset or hash is skipped (``empty_keys_skipped``);
+- a key whose expiry time has passed is skipped when a master loads a snapshot (``keys
+  expired``), but kept when the RDB is the base of an AOF (the AOF's own commands, or the
+  expiry that follows loading, remove it): ``drop_expired``;
+- a key twice in one db is an error (Redis panics: "Duplicated key found in RDB file").
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import IO
+
+from moonish.redis.rdb import (
+    RdbAux,
+    RdbCorruptionError,
+    RdbFunction,
+    RdbKey,
+    RdbReader,
+    RdbUnsupportedError,
+)
+from moonish.redis.slots import shard_of_key
+from moonish.state.values import STREAM, STRING, Entry
+
+CRC_BYTES = 8
+
+
+@dataclass
+class RdbContents:
+    """What an RDB file holds, split by shard.
+
+    Attributes:
+        keys: per shard, ``(db, key, entry)`` in file order.
+        functions: function library codes (FUNCTION2), in file order.
+        aux: AUX fields (``redis-ver``, ``repl-id`` ...), name -> value.
+        version: the RDB version.
+        keys_loaded, keys_expired, empty_keys_skipped: as Redis's loader counts them.
+    """
+
+    keys: list[list[tuple[int, bytes, Entry]]]
+    functions: list[bytes] = field(default_factory=list)
+    aux: dict[bytes, bytes] = field(default_factory=dict)
+    version: int = 0
+    keys_loaded: int = 0
+    keys_expired: int = 0
+    empty_keys_skipped: int = 0
+
+
+def rdb_identity(path: str) -> str:
+    """``<size>-<stored CRC-64 as 16 hex digits>`` of an RDB file: what tells two dumps
+    apart (Redis stores the CRC in the last 8 bytes).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(max(0, size - CRC_BYTES))
+        return f"{size}-{file.read(CRC_BYTES)[::-1].hex()}"
+
+
+def read_contents(
+    file: IO[bytes],
+    path: str,
+    shards: int,
+    *,
+    now_ms: int,
+    drop_expired: bool,
+    entry_of: Callable[[RdbKey], Entry] | None = None,
+) -> RdbContents:
+    """Read a whole RDB from ``file`` (``path`` for errors) and split its keys by shard
+    (``moonish.redis.slots.shard_of_key``).
+
+    Args:
+        now_ms: the time expiry is judged against (ms since the Unix epoch).
+        drop_expired: skip keys whose expiry time is before ``now_ms`` (a master loading a
+            snapshot); else keep them (an AOF's base, a replica).
+        entry_of: how an :class:`RdbKey` becomes a keyspace entry (default
+            :func:`entry_of_key`).
+
+    Raises:
+        RdbCorruptionError, RdbUnsupportedError: as ``RdbReader`` (a bad CRC, truncation,
+            module values...), and a key twice in one db; nothing was returned.
+    """
+    convert = entry_of or entry_of_key
+    contents = RdbContents([[] for _ in range(shards)])
+    seen: set[tuple[int, bytes]] = set()
+    reader = RdbReader(file, path)
+    for item in reader:
+        if isinstance(item, RdbKey):
+            if (item.db, item.key) in seen:
+                raise RdbCorruptionError(
+                    "the key is in the RDB twice (Redis refuses to load it: \"Duplicated key "
+                    'found in RDB file")', path=path, offset=item.offset, key=item.key,
+                )  # fmt: skip
+            seen.add((item.db, item.key))
+            if item.type not in (STRING, STREAM) and not item.value:
+                contents.empty_keys_skipped += 1
+                continue
+            expire = item.expire_at_ms
+            if drop_expired and expire is not None and expire < now_ms:
+                contents.keys_expired += 1
+                continue
+            try:
+                entry = convert(item)
+            except NotLoadable as exc:
+                raise RdbUnsupportedError(
+                    str(exc), path=path, offset=item.offset, key=item.key
+                ) from None
+            contents.keys_loaded += 1
+            contents.keys[shard_of_key(item.key, shards)].append((item.db, item.key, entry))
+        elif isinstance(item, RdbFunction):
+            contents.functions.append(item.code)
+        elif isinstance(item, RdbAux):
+            contents.aux[item.name] = item.value
+    contents.version = reader.version or 0
+    return contents
+
+
+def entry_of_key(item: RdbKey) -> Entry:
+    """The keyspace entry of an RDB key (its value is already in moonish's form).
+
+    Raises:
+        NotLoadable: a stream with consumer groups or a hash with field expiry times, which
+            this build's keyspace cannot hold yet (named, never dropped).
+    """
+    if item.stream is not None and item.stream.groups:
+        raise NotLoadable("a stream with consumer groups cannot be loaded by this build")
+    if item.field_expire_at_ms:
+        raise NotLoadable("a hash with field expiry times cannot be loaded by this build")
+    return Entry(item.type, item.value, item.expire_at_ms)
+
+
+class NotLoadable(Exception):
+    """An RDB key this build's keyspace cannot hold (the reason is the message)."""

@@ -1,0 +1,175 @@
+"""Applying Redis write commands to a set of shards: routing by hash slot, atomic batches,
+commands whose keys live in several shards, and resuming without applying anything twice.
+
+Routing (moonish.redis.commands, docs/redis-import.md): each key's records go to the shard of
+its Redis Cluster hash slot (``k = slot * shards // 16384``); a multi-key command becomes one
+record per key, as one atomic batch per shard; ``FLUSHDB``/``FLUSHALL``/``SWAPDB`` go to every
+shard; a ``MULTI``/``EXEC`` block is one atomic batch per shard it touches.
+
+Resuming: the caller sets :attr:`Router.position` (the source position after the command) and
+:attr:`Router.skip` (the shards whose stored position shows they already applied it) before
+each :meth:`Router.apply`. Skipped shards run nothing; the others append the command's
+records with the position on the last one (moonish.redis.source), so a shard's log says
+exactly which commands it holds. A command whose keys span several shards, found applied in
+some of them and not in others, cannot be completed (its effect on the others depends on keys
+already changed): :class:`ResumeError`. So that a shard in which such a command changed
+nothing is not mistaken for one it never reached, every shard of the command stores the
+position, with a :func:`~moonish.log.records.position_marker` when it has no record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from moonish.clock import Clock
+from moonish.errors import CommandError, CorruptionError
+from moonish.log.records import KvChange, Replay, position_marker
+from moonish.redis.commands import ALL_KEYS, KEYLESS
+from moonish.redis.slots import shard_of_key
+from moonish.state.cmd_sort import reads_patterns
+from moonish.state.execute import execute, keys_of
+from moonish.state.shard import Prepared, ShardWriter
+
+
+class ResumeError(CorruptionError):
+    """A command across shards is in some shards' logs but not in others' (a crash between
+    its appends): the import cannot continue exactly once."""
+
+
+class Router:
+    """Runs commands on the shards' keyspaces and appends their records.
+
+    Attributes:
+        records: records appended, per shard.
+        first_lsn: per shard, the first LSN this router appended, or ``None``.
+        skip: per shard, whether the next command is already applied there.
+        position: the source position to store with the next command's records.
+    """
+
+    def __init__(self, writers: list[ShardWriter], clock: Clock) -> None:
+        self.writers = writers
+        self.clock = clock
+        self.records = [0] * len(writers)
+        self.first_lsn: list[int | None] = [None] * len(writers)
+        self.skip = [False] * len(writers)
+        self.position = b""
+        self._involved: set[int] = set()  # shards of a command across shards
+
+    def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
+        """Run ``entries`` (db, argv) and append their records: per shard one atomic batch
+        when they come from MULTI/EXEC or make more than one record, else a plain append.
+
+        Raises:
+            CommandError: Redis would have refused a command (so it cannot be in a valid AOF).
+            ResumeError: a command across shards applied in some of them only.
+            UnsupportedFormatError: a command moonish does not implement.
+        """
+        now_us = self.clock.now_us()
+        per_shard: list[list[KvChange]] = [[] for _ in self.writers]
+        for db, argv in entries:
+            for shard, prepared in self._run(db, argv, now_us):
+                if isinstance(prepared.reply, CommandError):
+                    raise prepared.reply
+                self.append(shard, prepared.expired, False, now_us, b"")
+                per_shard[shard] += prepared.records
+        position = self.position
+        for shard, records in enumerate(per_shard):
+            if not records and shard in self._involved:
+                records = [position_marker(position)]  # its position must move past it
+            self.append(shard, records, transaction or len(records) > 1, now_us, position)
+        self._involved.clear()
+
+    def mark(self, shard: int, position: bytes) -> None:
+        """Store ``position`` in ``shard``'s log with a :func:`position_marker` unless it
+        already holds it (the end of an import: a shard the last commands did not touch)."""
+        if self.writers[shard].source != position:
+            self.append(shard, [position_marker(position)], False, self.clock.now_us(), position)
+
+    def append(
+        self, shard: int, records: list[KvChange], atomic: bool, now_us: int, source: bytes
+    ) -> None:
+        lsns = self.writers[shard].append(records, atomic, now_us, source)
+        if lsns and self.first_lsn[shard] is None:
+            self.first_lsn[shard] = lsns[0]
+        self.records[shard] += len(lsns)
+
+    def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
+        shards = len(self.writers)
+        name = argv[0].upper()
+        if name in KEYLESS:
+            parts = [(shard, argv) for shard in range(shards)]
+        else:
+            groups: dict[int, list[bytes]] = {}
+            for key in keys_of(argv):
+                groups.setdefault(shard_of_key(key, shards), []).append(key)
+            if name == b"SORT" and shards > 1 and reads_patterns(argv):
+                return self._across(db, argv, now_us, sorted(groups))  # BY/GET keys: anywhere
+            if len(groups) <= 1:
+                parts = [(next(iter(groups), 0), argv)]
+            elif name in ALL_KEYS:
+                parts = [(shard, [argv[0], *keys]) for shard, keys in groups.items()]
+            elif name == b"MSET":
+                pairs = dict(zip(argv[1::2], argv[2::2], strict=True))
+                parts = [
+                    (shard, [argv[0], *[x for key in keys for x in (key, pairs[key])]])
+                    for shard, keys in groups.items()
+                ]
+            else:
+                return self._across(db, argv, now_us, sorted(groups))
+        skip = self.skip
+        return [
+            (shard, self.writers[shard].prepare(db, sub, now_us, loading=True))
+            for shard, sub in parts
+            if not skip[shard]
+        ]
+
+    def _across(
+        self, db: int, argv: list[bytes], now_us: int, shards: list[int]
+    ) -> list[tuple[int, Prepared]]:
+        """A command whose keys live in several shards (RENAME, COPY, SMOVE, LMOVE, MSETNX
+        across shards): run once on all their keyspaces; each shard logs its keys' new
+        values (``Replay.STATE``), since no shard can replay the command alone.
+
+        Raises:
+            ResumeError: some of ``shards`` already hold its records and others do not.
+        """
+        done = [shard for shard in shards if self.skip[shard]]
+        if done:
+            if len(done) == len(shards):
+                return []
+            name = argv[0].decode(errors="replace")
+            raise ResumeError(
+                f"{name} changes keys of shards {shards}; shards {done} hold its records and "
+                "the others do not (the import was stopped between them), so it cannot be "
+                "completed exactly once: import into a new data directory"
+            )
+        self._involved.update(shards)  # each stores the position, with records or without
+        count = len(self.writers)
+        writers = self.writers
+
+        def route(key: bytes) -> int:
+            return shard_of_key(key, count)
+
+        acc = writers[shards[0]].access(
+            now_us // 1000, lambda key: writers[route(key)].keyspace, loading=True
+        )
+        acc.keyspaces = [writer.keyspace for writer in writers]
+        try:
+            reply = execute(acc, db, argv)
+        except CommandError as exc:
+            reply = exc
+        results = []
+        for shard in shards:
+            writer = writers[shard]
+            expired = [
+                writer.expiry_record(key_db, key, entry)
+                for key_db, key, entry in acc.expired
+                if route(key) == shard
+            ]
+            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
+            results.append((shard, Prepared(reply, expired, records)))
+        return results
+
+
+def _owned_by(route: Callable[[bytes], int], shard: int) -> Callable[[bytes], bool]:
+    return lambda key: route(key) == shard

@@ -21,6 +21,7 @@ from cli.spark_materialize import materialize, show
 from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
+from cli.wal_import_rdb import import_rdb_command
 from cli.wal_repair import repair
 from cli.wal_retention import prune, retention
 from cli.wal_stream import stream
@@ -123,6 +124,7 @@ cdc.add_command(tail)
 cdc.add_command(info)
 cdc.add_command(export)
 wal.add_command(import_aof_command)
+wal.add_command(import_rdb_command)
 wal.add_command(verify)
 wal.add_command(dump)
 wal.add_command(checkpoint)

@@ -8,46 +8,30 @@ import sys
 import click
 import orjson
 
-from cli.params import VIEW
-from moonish.log.format import SEGMENT_HEADER_BYTES
-from moonish.log.writer import DEFAULT_SEGMENT_BYTES
-from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at least one slot
+from cli.params import shard_options
 
 
 @click.command("import-aof")
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
 @click.argument("data_dir", type=click.Path(file_okay=False))
-@click.option(
-    "--shards",
-    type=click.IntRange(1, MAX_SHARDS),
-    required=True,
-    help="Number of shards; keys go to shard slot * N // 16384.",
-)
-@click.option(
-    "--view",
-    type=VIEW,
-    default="NEW_AND_OLD_IMAGES",
-    show_default=True,
-    help="Stream view type of shards this import creates (OFF: no change stream).",
-)
-@click.option(
-    "--segment-bytes",
-    type=click.IntRange(SEGMENT_HEADER_BYTES + 1, None),
-    default=DEFAULT_SEGMENT_BYTES,
-    show_default=True,
-    help="Rotate to a new segment before one would grow past this many bytes (a batch "
-    "larger than this gets a segment of its own).",
-)
+@shard_options
 def import_aof_command(
-    appendonlydir: str, data_dir: str, shards: int, view: str, segment_bytes: int
-) -> None:
+    appendonlydir: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
+    segment_bytes: int,
+) -> None:  # fmt: skip
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
     Keys are routed by Redis Cluster hash slot ({hashtag} rules) to DATA_DIR/shard-<k>;
     MULTI/EXEC blocks stay atomic per shard; SELECT is honoured. Commands run on each shard's
     keyspace as Redis loads an AOF, so records say c/u/d with images per --view; keys whose
-    expiry time has passed are removed at the end (d records marked as expiries). Running it
-    again appends (the LSNs continue). Prints a JSON summary; progress goes to stderr.
+    expiry time has passed are removed at the end (d records marked as expiries). A base file
+    that is an RDB file (aof-use-rdb-preamble yes, Redis's default) is loaded as r rows.
+    Prints a JSON summary; progress goes to stderr.
+
+    Running it again continues where each shard stopped (a failed, killed or finished
+    import, or an AOF Redis appended to since): every command is applied once. After Redis
+    rewrote the AOF, the shards receive only the differences. DATA_DIR remembers its AOF
+    directory and refuses another source.
 
     Nothing is created when the import is refused: DATA_DIR must not be a file, a shard
     directory or the AOF directory, an existing DATA_DIR must hold the same number of shards,
@@ -68,7 +52,7 @@ def import_aof_command(
     # before anything is created
     total = sum(os.path.getsize(path) for path in check_import(appendonlydir, data_dir, shards))
     with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
-        stream = StreamConfig(parse_view(view))
+        stream = StreamConfig(parse_view(view), max_value_bytes)
         report = import_aof(
             appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
             segment_bytes=segment_bytes,
@@ -85,5 +69,9 @@ def import_aof_command(
         "lsn_ranges": report.lsn_ranges,
         "per_command": dict(sorted(report.per_command.items())),
         "truncated_tail": report.truncated_tail,
+        "rdb_keys": report.rdb_keys,
+        "resumed_from": report.resumed_from,
+        "resynced": report.resynced,
+        "position": report.position,
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -1,0 +1,176 @@
+"""``moonish wal import-rdb``: a Redis RDB snapshot seeds a sharded data directory.
+
+Each key of the RDB file goes to the shard of its hash slot as an ``r`` row (Debezium's
+snapshot read: ``op: "r"``, ``source.snapshot`` ``first``/``true``/``last``), replayed as the
+key's lossless image; reading a shard from LSN 1 yields its whole keyspace. Keys are loaded as
+a master loads a snapshot (moonish.redis.rdb_load): expired keys and empty containers are left
+out, and the whole file (its CRC-64 included) is read before anything is written.
+
+Resuming and reloading (docs/redis-source.md): each shard's log stores the identity of the
+RDB file it loaded (size and stored CRC-64; moonish.redis.source) on its last row. Running the
+import again with the same file writes nothing; a load cut short writes the keys it had not
+written (a key already equal is never written twice); a newer dump at the same path is loaded
+as differences: ``c``/``u`` for keys that are new or changed, ``d`` for keys that are gone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.errors import InvalidArgumentError, UnsupportedFormatError
+from moonish.log.records import KvChange
+from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
+from moonish.redis.import_checks import MAX_SHARDS, check_descriptors, check_target
+from moonish.redis.import_shards import open_shards, undo_create
+from moonish.redis.rdb_load import RdbContents, rdb_identity, read_contents
+from moonish.redis.source import (
+    check_source,
+    decode_position,
+    describe,
+    encode_position,
+    remember_source,
+    unknown_source,
+)
+from moonish.state.config import StreamConfig
+from moonish.state.keyspace import Keyspace
+from moonish.state.load import load_entries, loader_for, remove_missing
+from moonish.state.shard import ShardWriter
+
+
+@dataclass
+class RdbImportReport:
+    """What an RDB import did.
+
+    Attributes:
+        rdb: the file's identity (``<size>-<crc64>``).
+        version: its RDB version.
+        keys_loaded, keys_expired, empty_keys_skipped: as Redis's loader counts them.
+        records: records appended over all shards.
+        per_shard: records appended to each shard.
+        ops: records by op (``r``, ``c``, ``u``, ``d``).
+        resumed_from: per shard, its source position before this run (``"none"``).
+    """
+
+    rdb: str = ""
+    version: int = 0
+    keys_loaded: int = 0
+    keys_expired: int = 0
+    empty_keys_skipped: int = 0
+    records: int = 0
+    per_shard: list[int] = field(default_factory=list)
+    ops: dict[str, int] = field(default_factory=dict)
+    resumed_from: list[str] = field(default_factory=list)
+
+
+def import_rdb(
+    rdb_path: str | os.PathLike[str],
+    data_dir: str | os.PathLike[str],
+    shards: int,
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    stream: StreamConfig | None = None,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    progress: Callable[[int], None] | None = None,
+) -> RdbImportReport:
+    """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
+    module docstring).
+
+    Args:
+        rdb_path: a Redis RDB file (versions 9 to 12: Redis 6.2 to 7.4).
+        data_dir: the moonish data directory (created if missing).
+        shards: number of shards, 1..16384; must match an existing data directory.
+        clock: expiry judgement and the records' commit time.
+        stream: the stream configuration of shards the import creates.
+        segment_bytes: the writers' segment size.
+        progress: called with the number of records appended since the previous call.
+
+    Returns:
+        An :class:`RdbImportReport`.
+
+    Raises:
+        InvalidArgumentError: a missing or unreadable file, a bad target or shard count
+            (as ``wal import-aof``).
+        SourceMismatchError: the data directory follows another source.
+        RdbCorruptionError, RdbUnsupportedError: a damaged file (a bad CRC-64, truncation),
+            module values, an unknown type (file, byte offset and key in the error); nothing
+            was written.
+        UnsupportedFormatError: function libraries, which this build does not load yet.
+        WriterLockedError, UnavailableError: a shard cannot be opened.
+    """
+    path, out_dir = os.fspath(rdb_path), os.fspath(data_dir)
+    if not 1 <= shards <= MAX_SHARDS:
+        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
+    if not os.path.isfile(path):
+        raise InvalidArgumentError("the RDB file does not exist or is not a file", path=path)
+    check_target(out_dir, shards, source=path)
+    location = os.path.realpath(path)
+    remembered = check_source(out_dir, "rdb", location)
+    check_descriptors(shards, raise_soft=True)
+    identity = rdb_identity(path)
+    with open(path, "rb") as file:  # all of it, CRC-64 checked, before anything is created
+        contents = read_contents(file, path, shards, now_ms=clock.now_us() // 1000,
+                                 drop_expired=True)  # fmt: skip
+    if contents.functions:
+        raise UnsupportedFormatError(
+            f"the RDB file holds {len(contents.functions)} function libraries, which this "
+            "build cannot load", path=path, offset=0,
+        )  # fmt: skip
+    report = RdbImportReport(
+        identity, contents.version, contents.keys_loaded, contents.keys_expired,
+        contents.empty_keys_skipped, per_shard=[0] * shards,
+    )  # fmt: skip
+    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
+    try:
+        if not remembered:
+            if any(writer.next_lsn > 1 for writer in opened.writers):
+                raise unknown_source(out_dir, "rdb", location)
+            remember_source(out_dir, "rdb", location)
+        position = encode_position({"rdb": identity})
+        for shard, writer in enumerate(opened.writers):
+            report.resumed_from.append(describe(decode_position(writer.source)))
+            _load_shard(writer, shard, contents, position, report, clock, progress)
+        for writer in opened.writers:
+            writer.sync()
+    except BaseException:
+        if report.records == 0 and not opened.existed:
+            undo_create(opened, out_dir, remove_source=not remembered)
+        raise
+    finally:
+        for writer in opened.writers:
+            writer.close()
+    return report
+
+
+def _load_shard(
+    writer: ShardWriter, shard: int, contents: RdbContents, position: bytes,
+    report: RdbImportReport, clock: Clock, progress: Callable[[int], None] | None,
+) -> None:  # fmt: skip
+    """Load one shard's keys: ``r`` rows when it has loaded no RDB yet (or was cut short
+    loading this one), differences when it holds another RDB's keys; nothing when it holds
+    this one."""
+    stored = decode_position(writer.source, writer.shard_dir)
+    if stored.get("rdb") == report.rdb:
+        return
+    rows = not stored  # never finished a load: the first (or a resumed) snapshot
+    loader = loader_for(writer, b"RDB")
+
+    def append(records: list[KvChange], source: bytes) -> None:
+        writer.append(records, False, clock.now_us(), source)
+        report.per_shard[shard] += len(records)
+        report.records += len(records)
+        for record in records:
+            report.ops[record.op] = report.ops.get(record.op, 0) + 1
+        if progress is not None:
+            progress(len(records))
+
+    keys = contents.keys[shard]
+    if not rows:  # deletions first: the position rides on the last record of the load
+        new = Keyspace()
+        for db, key, entry in keys:
+            new.dbs.setdefault(db, {})[key] = entry
+        remove_missing(loader, lambda db, key: new.get(db, key) is not None, append)
+    load_entries(loader, keys, append, rows=rows, source=position)

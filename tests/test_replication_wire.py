@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import socket
+import tracemalloc
 from collections import deque
 from collections.abc import Iterator
 from typing import Any
@@ -389,3 +390,28 @@ def test_urls(url: str) -> None:
             parse_redis_url(url)
         assert "pw" not in str(refused.value)
     assert parse_redis_url("redis://[::1]:7000").path == "redis://[::1]:7000"
+
+
+@pytest.mark.parametrize("diskless", [False, True])
+def test_payload_memory_is_bounded(scripted: list[ScriptedMaster], diskless: bool) -> None:
+    """A 20 MiB payload read in 1 MiB pieces never holds more than a few reads."""
+    block = bytes(range(256)) * 256  # 64 KiB, the same object sent 320 times
+    head = HANDSHAKE_REPLIES + b"+FULLRESYNC %s 0\r\n" % REPLID.encode()
+    if diskless:
+        scripted.append(ScriptedMaster([head + b"$EOF:" + MARK + b"\r\n", *[block] * 320, MARK]))
+    else:
+        scripted.append(ScriptedMaster([head + b"$%d\r\n" % (320 * len(block)), *[block] * 320]))
+    with ReplicaConnection("redis://master") as link:
+        sync = link.psync()
+        assert isinstance(sync, FullResync)
+        tracemalloc.start()
+        try:
+            total = 0
+            while piece := sync.payload.read(1 << 20):
+                assert piece[:256] == block[:256]
+                total += len(piece)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert total == 320 * len(block)
+        assert peak < 4 << 20

@@ -177,9 +177,8 @@ class SizedPayload(_Payload):
         if left == 0 or not len(buffer):
             return 0
         what = f"after {self.delivered_bytes} of the RDB's {self.size_bytes} bytes"
-        size = self._deliver(
-            memoryview(buffer).cast("B"), self.wire.recv(min(len(buffer), left), what)
-        )
+        data = self.wire.recv(min(len(buffer), left, READ_BYTES), what)
+        size = self._deliver(memoryview(buffer).cast("B"), data)
         self.ended = self.delivered_bytes == self.size_bytes
         return size
 

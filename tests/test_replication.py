@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +32,7 @@ from moonish.redis.replication import (
 )
 from moonish.redis.resp import encode_command
 from moonish.state.values import Entry
-from tests.redis_server import comparable, redis_entries, redis_server
+from tests.redis_server import _free_port, comparable, redis_entries, redis_server
 from tests.test_rdb import LIBRARY, _fill
 
 START_US = 1_795_000_000_000_000
@@ -342,3 +343,56 @@ def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
     with pytest.raises(UnavailableError, match="cannot connect"):
         link.psync()
     link.close()
+
+
+def _openssl(*args: str | Path) -> None:
+    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA, and a server and a client certificate it signed for 127.0.0.1."""
+    where = tmp_path_factory.mktemp("tls")
+    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
+    _openssl("req", "-x509", *curve, "-keyout", where / "ca.key", "-out", where / "ca.crt",
+             "-days", "2", "-subj", "/CN=moonish test CA")  # fmt: skip
+    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    for name in ("server", "client"):
+        _openssl("req", *curve, "-keyout", where / f"{name}.key", "-out", where / f"{name}.csr",
+                 "-subj", f"/CN={name}")  # fmt: skip
+        _openssl("x509", "-req", "-in", where / f"{name}.csr", "-CA", where / "ca.crt",
+                 "-CAkey", where / "ca.key", "-CAcreateserial", "-days", "2",
+                 "-extfile", where / "san.ext", "-out", where / f"{name}.crt")  # fmt: skip
+    return where
+
+
+def test_tls_master(tmp_path: Path, certificates: Path) -> None:
+    tls_port = _free_port()
+    tls = ("--tls-port", str(tls_port), "--tls-cert-file", certificates / "server.crt",
+           "--tls-key-file", certificates / "server.key",
+           "--tls-ca-cert-file", certificates / "ca.crt")  # fmt: skip
+    address = f"rediss://127.0.0.1:{tls_port}"
+    trusted = ReplicaOptions(
+        tls_ca_file=str(certificates / "ca.crt"),
+        tls_cert_file=str(certificates / "client.crt"),
+        tls_key_file=str(certificates / "client.key"),
+    )
+    with master(tmp_path, *map(str, tls)) as c:
+        c.set(b"k", b"v")
+        with ReplicaConnection(address, trusted) as link:
+            sync = link.psync()
+            assert isinstance(sync, FullResync)
+            items = RdbReader(sync.payload, link.path)
+            assert [i.key for i in items if isinstance(i, RdbKey)] == [b"k"]
+            c.set(b"over", b"tls")
+            got = read_to(link, master_offset(c))
+            assert [x.argv for x in got] == [[b"SELECT", b"0"], [b"SET", b"over", b"tls"]]
+            assert link.path == address
+        link = ReplicaConnection(address)  # the system's CAs do not know this one
+        with link, pytest.raises(InvalidArgumentError, match="not trusted"):
+            link.psync()
+        link = ReplicaConnection(address, ReplicaOptions(tls_ca_file=trusted.tls_ca_file))
+        with link, pytest.raises(UnavailableError):  # no client certificate
+            link.psync()
+    with pytest.raises(InvalidArgumentError, match="rediss"):
+        ReplicaConnection("redis://127.0.0.1", trusted)

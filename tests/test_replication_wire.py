@@ -368,7 +368,7 @@ URLS: dict[str, RedisAddress | str] = {
     "redis://:pw@host": RedisAddress("host", 6379, None, "pw"),
     "redis://user:p%40ss%3A@10.0.0.1:7000": RedisAddress("10.0.0.1", 7000, "user", "p@ss:"),
     "redis://[::1]:7000": RedisAddress("::1", 7000, None, None),
-    "rediss://host": "TLS",
+    "rediss://:pw@host:7000": RedisAddress("host", 7000, None, "pw", tls=True),
     "http://host": "not a redis",
     "redis://user@host": "without a password",
     "redis://host:99999": "bad port",
@@ -390,6 +390,7 @@ def test_urls(url: str) -> None:
             parse_redis_url(url)
         assert "pw" not in str(refused.value)
     assert parse_redis_url("redis://[::1]:7000").path == "redis://[::1]:7000"
+    assert parse_redis_url("rediss://h").path == "rediss://h:6379"
 
 
 @pytest.mark.parametrize("diskless", [False, True])

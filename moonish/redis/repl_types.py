@@ -65,34 +65,34 @@ class ReplicationUnavailableError(_Reply, UnavailableError):
 
 @dataclass(frozen=True, slots=True)
 class RedisAddress:
-    """Where and as whom to connect, from ``redis://[[user]:password@]host[:port][/db]``."""
+    """Where and as whom to connect, from ``redis[s]://[[user]:password@]host[:port][/db]``
+    (``tls``: the ``rediss`` scheme)."""
 
     host: str
     port: int
     username: str | None
     password: str | None = field(repr=False)
+    tls: bool = False
 
     @property
     def path(self) -> str:
         """The address without credentials, as errors name it."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"redis://{host}:{self.port}"
+        return f"redis{'s' if self.tls else ''}://{host}:{self.port}"
 
 
 def parse_redis_url(url: str) -> RedisAddress:
-    """Parse ``redis://[[user]:password@]host[:port][/db]`` (user and password
-    percent-decoded; port 6379 by default; a db number is accepted and ignored: a replica
-    receives every db).
+    """Parse ``redis://[[user]:password@]host[:port][/db]``, or ``rediss://…`` for TLS (user
+    and password percent-decoded; port 6379 by default; a db number is accepted and ignored:
+    a replica receives every db).
 
     Raises:
-        InvalidArgumentError: another scheme (``rediss://``: TLS is not supported), a user
-            without a password, no host, a bad port or db, a query or fragment.
+        InvalidArgumentError: another scheme, a user without a password, no host, a bad port
+            or db, a query or fragment.
     """
     parts = urlsplit(url)
-    if parts.scheme == "rediss":
-        raise InvalidArgumentError(f"TLS (rediss://) is not supported: {_redact(url)}")
-    if parts.scheme != "redis":
-        raise InvalidArgumentError(f"not a redis:// URL: {_redact(url)}")
+    if parts.scheme not in ("redis", "rediss"):
+        raise InvalidArgumentError(f"not a redis:// or rediss:// URL: {_redact(url)}")
     try:
         port = parts.port or DEFAULT_PORT
     except ValueError:
@@ -110,7 +110,7 @@ def parse_redis_url(url: str) -> RedisAddress:
         raise InvalidArgumentError(
             f"a user without a password in {_redact(url)} (redis://user:password@host)"
         )
-    return RedisAddress(parts.hostname, port, username, password)
+    return RedisAddress(parts.hostname, port, username, password, parts.scheme == "rediss")
 
 
 def _redact(url: str) -> str:
@@ -132,12 +132,20 @@ class ReplicaOptions:
             heard from for its ``repl-timeout``.
         listening_port: the port announced by ``REPLCONF listening-port`` (what ``INFO
             replication`` lists for this replica); ``None``: the connection's local port.
+        tls_ca_file: for ``rediss://``: the CA certificates (PEM) that sign the master's
+            certificate; ``None``: the system's trust store. The certificate must name the
+            URL's host.
+        tls_cert_file, tls_key_file: for ``rediss://``: this client's certificate and key
+            (PEM), which Redis asks for by default (``tls-auth-clients yes``).
     """
 
     connect_timeout_ms: int = 10_000
     timeout_ms: int = 60_000
     ack_interval_ms: int = 1_000
     listening_port: int | None = None
+    tls_ca_file: str | None = None
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import io
 import socket
+import ssl
 import threading
 from collections.abc import Callable
 
@@ -62,7 +63,8 @@ class Wire:
         return UnavailableError(message, path=self.path, offset=offset)
 
     def send(self, data: bytes, offset: int | None = None) -> None:
-        """Send all of ``data`` (thread-safe: sends never interleave).
+        """Send all of ``data``; sends from several threads never interleave (over TLS, send
+        only from the thread that reads: an SSL connection is not for concurrent use).
 
         Raises:
             UnavailableError: the connection failed (``offset`` as given).
@@ -105,7 +107,7 @@ class Wire:
         try:
             self.sock.settimeout(wait_ms / 1000)
             data = self.sock.recv(max_bytes)
-        except (TimeoutError, BlockingIOError):
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError):
             return None
         except OSError as exc:
             raise self.unavailable(

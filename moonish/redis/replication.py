@@ -38,6 +38,7 @@ Example::
 from __future__ import annotations
 
 import socket
+import ssl
 from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
@@ -100,12 +101,12 @@ class ReplicaConnection:
     made durable.
 
     Args:
-        url: ``redis://[[user]:password@]host[:port][/db]`` (:func:`parse_redis_url`).
+        url: ``redis[s]://[[user]:password@]host[:port][/db]`` (:func:`parse_redis_url`).
         options: timeouts, ACK period, announced port.
         clock: times the ACK period and the master's silence.
 
     Raises:
-        InvalidArgumentError: a bad URL.
+        InvalidArgumentError: a bad URL, or TLS files with a ``redis://`` URL.
     """
 
     def __init__(
@@ -113,7 +114,9 @@ class ReplicaConnection:
     ) -> None:
         self.address = parse_redis_url(url)
         self.path = self.address.path
-        self._options = options or ReplicaOptions()
+        self._options = options = options or ReplicaOptions()
+        if not self.address.tls and (options.tls_ca_file or options.tls_cert_file):
+            raise InvalidArgumentError("TLS files given for a redis:// URL (use rediss://)")
         self._clock = clock
         self._wire: Wire | None = None
         self._payload: SizedPayload | MarkedPayload | None = None
@@ -189,6 +192,7 @@ class ReplicaConnection:
 
     def _connect(self) -> Wire:
         address, options = self.address, self._options
+        context = self._tls_context() if address.tls else None
         try:
             sock = socket.create_connection(
                 (address.host, address.port), timeout=options.connect_timeout_ms / 1000
@@ -196,8 +200,32 @@ class ReplicaConnection:
         except OSError as exc:
             raise UnavailableError(f"cannot connect to Redis: {exc}", path=self.path) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if context is not None:
+            try:
+                sock = context.wrap_socket(sock, server_hostname=address.host)
+            except ssl.SSLCertVerificationError as exc:
+                sock.close()
+                raise InvalidArgumentError(
+                    f"the master's TLS certificate is not trusted: {exc.verify_message}",
+                    path=self.path,
+                ) from None
+            except OSError as exc:
+                sock.close()
+                raise UnavailableError(f"TLS handshake failed: {exc}", path=self.path) from None
         self._last_io_us = self._clock.now_us()
         return Wire(sock, self.path, options.timeout_ms)
+
+    def _tls_context(self) -> ssl.SSLContext:
+        options = self._options
+        try:
+            context = ssl.create_default_context(cafile=options.tls_ca_file)
+            if options.tls_cert_file is not None:
+                context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+        except (OSError, ValueError) as exc:
+            raise InvalidArgumentError(
+                f"cannot load the TLS certificates: {exc}", path=self.path
+            ) from None
+        return context
 
     def _handshake(self, wire: Wire) -> None:
         """PING, then AUTH and both REPLCONFs in one write, replies read in order (as
@@ -395,7 +423,8 @@ class ReplicaConnection:
 
     def send_ack(self) -> None:
         """Send ``REPLCONF ACK <durable offset>`` now (:meth:`read_batch` does it on its
-        own every ``ack_interval_ms``; a caller that does not read for longer calls this).
+        own every ``ack_interval_ms``; a caller that does not read for longer calls this),
+        from the thread that reads (TLS connections are not for concurrent use).
 
         Raises:
             UnavailableError: the connection failed.

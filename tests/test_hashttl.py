@@ -12,6 +12,8 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from moonish.clock import FixedClock
 from moonish.errors import CommandError
@@ -212,6 +214,39 @@ CASES: dict[str, list[list[str]]] = {
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_commands_match_redis_74(server: redis.Redis, tmp_path: Path, name: str) -> None:
     run(server, tmp_path, CASES[name])
+
+
+_FIELD = st.sampled_from(["a", "b", "c"])
+_TIME = st.sampled_from([PAST, SOONER, FAR, LATER])
+_RANDOM = st.lists(st.one_of(
+    st.tuples(st.just("HSET"), _FIELD, st.sampled_from(["1", "x"])),
+    st.tuples(st.just("HDEL"), _FIELD),
+    st.tuples(st.just("HINCRBY"), _FIELD, st.just("2")),
+    st.tuples(st.just("HSETNX"), _FIELD, st.just("n")),
+    st.tuples(st.just("HPEXPIREAT"), _TIME, st.sampled_from(["", "NX", "XX", "GT", "LT"]),
+              st.lists(_FIELD, min_size=1, max_size=3)),
+    st.tuples(st.just("HPERSIST"), st.lists(_FIELD, min_size=1, max_size=3)),
+), min_size=1, max_size=25)  # fmt: skip
+
+
+def _argv(step: tuple[Any, ...]) -> list[str]:
+    name, *rest = step
+    if name == "HPEXPIREAT":
+        at, condition, fields = rest
+        return [name, "h", at, *([condition] if condition else []), "FIELDS", str(len(fields)),
+                *fields]  # fmt: skip
+    if name == "HPERSIST":
+        return [name, "h", "FIELDS", str(len(rest[0])), *rest[0]]
+    return [name, "h", *rest]
+
+
+@settings(max_examples=150, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # fmt: skip
+@given(steps=_RANDOM)
+def test_random_sequences_match_redis_74(
+    server: redis.Redis, tmp_path_factory: pytest.TempPathFactory, steps: list[tuple[Any, ...]]
+) -> None:
+    run(server, tmp_path_factory.mktemp("random"), [_argv(step) for step in steps])
 
 
 def test_relative_times_match_redis_74(server: redis.Redis, tmp_path: Path) -> None:

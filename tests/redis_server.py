@@ -1,9 +1,11 @@
 """A real redis-server (installed by `make install` from the Debian package) on 127.0.0.1,
-started and stopped by the tests, and the oracle that reads a key back from it."""
+started and stopped by the tests, and the oracle that reads a key back from it. Redis 7.4
+(hash-field TTLs; `make install` puts it in .venv/redis-7.4): :func:`redis74_binary`."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import socket
 import subprocess
@@ -26,15 +28,30 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+REDIS74 = Path(__file__).parent.parent / ".venv" / "redis-7.4"
+
+
+def redis74_binary() -> str:
+    """The Redis 7.4 redis-server `make install` puts in ``.venv/redis-7.4`` (its OpenSSL
+    1.1 libraries beside it, in ``lib``)."""
+    binary = REDIS74 / "bin" / "redis-server"
+    assert binary.exists(), f"{binary} is missing: `make install` installs Redis 7.4 there"
+    return str(binary)
+
+
 @contextlib.contextmanager
-def redis_server(workdir: Path, *extra: str) -> Iterator[redis.Redis]:
-    """A redis-server in ``workdir`` on a free port; yields a client (bytes replies)."""
-    binary = shutil.which("redis-server")
+def redis_server(workdir: Path, *extra: str, binary: str | None = None) -> Iterator[redis.Redis]:
+    """A redis-server in ``workdir`` on a free port; yields a client (bytes replies).
+    ``binary``: another redis-server than the installed one (:func:`redis74_binary`)."""
+    env = dict(os.environ)
+    if binary is not None:  # .venv/redis-7.4/bin/redis-server needs .venv/redis-7.4/lib
+        env["LD_LIBRARY_PATH"] = str(Path(binary).parent.parent / "lib")
+    binary = binary or shutil.which("redis-server")
     assert binary, "redis-server is missing: `make install` installs it (Debian package)"
     port = _free_port()
     args = [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
             "--save", "", "--daemonize", "no", *extra]  # fmt: skip
-    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, env=env)
     client = redis.Redis(host="127.0.0.1", port=port)
     try:
         deadline = time.monotonic() + 30

@@ -198,7 +198,7 @@ class KvChange:
         before: the before image, UTF-8 JSON, or ``b""`` for null.
         after: the after image, UTF-8 JSON, or ``b""`` for null.
         view: the view type in force when written.
-        expired: the key was removed because it expired.
+        expired: the key was removed because it expired, or (``HDEL``) hash fields were.
         replay: how the writer replays the record.
         state: with ``Replay.STATE``, the key's lossless image (``b""``: removed).
         argv: with ``Replay.COMMAND``, the command to run.

@@ -1,6 +1,12 @@
 """Hash, set and list commands: HSET, HSETNX, HMSET, HDEL, HINCRBY, HINCRBYFLOAT; SADD, SREM,
 SPOP, SMOVE, SINTERSTORE, SUNIONSTORE, SDIFFSTORE; LPUSH, RPUSH, LPUSHX, RPUSHX, LPOP, RPOP,
-LSET, LREM, LTRIM, LINSERT, LMOVE, RPOPLPUSH (semantics of Redis 7.0, redis.io/commands)."""
+LSET, LREM, LTRIM, LINSERT, LMOVE, RPOPLPUSH (semantics of Redis 7.0, redis.io/commands).
+
+Hash fields with expiry times (Redis 7.4 ``t_hash.c``, moonish.state.fieldttl): HSET and
+HMSET remove the times of the fields they set, HDEL removes fields whatever their time;
+HSETNX, HINCRBY and HINCRBYFLOAT look the field up, which removes it first when it has
+expired, and HINCRBY/HINCRBYFLOAT keep the time of a field they change
+(``HASH_SET_KEEP_TTL``); HSETNX's new field has none."""
 
 from __future__ import annotations
 
@@ -9,6 +15,7 @@ from typing import Any
 
 from moonish.errors import CommandError
 from moonish.state import parse
+from moonish.state.fieldttl import clear_ttls
 from moonish.state.keyspace import Access
 from moonish.state.values import HASH, LIST, SET, Entry
 
@@ -36,20 +43,26 @@ def cmd_hset(acc: Access, db: int, argv: list[bytes]) -> Any:
             else:
                 grew += len(value) - len(old)
         current.update(fields)
+        if entry.field_expire_at_ms is not None:
+            clear_ttls(entry, fields)
         acc.changed(db, key, entry, grew)
     return b"OK" if argv[0].upper() == b"HMSET" else added
 
 
 def cmd_hsetnx(acc: Access, db: int, argv: list[bytes]) -> Any:
     parse.arity(argv, 4)
-    entry = acc.get(db, argv[1], HASH)
-    if entry is None:
-        acc.put(db, argv[1], Entry(HASH, {argv[2]: argv[3]}))
-    elif argv[2] in entry.value:
+    key, field = argv[1], argv[2]
+    current, entry = acc.hash_field(db, key, acc.get(db, key, HASH), field)
+    if current is not None:
         return 0
-    else:
-        entry.value[argv[2]] = argv[3]
-        acc.changed(db, argv[1], entry, len(argv[2]) + len(argv[3]))
+    if entry is None:
+        acc.put(db, key, Entry(HASH, {field: argv[3]}))
+        return 1
+    old = entry.value.get(field)  # an expired field still there while loading an AOF
+    entry.value[field] = argv[3]
+    clear_ttls(entry, [field])
+    grew = len(argv[3]) - len(old) if old is not None else len(field) + len(argv[3])
+    acc.changed(db, key, entry, grew)
     return 1
 
 
@@ -65,6 +78,8 @@ def cmd_hdel(acc: Access, db: int, argv: list[bytes]) -> Any:
             removed += 1
             grew -= len(field) + len(value)
     if removed:
+        if entry.field_expire_at_ms is not None:
+            clear_ttls(entry, argv[2:])
         acc.changed(db, argv[1], entry, grew)
     return removed
 
@@ -83,8 +98,7 @@ def _hash_update(acc: Access, db: int, key: bytes, entry: Entry | None, field: b
 def cmd_hincrby(acc: Access, db: int, argv: list[bytes]) -> Any:
     parse.arity(argv, 4)
     increment = parse.integer(argv[3])  # parsed before the lookup, as Redis does
-    entry = acc.get(db, argv[1], HASH)
-    current = None if entry is None else entry.value.get(argv[2])
+    current, entry = acc.hash_field(db, argv[1], acc.get(db, argv[1], HASH), argv[2])
     base = 0 if current is None else parse.integer(current, "ERR hash value is not an integer")
     total = parse.add_int(base, increment)
     _hash_update(acc, db, argv[1], entry, argv[2], b"%d" % total)
@@ -96,8 +110,7 @@ def cmd_hincrbyfloat(acc: Access, db: int, argv: list[bytes]) -> Any:
     increment = parse.decimal(argv[3])
     if increment.exact is None:  # Redis checks this before the key (t_hash.c)
         raise CommandError("ERR value is NaN or Infinity")
-    entry = acc.get(db, argv[1], HASH)
-    current = None if entry is None else entry.value.get(argv[2])
+    current, entry = acc.hash_field(db, argv[1], acc.get(db, argv[1], HASH), argv[2])
     base = parse.decimal(b"0" if current is None else current, "ERR hash value is not a float")
     value = parse.add_decimal(base, increment)
     _hash_update(acc, db, argv[1], entry, argv[2], value)

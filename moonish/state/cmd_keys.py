@@ -31,7 +31,8 @@ def clone(entry: Entry) -> Entry:
         value.last_id = entry.value.last_id
     else:
         value = copy.copy(entry.value)
-    return Entry(entry.type, value, entry.expire_at_ms)
+    ttls = entry.field_expire_at_ms  # a hash's field times go with it (hashTypeDup)
+    return Entry(entry.type, value, entry.expire_at_ms, None if ttls is None else dict(ttls))
 
 
 def cmd_rename(acc: Access, db: int, argv: list[bytes]) -> Any:

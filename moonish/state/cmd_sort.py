@@ -44,8 +44,8 @@ def _lookup_pattern(acc: Access, db: int, pattern: bytes, element: bytes) -> byt
     entry = acc.get(db, key)
     if entry is None:
         return None
-    if field is not None:
-        return entry.value.get(field) if entry.type == HASH else None
+    if field is not None:  # an expired field is removed on the way (HFE_LAZY_EXPIRE)
+        return acc.hash_field(db, key, entry, field)[0] if entry.type == HASH else None
     return entry.value if entry.type == STRING else None
 
 

@@ -3,7 +3,9 @@
 Commands never touch a :class:`Keyspace` directly: they run on an :class:`Access`, which
 
 - applies expiry lazily, as Redis does on access: a key whose ``expire_at_ms`` is at or before
-  the command's time is removed first and reported in :attr:`Access.expired`;
+  the command's time is removed first and reported in :attr:`Access.expired`; a hash field
+  that a command looks up (:meth:`Access.hash_field`) and finds expired likewise, in
+  :attr:`Access.expired_fields` (moonish.state.fieldttl);
 - remembers, for every key the command looks at, whether it existed and (when asked) its image
   before the command, so the writer can say ``c``/``u``/``d`` and give before images;
 - records which keys the command wrote, in order.
@@ -18,7 +20,8 @@ import heapq
 from collections.abc import Callable, Iterator
 
 from moonish.errors import CommandError
-from moonish.state.values import STREAM, STRING, Entry, full_image
+from moonish.state.fieldttl import expire_fields, is_expired, next_expiry
+from moonish.state.values import HASH, STREAM, STRING, Entry, full_image
 
 _KEPT_WHEN_EMPTY = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -28,11 +31,13 @@ Key = tuple[int, bytes]
 
 
 class Keyspace:
-    """The keys of one shard: ``dbs[db][key] -> Entry``, plus a heap of expiry times."""
+    """The keys of one shard: ``dbs[db][key] -> Entry``, plus heaps of the expiry times of
+    keys and of hash fields."""
 
     def __init__(self) -> None:
         self.dbs: dict[int, dict[bytes, Entry]] = {}
         self._expiry: list[tuple[int, int, bytes]] = []  # (expire_at_ms, db, key), lazy
+        self._field_expiry: list[tuple[int, int, bytes]] = []  # (a field's time, db, key)
 
     def get(self, db: int, key: bytes) -> Entry | None:
         keys = self.dbs.get(db)
@@ -41,6 +46,8 @@ class Keyspace:
     def put(self, db: int, key: bytes, entry: Entry) -> None:
         self.dbs.setdefault(db, {})[key] = entry
         self.note_expiry(db, key, entry)
+        if entry.field_expire_at_ms is not None:
+            self.note_field_expiry(db, key, next_expiry(entry))
 
     def remove(self, db: int, key: bytes) -> None:
         keys = self.dbs.get(db)
@@ -53,6 +60,27 @@ class Keyspace:
         """Remember ``entry``'s expiry time for the active sweep (call after setting it)."""
         if entry.expire_at_ms is not None:
             heapq.heappush(self._expiry, (entry.expire_at_ms, db, key))
+
+    def note_field_expiry(self, db: int, key: bytes, expire_at_ms: int | None) -> None:
+        """Remember that a field of hash ``key`` expires at ``expire_at_ms`` (the sweep looks
+        at the hash then; :meth:`fields_due`)."""
+        if expire_at_ms is not None:
+            heapq.heappush(self._field_expiry, (expire_at_ms, db, key))
+
+    def fields_due(self, now_ms: int) -> Iterator[tuple[Key, Entry]]:
+        """Hashes with a field whose time is at or before ``now_ms``, soonest first, each
+        once. The caller removes those fields before the next one is yielded, and notes the
+        hash's next field time if it keeps any (:meth:`note_field_expiry`)."""
+        heap, seen = self._field_expiry, set()
+        while heap and heap[0][0] <= now_ms:
+            _, db, key = heapq.heappop(heap)
+            entry = self.get(db, key)
+            if entry is None or entry.type != HASH or (db, key) in seen:
+                continue
+            soonest = next_expiry(entry)
+            if soonest is not None and soonest <= now_ms:
+                seen.add((db, key))
+                yield (db, key), entry
 
     def due(self, now_ms: int) -> Iterator[Key]:
         """Keys whose expiry time is at or before ``now_ms``, soonest first (each once)."""
@@ -112,6 +140,10 @@ class Access:
         """Keys written, in order of first write."""
         self.expired: list[tuple[int, bytes, Entry]] = []
         """Keys removed by lazy expiry, with their last entry."""
+        self.expired_fields: list[tuple[int, bytes, list[bytes], bytes, bytes | None]] = []
+        """Hash fields removed by lazy expiry: (db, key, fields, the hash's image before, its
+        image after or ``None`` when that removed the key), images made with
+        ``max_value_bytes``."""
 
     def _first_touch(self, db: int, key: bytes) -> Entry | None:
         keyspace = self.resolve(key)
@@ -147,6 +179,31 @@ class Access:
             raise CommandError(WRONGTYPE)
         return entry
 
+    def hash_field(
+        self, db: int, key: bytes, entry: Entry | None, field: bytes
+    ) -> tuple[bytes | None, Entry | None]:
+        """A hash field's value as a command that looks it up sees it (``hashTypeGetValue``),
+        and the hash (``None`` once its last field expired and the key went with it).
+
+        A field whose time is before the command's is removed first, as Redis does
+        (reported in :attr:`expired_fields`); when loading an AOF it reads as missing but
+        stays (the sweep removes it after the load)."""
+        if entry is None:
+            return None, None
+        value = entry.value.get(field)
+        if value is None or not is_expired(entry, field, self.now_ms):
+            return value, entry
+        if not self.expire:
+            return None, entry
+        before, after = expire_fields(entry, db, key, [field], self.max_value_bytes)
+        self.expired_fields.append((db, key, [field], before, after))
+        if after is None:
+            self.resolve(key).remove(db, key)
+            self.before[(db, key)] = (False, None)
+            return None, None
+        self.before[(db, key)] = (True, after if self.images else None)
+        return None, entry
+
     def put(self, db: int, key: bytes, entry: Entry) -> None:
         """Set ``key`` to ``entry`` (a new value or a replaced one)."""
         if (db, key) not in self.before:
@@ -178,6 +235,13 @@ class Access:
                 if db is None or number == db:
                     found += [(number, key) for key in keys]
         return found
+
+    def fields_changed(self, db: int, key: bytes, entry: Entry, noted_ms: int | None) -> None:
+        """Only field expiry times of hash ``entry`` changed (HPEXPIREAT, HPERSIST);
+        ``noted_ms``: a new time to remember for the sweep."""
+        entry.stale(value=False)
+        self.resolve(key).note_field_expiry(db, key, noted_ms)
+        self.written[(db, key)] = None
 
     def set_expiry(self, db: int, key: bytes, entry: Entry, expire_at_ms: int | None) -> None:
         entry.expire_at_ms = expire_at_ms

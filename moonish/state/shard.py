@@ -7,7 +7,9 @@ command runs on the keyspace with Redis's semantics (moonish.state.execute), the
 ``kv_change`` record per key it wrote is appended: alone when there is one, else as an atomic
 batch. A command Redis would refuse raises :class:`CommandError` and writes nothing.
 
-Keys with an expiry time are also removed by an active sweep (every ``expiry_sweep_ms`` on a
+Hash fields that a command finds expired are removed likewise, as one record per hash
+(moonish.state.expiry). Keys with an expiry time, and hash fields with one, are also removed
+by an active sweep (every ``expiry_sweep_ms`` on a
 background thread, or by calling :meth:`ShardWriter.sweep_expired`), as Redis's active
 expire cycle does.
 
@@ -52,6 +54,7 @@ from moonish.log.segment import segment_holding
 from moonish.log.writer import WalWriter, WriterOptions
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.execute import execute
+from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path, write_snapshot
 from moonish.state.values import Entry, entry_from_image, full_image, key_image, state_image
@@ -233,6 +236,7 @@ class ShardWriter:
         except CommandError as exc:
             reply = exc
         expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
+        expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
         return Prepared(reply, expired, self.records(acc, acc.log_argv or argv, Replay.COMMAND))
 
     def access(
@@ -288,16 +292,7 @@ class ShardWriter:
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:
         """The ``d`` record, marked as an expiry, of a key removed because it expired."""
-        config = self._config
-        before = b""
-        if config.view is not ViewType.OFF:
-            before = (
-                full_image(db, key, entry, config.max_value_bytes)
-                if config.old_images
-                else key_image(db, key)
-            )
-        return KvChange("d", db, b"DEL", key, before, b"", config.view, True,
-                        Replay.COMMAND, b"", (b"DEL", key))  # fmt: skip
+        return key_expiry_record(self._config, db, key, entry)
 
     def append(
         self, records: list[KvChange], atomic: bool, commit_us: int, source: bytes = b""
@@ -351,7 +346,8 @@ class ShardWriter:
 
     def sweep_expired(self) -> int:
         """Remove every key whose expiry time has passed (each a ``d`` record marked as an
-        expiry); returns how many.
+        expiry), then every hash field whose time has (a record per hash); returns how many
+        records.
 
         Raises:
             UnavailableError: this writer stopped.
@@ -360,12 +356,7 @@ class ShardWriter:
             if self._broken is not None:
                 self._check_sweep()
             now_us = self._clock.now_us()
-            records = []
-            for db, key in list(self.keyspace.due(now_us // 1000)):
-                entry = self.keyspace.get(db, key)
-                if entry is not None:
-                    self.keyspace.remove(db, key)
-                    records.append(self.expiry_record(db, key, entry))
+            records = sweep(self.keyspace, self._config, now_us // 1000)
             self.append(records, False, now_us)
             return len(records)
 

@@ -12,7 +12,8 @@ Internal forms (``Entry.value``)::
 Image (UTF-8 JSON object, keys in this order)::
 
     {"db": 0, "key": <text>, "type": "string"|"hash"|"list"|"set"|"zset"|"stream",
-     "value": <value>, "expire_at_ms": <ms since the Unix epoch>|null}
+     "value": <value>, "expire_at_ms": <ms since the Unix epoch>|null
+     [, "field_expire_at_ms": [[field, <ms since the Unix epoch>], ...]]}
 
 ``<text>`` is a JSON string when the bytes are UTF-8, else ``{"_b64": "<base64>"}``. Values:
 string ``<text>``; hash ``[[field, value], ...]`` (insertion order); list ``[elem, ...]``; set
@@ -20,6 +21,10 @@ string ``<text>``; hash ``[[field, value], ...]`` (insertion order); list ``[ele
 order; ``"inf"``/``"-inf"`` for infinite scores); stream ``[{"id": "<ms>-<seq>", "fields":
 [[field, value], ...]}, ...]`` by ID. A value whose JSON is larger than the image limit is
 replaced by the marker ``{"_omitted_length": <Redis's length of it>}`` (:func:`full_image`).
+
+``field_expire_at_ms`` is there only for a hash some of whose fields have an expiry time
+(Redis 7.4's HEXPIRE family): those fields, in the hash's order, with their times. It is left
+out with an omitted value, so a hash without field TTLs has the same image as before 7.4.
 """
 
 from __future__ import annotations
@@ -98,14 +103,23 @@ class SortedSet:
 class Entry:
     """One key's value, type and expiry. ``json`` caches the value's JSON and ``image`` the
     key's full image (with the limit it was made for); whoever changes the entry calls
-    :meth:`stale`."""
+    :meth:`stale`.
 
-    __slots__ = ("expire_at_ms", "image", "image_limit", "json", "nbytes", "type", "value")
+    ``field_expire_at_ms``: a hash's field expiry times, field -> ms since the Unix epoch,
+    only for fields that have one (Redis 7.4); ``None`` (never empty) when none has, so a
+    hash without field TTLs costs nothing more (moonish.state.fieldttl keeps it)."""
 
-    def __init__(self, type_: str, value: Any, expire_at_ms: int | None = None) -> None:
+    __slots__ = ("expire_at_ms", "field_expire_at_ms", "image", "image_limit", "json",
+                 "nbytes", "type", "value")  # fmt: skip
+
+    def __init__(
+        self, type_: str, value: Any, expire_at_ms: int | None = None,
+        field_expire_at_ms: dict[bytes, int] | None = None,
+    ) -> None:  # fmt: skip
         self.type = type_
         self.value = value
         self.expire_at_ms = expire_at_ms
+        self.field_expire_at_ms = field_expire_at_ms or None
         self.json: bytes | None = None
         self.image: bytes | None = None
         self.image_limit: int | None = None  # no tuple: one fewer GC-tracked object a write
@@ -325,16 +339,27 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
             value = _bounded_json(entry, max_value_bytes)
     if value is None or (max_value_bytes is not None and len(value) > max_value_bytes):
         value = _omitted(entry)
+        end = b"}"
+    else:
+        ttls = entry.field_expire_at_ms
+        end = b"}" if ttls is None else _field_ttls_json(entry.value, ttls)
     expire = b"null" if entry.expire_at_ms is None else b"%d" % entry.expire_at_ms
     quoted = b'"' + key + b'"' if not key.translate(None, _PLAIN) else key_json(key)
-    made = b'{"db":%d,"key":%s%s%s,"expire_at_ms":%s}' % (
-        db, quoted, _TYPE_PIECES[entry.type], value, expire,
+    made = b'{"db":%d,"key":%s%s%s,"expire_at_ms":%s%s' % (
+        db, quoted, _TYPE_PIECES[entry.type], value, expire, end,
     )  # fmt: skip
     entry.image, entry.image_limit = made, max_value_bytes
     return made
 
 
 _TYPE_PIECES = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
+
+
+def _field_ttls_json(fields: dict[bytes, bytes], ttls: dict[bytes, int]) -> bytes:
+    """``,"field_expire_at_ms":[[field, ms], ...]}``: the fields with a time, in the hash's
+    order."""
+    pairs = [[text(field), ttls[field]] for field in fields if field in ttls]
+    return b',"field_expire_at_ms":' + orjson.dumps(pairs) + b"}"
 
 
 def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
@@ -366,7 +391,15 @@ def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
         value.last_id = parse_id_text(image.get("last_id") or "0-0")
     else:
         raise ValueError(f"unknown value type {kind!r}")
-    return int(image["db"]), untext(image["key"]), Entry(kind, value, image["expire_at_ms"])
+    ttls = None
+    if "field_expire_at_ms" in image:
+        if kind != HASH:
+            raise ValueError(f"field expiry times on a {kind}")
+        ttls = {untext(field): int(at) for field, at in image["field_expire_at_ms"]}
+        if not ttls or not ttls.keys() <= value.keys():
+            raise ValueError("field expiry times for fields the hash does not hold")
+    entry = Entry(kind, value, image["expire_at_ms"], ttls)
+    return int(image["db"]), untext(image["key"]), entry
 
 
 def state_image(db: int, key: bytes, entry: Entry) -> bytes:

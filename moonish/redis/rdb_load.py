@@ -30,6 +30,7 @@ from moonish.redis.rdb import (
     RdbReader,
     RdbUnsupportedError,
 )
+from moonish.redis.rdb_keys import hash_entry
 from moonish.redis.slots import shard_of_key
 from moonish.state.values import STREAM, STRING, Entry
 
@@ -132,13 +133,13 @@ def entry_of_key(item: RdbKey) -> Entry:
     """The keyspace entry of an RDB key (its value is already in moonish's form).
 
     Raises:
-        NotLoadable: a stream with consumer groups or a hash with field expiry times, which
-            this build's keyspace cannot hold yet (named, never dropped).
+        NotLoadable: a stream with consumer groups, which this build's keyspace cannot hold
+            yet (named, never dropped).
     """
     if item.stream is not None and item.stream.groups:
         raise NotLoadable("a stream with consumer groups cannot be loaded by this build")
     if item.field_expire_at_ms:
-        raise NotLoadable("a hash with field expiry times cannot be loaded by this build")
+        return hash_entry(item)  # Redis 7.4 field TTLs, kept as Redis loads them
     return Entry(item.type, item.value, item.expire_at_ms)
 
 

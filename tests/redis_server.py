@@ -19,7 +19,7 @@ import redis
 from moonish.clock import SYSTEM_CLOCK
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import HASH, LIST, SET, STREAM, STRING, ZSET, Entry
+from moonish.state.values import HASH, LIST, SET, STREAM, STRING, ZSET, Entry, Stream
 
 
 def _free_port() -> int:
@@ -177,3 +177,82 @@ def comparable(entry: Entry | None) -> Any:
     elif entry.type == ZSET:
         value = {m: float(s) for m, s in value.items()}
     return (entry.type, value, entry.expire_at_ms)
+
+
+# -- streams with consumer groups -----------------------------------------------------------
+
+StreamState = tuple[Any, ...]
+"""A stream as plain values: (entries [(id, fields)], last ID, max deleted ID, entries added,
+groups [(name, last delivered ID, entries read or None, pending [(id, consumer, delivery ms,
+delivery count)], consumers [(name, seen ms)])]); IDs as ``b"<ms>-<seq>"``, in Redis's
+orders (IDs, name bytes)."""
+
+
+def raw_client(client: redis.Redis) -> redis.Redis:
+    """A second connection to ``client``'s server whose replies are not reshaped by redis-py
+    (XCLAIM, XAUTOCLAIM and XINFO replies as Redis sends them)."""
+    kwargs = client.connection_pool.connection_kwargs
+    raw = redis.Redis(host=kwargs["host"], port=kwargs["port"])
+    raw.response_callbacks.clear()
+    return raw
+
+
+def _pairs(flat: list[Any] | dict[bytes, Any]) -> dict[bytes, Any]:
+    """A RESP3 map as it comes, or a RESP2 flat list of keys and values as a dict."""
+    if isinstance(flat, dict):
+        return flat
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def redis_stream(raw: redis.Redis, key: bytes) -> StreamState | None:
+    """The stream at ``key`` as Redis holds it (``XINFO STREAM key FULL COUNT 0``, on a
+    :func:`raw_client`), or None when there is no such key."""
+    if raw.execute_command("TYPE", key) != b"stream":
+        return None
+    info = _pairs(raw.execute_command("XINFO", "STREAM", key, "FULL", "COUNT", "0"))
+    groups = []
+    for flat in info[b"groups"]:
+        group = _pairs(flat)
+        pending = [(i, c, int(t), int(n)) for i, c, t, n in group[b"pending"]]
+        consumers = [(c[b"name"], int(c[b"seen-time"])) for c in map(_pairs, group[b"consumers"])]
+        read = group[b"entries-read"]
+        groups.append((group[b"name"], group[b"last-delivered-id"],
+                       None if read is None else int(read), pending, consumers))  # fmt: skip
+    entries = [(i, list(fields)) for i, fields in info[b"entries"]]
+    return (entries, info[b"last-generated-id"], info[b"max-deleted-entry-id"],
+            int(info[b"entries-added"]), groups)  # fmt: skip
+
+
+def stream_state(stream: Stream | None) -> StreamState | None:
+    """moonish's stream in the form of :func:`redis_stream`."""
+    if stream is None:
+        return None
+    ident = b"%d-%d".__mod__
+    groups = []
+    for name, group in sorted(stream.groups.items()):
+        pending = [
+            (ident(i), p.consumer, p.delivery_time_ms, p.delivery_count)
+            for i, p in sorted(group.pending.items())
+        ]
+        groups.append((name, ident(group.last_id),
+                       None if group.entries_read == -1 else group.entries_read, pending,
+                       sorted(group.consumers.items())))  # fmt: skip
+    entries = [(ident(i), fields) for i, fields in stream.entries.items()]
+    return (entries, ident(stream.last_id), ident(stream.max_deleted_id), stream.entries_added,
+            groups)  # fmt: skip
+
+
+def split_times(state: StreamState | None) -> tuple[Any, list[int], list[int]]:
+    """(``state`` with every time replaced by 0, its delivery times, its seen times), so a
+    comparison can take times with a tolerance or a window: Redis and moonish each read
+    their own clock."""
+    if state is None:
+        return None, [], []
+    entries, last, deleted, added, groups = state
+    bare, delivered, seen = [], [], []
+    for name, last_delivered, read, pending, consumers in groups:
+        delivered += [t for _, _, t, _ in pending]
+        seen += [t for _, t in consumers]
+        bare.append((name, last_delivered, read, [(i, c, 0, n) for i, c, _, n in pending],
+                     [(c, 0) for c, _ in consumers]))  # fmt: skip
+    return (entries, last, deleted, added, bare), delivered, seen

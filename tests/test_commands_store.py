@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,15 +67,28 @@ def _same_reply(ours: Any, theirs: Any) -> bool:
     return bool(ours == theirs)
 
 
-def run(server: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]]) -> list[Any]:
+State = dict[tuple[int, bytes], Any]
+
+
+def _equal_states(ours: State, theirs: State, argv: list[bytes]) -> None:
+    assert ours == theirs, argv
+
+
+def run(
+    server: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]], *,
+    redis_state: Callable[[redis.Redis], State] = _redis_state,
+    our_state: Callable[[ShardWriter], State] = _our_state,
+    same_state: Callable[[State, State, list[bytes]], None] = _equal_states,
+) -> list[Any]:  # fmt: skip
     """Run ``commands`` (in db 0; ``SELECT`` is not a write) on both and compare after each;
-    returns moonish's replies (a CommandError's text for a refusal)."""
+    returns moonish's replies (a CommandError's text for a refusal). ``redis_state`` and
+    ``our_state`` read each side's keyspace, ``same_state`` compares them (equality)."""
     server.flushall()
     replies = []
     with shard_writer(tmp_path / "shard") as writer:
         for command in commands:
             argv = [a.encode() if isinstance(a, str) else a for a in command]
-            before = _redis_state(server)
+            before = redis_state(server)
             try:
                 theirs: Any = server.execute_command(*argv)
             except redis.ResponseError as exc:
@@ -90,8 +103,8 @@ def run(server: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]]) 
             assert not isinstance(theirs, Exception), (argv, theirs, result.reply)
             assert _same_reply(result.reply, theirs), (argv, result.reply, theirs)
             replies.append(result.reply)
-            after = _redis_state(server)
-            assert _our_state(writer) == after, argv
+            after = redis_state(server)
+            same_state(our_state(writer), after, argv)
             events = []
             if result.lsns:
                 events = moonish.read(writer.shard_dir, result.lsns[0], 10_000).events
@@ -104,9 +117,9 @@ def run(server: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]]) 
                 assert op == ("u" if existed and exists else "c" if exists else "d"), argv
             changed = {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
             assert changed <= ops.keys(), (argv, changed, ops)
-        state = _our_state(writer)
+        state = our_state(writer)
     with shard_writer(tmp_path / "shard") as reopened:
-        assert _our_state(reopened) == state
+        assert our_state(reopened) == state
     return replies
 
 

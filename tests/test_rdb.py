@@ -27,9 +27,17 @@ from moonish.redis.rdb import (
     crc64,
     read_rdb,
 )
+from moonish.redis.rdb_streams import complete_stream
 from moonish.redis.rdb_values import RdbConsumer, RdbGroup, RdbPending, RdbStreamMeta
 from moonish.state.values import Entry
-from tests.redis_server import comparable, redis_entries, redis_server
+from tests.redis_server import (
+    comparable,
+    raw_client,
+    redis_entries,
+    redis_server,
+    redis_stream,
+    stream_state,
+)
 
 FAR_MS = 4_102_444_800_123  # 2100-01-01 plus 123 ms
 RNG = random.Random(11)
@@ -300,12 +308,20 @@ def test_streams_match_redis(tmp_path: Path) -> None:
         for key in (b"events", b"empty", b"moved", b"clean", b"expiring"):
             truth[key] = _stream_truth(c, key)
 
+        raw = raw_client(c)
+        for key in truth:
+            whole[key] = redis_stream(raw, key)
+        raw.close()
+
+    whole: dict[bytes, Any] = {}
     path, expected, _ = _dump(tmp_path / "server", fill)
     found = _keys(path)[0]
     for key, want in truth.items():
         item = found[key]
         assert (item.type, item.expire_at_ms) == ("stream", expected[0][key].expire_at_ms)
         assert _stream_found(item) == want, key
+        # the whole stream, times included, as XINFO STREAM FULL shows it
+        assert stream_state(complete_stream(item, str(path))) == whole[key], key
     assert truth[b"events"][5][0][3] == {b"alice": 2, b"bob": 2}  # the test saw pending entries
     assert truth[b"clean"][5][0][2] == 2  # and a known entries-read
     assert found[b"events"].stream.groups[1].consumers[0].name == b"idle"  # type: ignore[union-attr]
@@ -528,6 +544,23 @@ def test_handmade_streams(rdb_type: int, version: int) -> None:
             ),
         ),
     )
+    stream = complete_stream(item, "h.rdb")  # type 15 migrates as Redis 7.0 loads it
+    assert stream_state(stream) == (
+        [(b"5-10", [b"f", b"v0"]), (b"6-10", [b"a", b"1", b"b", b"2"])], b"6-10",
+        b"5-11" if v2 else b"0-0", 3 if v2 else 2,
+        [(b"g", b"6-10", 3 if v2 else 2, [(b"5-10", b"c", 1234, 2)], [(b"c", 99)])],
+    )  # fmt: skip
+
+
+def test_a_pending_entry_without_a_consumer_is_refused() -> None:
+    value = _stream_value(19)
+    orphan = value[: -(1 + 16)] + _len(0)  # the consumer owns nothing: 5-10 has no owner
+    (item,) = RdbReader(io.BytesIO(_rdb(_key(19, b"s", orphan), 10)), "h.rdb")
+    assert isinstance(item, RdbKey) and item.stream is not None
+    assert item.stream.groups[0].pending[0].consumer is None
+    with pytest.raises(RdbCorruptionError, match="has no consumer") as info:
+        complete_stream(item, "h.rdb")
+    assert (info.value.path, info.value.offset, info.value.key) == ("h.rdb", item.offset, b"s")
 
 
 def _module_id(name: str) -> int:

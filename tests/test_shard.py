@@ -112,7 +112,10 @@ def test_images_of_every_type(shard: Path) -> None:
                         "expire_at_ms": START_MS + 10_000}  # fmt: skip
     assert after[1]["value"] == ["a", "b"]
     assert after[2]["value"] == [["y", 1.0], ["x", 2.0], ["w", "inf"]]
-    assert after[3]["value"] == [{"id": "1-1", "fields": [["f", "v"]]}]
+    assert after[3]["value"] == {
+        "entries": [{"id": "1-1", "fields": [["f", "v"]]}], "last_id": "1-1",
+        "entries_added": 1, "max_deleted_id": "0-0", "groups": [],
+    }  # fmt: skip
     assert after[4]["value"] == ["1", "2"]
 
 

@@ -3,11 +3,14 @@ round-trip through snapshots, and the size limit decides by the JSON's real size
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
 from moonish.state import values
+from moonish.state.streams import ConsumerGroup, PendingEntry
 from moonish.state.values import (
     HASH,
     LIST,
@@ -27,12 +30,39 @@ data = st.one_of(st.binary(max_size=6), st.sampled_from([b"a", b"b c", b'"', b"\
 scores = st.floats(allow_nan=False, width=64)
 
 
-def stream_of(items: list[tuple[int, list[bytes]]]) -> Stream:
+def stream_of(
+    items: list[tuple[int, list[bytes]]], groups: dict[bytes, ConsumerGroup] | None = None
+) -> Stream:
     stream = Stream()
     for ms, fields in items:
         stream.entries[(ms, 0)] = fields
         stream.last_id = (ms, 0)
+    stream.entries_added = len(items) + 3
+    stream.max_deleted_id = (1, 7) if items else (0, 0)
+    stream.groups = groups or {}
     return stream
+
+
+def group_of(last_ms: int, read: int, consumers: dict[bytes, int], owned: list[int]) -> Any:
+    group = ConsumerGroup((last_ms, 1), read)
+    group.consumers = consumers
+    names = sorted(consumers)
+    for n, ms in enumerate(owned if names else []):
+        group.pending[(ms, 0)] = PendingEntry(names[n % len(names)], 10**12 + n, n)
+    return group
+
+
+groups = st.dictionaries(
+    data,
+    st.builds(
+        group_of,
+        st.integers(0, 99),
+        st.sampled_from([-1, 0, 5]),
+        st.dictionaries(data, st.integers(0, 10**13), max_size=3),
+        st.lists(st.integers(1, 99), max_size=4, unique=True),
+    ),
+    max_size=3,
+)
 
 
 entries = st.one_of(
@@ -56,6 +86,7 @@ entries = st.one_of(
                 max_size=4,
                 unique_by=lambda item: item[0],
             ).map(sorted),
+            groups,
         ),
     ),
 )
@@ -82,3 +113,24 @@ def test_limit_follows_the_json_size(entry: Entry, limit: int) -> None:
         assert image == whole
     else:
         assert image == {"_omitted_length": values.length(entry)}
+
+
+def test_older_stream_images_still_load() -> None:
+    """Images written before streams kept counters and groups: the value is the entries
+    list, and lossless ones carry ``last_id`` beside it; entries_added is then the length
+    (as Redis migrates a pre-7.0 RDB stream)."""
+    old = {
+        "db": 0,
+        "key": "s",
+        "type": "stream",
+        "expire_at_ms": None,
+        "last_id": "9-0",
+        "value": [{"id": "1-0", "fields": [["f", "v"]]}, {"id": "2-0", "fields": [["g", "w"]]}],
+    }
+    _, _, entry = entry_from_image(old)
+    stream = entry.value
+    assert list(stream.entries) == [(1, 0), (2, 0)]
+    assert (stream.last_id, stream.entries_added, stream.max_deleted_id) == ((9, 0), 2, (0, 0))
+    assert stream.groups == {}
+    del old["last_id"]
+    assert entry_from_image(old)[2].value.last_id == (2, 0)  # a full image: the last entry

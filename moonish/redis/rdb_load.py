@@ -28,9 +28,9 @@ from moonish.redis.rdb import (
     RdbFunction,
     RdbKey,
     RdbReader,
-    RdbUnsupportedError,
 )
 from moonish.redis.rdb_keys import hash_entry
+from moonish.redis.rdb_streams import complete_stream
 from moonish.redis.slots import shard_of_key
 from moonish.state.values import STREAM, STRING, Entry
 
@@ -78,7 +78,7 @@ def read_contents(
     *,
     now_ms: int,
     drop_expired: bool,
-    entry_of: Callable[[RdbKey], Entry] | None = None,
+    entry_of: Callable[[RdbKey, str], Entry] | None = None,
 ) -> RdbContents:
     """Read a whole RDB from ``file`` (``path`` for errors) and split its keys by shard
     (``moonish.redis.slots.shard_of_key``).
@@ -87,8 +87,8 @@ def read_contents(
         now_ms: the time expiry is judged against (ms since the Unix epoch).
         drop_expired: skip keys whose expiry time is before ``now_ms`` (a master loading a
             snapshot); else keep them (an AOF's base, a replica).
-        entry_of: how an :class:`RdbKey` becomes a keyspace entry (default
-            :func:`entry_of_key`).
+        entry_of: how an :class:`RdbKey` (and the file's path) becomes a keyspace entry
+            (default :func:`entry_of_key`).
 
     Raises:
         RdbCorruptionError, RdbUnsupportedError: as ``RdbReader`` (a bad CRC, truncation,
@@ -113,12 +113,7 @@ def read_contents(
             if drop_expired and expire is not None and expire < now_ms:
                 contents.keys_expired += 1
                 continue
-            try:
-                entry = convert(item)
-            except NotLoadable as exc:
-                raise RdbUnsupportedError(
-                    str(exc), path=path, offset=item.offset, key=item.key
-                ) from None
+            entry = convert(item, path)
             contents.keys_loaded += 1
             contents.keys[shard_of_key(item.key, shards)].append((item.db, item.key, entry))
         elif isinstance(item, RdbFunction):
@@ -129,19 +124,16 @@ def read_contents(
     return contents
 
 
-def entry_of_key(item: RdbKey) -> Entry:
-    """The keyspace entry of an RDB key (its value is already in moonish's form).
+def entry_of_key(item: RdbKey, path: str) -> Entry:
+    """The keyspace entry of an RDB key read from the file at ``path``: its value is already
+    in moonish's form; a stream gets its counters and consumer groups
+    (moonish.redis.rdb_streams), a Redis 7.4 hash its field TTLs (moonish.redis.rdb_keys).
 
     Raises:
-        NotLoadable: a stream with consumer groups, which this build's keyspace cannot hold
-            yet (named, never dropped).
+        RdbCorruptionError: a stream's pending entry that no consumer owns.
     """
-    if item.stream is not None and item.stream.groups:
-        raise NotLoadable("a stream with consumer groups cannot be loaded by this build")
+    if item.type == STREAM:
+        return Entry(STREAM, complete_stream(item, path), item.expire_at_ms)
     if item.field_expire_at_ms:
-        return hash_entry(item)  # Redis 7.4 field TTLs, kept as Redis loads them
+        return hash_entry(item)  # kept as Redis 7.4 loads them
     return Entry(item.type, item.value, item.expire_at_ms)
-
-
-class NotLoadable(Exception):
-    """An RDB key this build's keyspace cannot hold (the reason is the message)."""

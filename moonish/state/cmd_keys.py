@@ -10,7 +10,7 @@ from moonish.errors import CommandError
 from moonish.log.records import MAX_DB
 from moonish.state import parse
 from moonish.state.keyspace import Access
-from moonish.state.values import STREAM, Entry, Stream
+from moonish.state.values import STREAM, Entry
 
 
 def cmd_del(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -25,12 +25,7 @@ def cmd_del(acc: Access, db: int, argv: list[bytes]) -> Any:
 
 def clone(entry: Entry) -> Entry:
     """A deep copy of an entry (COPY, and moving a value to another key)."""
-    if entry.type == STREAM:
-        value = Stream()
-        value.entries = {i: list(fields) for i, fields in entry.value.entries.items()}
-        value.last_id = entry.value.last_id
-    else:
-        value = copy.copy(entry.value)
+    value = entry.value.copy() if entry.type == STREAM else copy.copy(entry.value)
     ttls = entry.field_expire_at_ms  # a hash's field times go with it (hashTypeDup)
     return Entry(entry.type, value, entry.expire_at_ms, None if ttls is None else dict(ttls))
 

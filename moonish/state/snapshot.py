@@ -2,11 +2,15 @@
 
 ``<shard_dir>/<lsn:016x>.snap``, UTF-8 NDJSON::
 
-    {"format": "moonish-snapshot", "version": 1, "shard": <id>, "lsn": <L>, "keys": <n>,
+    {"format": "moonish-snapshot", "version": 2, "shard": <id>, "lsn": <L>, "keys": <n>,
      "created_us": <µs since the Unix epoch>[, "source": <source position text>]}
     <lossless image of key 1>            n lines, by db then key bytes (moonish.state.values)
     ...
     {"crc32c": <crc32c of every byte before this line>}
+
+Versions: 1 (stream values were the entries list alone, with ``"last_id"`` beside them), 2
+(stream values hold their counters and consumer groups, docs/images.md). Both are read; 2 is
+written.
 
 ``source`` is the shard's source position after record L (the last one a record carried,
 moonish.redis.source), absent when it has none. The snapshot holds the effect of every
@@ -29,7 +33,8 @@ from moonish.state.keyspace import Keyspace
 from moonish.state.values import state_image
 
 FORMAT = "moonish-snapshot"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "Snapshot",
@@ -109,7 +114,7 @@ def read_snapshot(path: str) -> Snapshot:
         version = header["version"]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"not a moonish snapshot: {exc!r}", path=path, offset=0) from None
-    if version != VERSION:
+    if version not in READABLE_VERSIONS:
         raise UnsupportedFormatError(f"snapshot version {version}", path=path, offset=0)
     try:
         shard, lsn, keys, created_us = (

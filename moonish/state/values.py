@@ -7,7 +7,7 @@ Internal forms (``Entry.value``)::
     list    list[bytes]                   head first
     set     set[bytes]
     zset    SortedSet                     member -> score, and Redis's order
-    stream  Stream                        entries by ID, plus the last ID ever added
+    stream  Stream                        entries, counters, consumer groups (streams.py)
 
 Image (UTF-8 JSON object, keys in this order)::
 
@@ -18,9 +18,10 @@ Image (UTF-8 JSON object, keys in this order)::
 ``<text>`` is a JSON string when the bytes are UTF-8, else ``{"_b64": "<base64>"}``. Values:
 string ``<text>``; hash ``[[field, value], ...]`` (insertion order); list ``[elem, ...]``; set
 ``[member, ...]`` sorted by bytes; zset ``[[member, score], ...]`` by score then member (Redis's
-order; ``"inf"``/``"-inf"`` for infinite scores); stream ``[{"id": "<ms>-<seq>", "fields":
-[[field, value], ...]}, ...]`` by ID. A value whose JSON is larger than the image limit is
-replaced by the marker ``{"_omitted_length": <Redis's length of it>}`` (:func:`full_image`).
+order; ``"inf"``/``"-inf"`` for infinite scores); stream ``{"entries": [...], "last_id", ...,
+"groups": [...]}`` (:mod:`moonish.state.streams`). A value whose JSON is larger than the image
+limit is replaced by the marker ``{"_omitted_length": <Redis's length of it>}``
+(:func:`full_image`).
 
 ``field_expire_at_ms`` is there only for a hash some of whose fields have an expiry time
 (Redis 7.4's HEXPIRE family): those fields, in the hash's order, with their times. It is left
@@ -29,28 +30,24 @@ out with an omitted value, so a hash without field TTLs has the same image as be
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
 import orjson
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
+from moonish.state.jsontext import PLAIN as _PLAIN
+from moonish.state.jsontext import StreamId as StreamId
+from moonish.state.jsontext import format_id as format_id
+from moonish.state.jsontext import is_plain as is_plain
+from moonish.state.jsontext import parse_id_text as parse_id_text
+from moonish.state.jsontext import text as text
+from moonish.state.jsontext import untext as untext
+from moonish.state.streams import Stream as Stream
+from moonish.state.streams import stream_from_json, stream_json, stream_value
+
 STRING, HASH, LIST, SET, ZSET, STREAM = "string", "hash", "list", "set", "zset", "stream"
 TYPES = (STRING, HASH, LIST, SET, ZSET, STREAM)
-
-StreamId = tuple[int, int]
-
-
-class Stream:
-    """A Redis stream: entries in ID order and the largest ID ever added (XADD refuses
-    IDs at or below it even after the entry was deleted)."""
-
-    __slots__ = ("entries", "last_id")
-
-    def __init__(self) -> None:
-        self.entries: dict[StreamId, list[bytes]] = {}
-        self.last_id: StreamId = (0, 0)
 
 
 class SortedSet:
@@ -134,41 +131,11 @@ class Entry:
             self.json = None
 
 
-def text(value: bytes) -> str | dict[str, str]:
-    """``value`` as text if UTF-8, else ``{"_b64": <standard padded base64>}``."""
-    try:
-        return value.decode()
-    except UnicodeDecodeError:
-        return {"_b64": base64.b64encode(value).decode("ascii")}
-
-
-def untext(value: Any) -> bytes:
-    """The inverse of :func:`text`.
-
-    Raises:
-        ValueError: ``value`` is neither a string nor a ``{"_b64": ...}`` object.
-    """
-    if isinstance(value, str):
-        return value.encode()
-    if isinstance(value, dict) and set(value) == {"_b64"}:
-        return base64.b64decode(value["_b64"], validate=True)
-    raise ValueError(f"not a text or _b64 value: {value!r}")
-
-
 def format_score(score: float) -> float | str:
     """A zset score as JSON: a number, or ``"inf"``/``"-inf"`` (JSON has no infinity)."""
     if math.isinf(score):
         return "inf" if score > 0 else "-inf"
     return score
-
-
-def format_id(stream_id: StreamId) -> str:
-    return f"{stream_id[0]}-{stream_id[1]}"
-
-
-def parse_id_text(text_id: str) -> StreamId:
-    ms, _, seq = text_id.partition("-")
-    return int(ms), int(seq)
 
 
 def _json_value(entry: Entry) -> Any:
@@ -184,14 +151,7 @@ def _json_value(entry: Entry) -> Any:
         return [text(v) for v in sorted(value)]
     if kind == ZSET:
         return [[text(m), format_score(s)] for s, m in value.order]
-    return [
-        {"id": format_id(i), "fields": [[text(f), text(v)] for f, v in _pairs(e)]}
-        for i, e in value.entries.items()
-    ]
-
-
-def _pairs(fields: list[bytes]) -> zip[tuple[bytes, bytes]]:
-    return zip(fields[::2], fields[1::2], strict=True)
+    return stream_value(value)
 
 
 def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
@@ -215,7 +175,7 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
             bound > limit or bound + len(b"".join(map(b"".join, entries.values()))) > limit
         ):
             return None
-        json = _plain_stream_json(value)
+        json = stream_json(value)
     else:
         count = len(value)
         bound = _FEWEST_BYTES[kind] * count + 1
@@ -264,20 +224,6 @@ _FEWEST_BYTES = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
 ``["",0.0],``."""
 
 
-def _plain_stream_json(stream: Stream) -> bytes | None:
-    entries = stream.entries
-    if not entries:
-        return b"[]"
-    if not all(entries.values()) or not all(map(is_plain, map(b"".join, entries.values()))):
-        return None
-    return b"[" + b",".join([
-        b'{"id":"%d-%d","fields":[["' % stream_id + b'"],["'.join(
-            [f + b'","' + v for f, v in _pairs(fields)]
-        ) + b'"]]}'
-        for stream_id, fields in entries.items()
-    ]) + b"]"  # fmt: skip
-
-
 def value_json(entry: Entry) -> bytes:
     """The JSON of ``entry``'s value, cached on the entry until it changes."""
     cached = entry.json
@@ -287,14 +233,7 @@ def value_json(entry: Entry) -> bytes:
     return cached
 
 
-_PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
-"""Bytes that stand for themselves inside a JSON string."""
 _PLAIN_OR_QUOTE = _PLAIN + b'"'
-
-
-def is_plain(value: bytes) -> bool:
-    """Whether ``value`` is printable ASCII without ``"`` or ``\\`` (its JSON is itself, quoted)."""
-    return not value.translate(None, _PLAIN)
 
 
 def _omitted(entry: Entry) -> bytes:
@@ -382,13 +321,7 @@ def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
     elif kind == ZSET:
         value = SortedSet({untext(m): float(s) for m, s in raw})
     elif kind == STREAM:
-        value = Stream()
-        for item in raw:
-            fields: list[bytes] = []
-            for f, v in item["fields"]:
-                fields += (untext(f), untext(v))
-            value.entries[parse_id_text(item["id"])] = fields
-        value.last_id = parse_id_text(image.get("last_id") or "0-0")
+        value = stream_from_json(raw, image.get("last_id"))
     else:
         raise ValueError(f"unknown value type {kind!r}")
     ttls = None
@@ -403,9 +336,8 @@ def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
 
 
 def state_image(db: int, key: bytes, entry: Entry) -> bytes:
-    """A lossless full image (never omitted); streams also carry ``last_id``. Used for
-    snapshots and for records replayed by value."""
-    image = full_image(db, key, entry)
-    if entry.type == STREAM:
-        return image[:-1] + b',"last_id":"%s"}' % format_id(entry.value.last_id).encode()
-    return image
+    """A lossless full image (never omitted): a stream's value holds all of it (counters,
+    groups, pending entries, consumers). Used for snapshots and for records replayed by
+    value. (Images written before moonish kept stream groups carried a stream's last ID in
+    an extra ``"last_id"`` key; :func:`entry_from_image` still reads them.)"""
+    return full_image(db, key, entry)

@@ -38,16 +38,27 @@ from moonish.redis.slots import SLOT_COUNT as MAX_SHARDS  # every shard owns at 
     help="Rotate to a new segment before one would grow past this many bytes (a batch "
     "larger than this gets a segment of its own).",
 )
+@click.option(
+    "--skip-unsupported",
+    is_flag=True,
+    help="Write each command moonish does not implement (a module's) as a moonish.skipped "
+    "message record (the command as RESP) instead of failing; the summary counts them by "
+    "name. Scripts (EVAL, FCALL) are refused still.",
+)
 def import_aof_command(
-    appendonlydir: str, data_dir: str, shards: int, view: str, segment_bytes: int
-) -> None:
+    appendonlydir: str, data_dir: str, shards: int, view: str, segment_bytes: int,
+    skip_unsupported: bool,
+) -> None:  # fmt: skip
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
     Keys are routed by Redis Cluster hash slot ({hashtag} rules) to DATA_DIR/shard-<k>;
     MULTI/EXEC blocks stay atomic per shard; SELECT is honoured. Commands run on each shard's
     keyspace as Redis loads an AOF, so records say c/u/d with images per --view; keys whose
-    expiry time has passed are removed at the end (d records marked as expiries). Running it
-    again appends (the LSNs continue). Prints a JSON summary; progress goes to stderr.
+    expiry time has passed are removed at the end (d records marked as expiries). FUNCTION
+    commands run on every shard (each keeps all libraries) as moonish.function message
+    records. A command moonish does not implement fails the import (exit 5, naming the file
+    and byte offset) unless --skip-unsupported. Running it again appends (the LSNs continue).
+    Prints a JSON summary; progress goes to stderr.
 
     Nothing is created when the import is refused: DATA_DIR must not be a file, a shard
     directory or the AOF directory, an existing DATA_DIR must hold the same number of shards,
@@ -59,6 +70,8 @@ def import_aof_command(
         moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir data --shards 4
 
         moonish wal import-aof appendonlydir data --shards 4 --segment-bytes 16777216
+
+        moonish wal import-aof appendonlydir data --shards 4 --skip-unsupported
     """
     from moonish.redis.import_checks import check_import
     from moonish.redis.importer import import_aof
@@ -71,7 +84,7 @@ def import_aof_command(
         stream = StreamConfig(parse_view(view))
         report = import_aof(
             appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
-            segment_bytes=segment_bytes,
+            segment_bytes=segment_bytes, skip_unsupported=skip_unsupported,
         )  # fmt: skip
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
@@ -84,6 +97,7 @@ def import_aof_command(
         "per_shard": report.per_shard,
         "lsn_ranges": report.lsn_ranges,
         "per_command": dict(sorted(report.per_command.items())),
+        "skipped": dict(sorted(report.skipped.items())),
         "truncated_tail": report.truncated_tail,
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

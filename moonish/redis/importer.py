@@ -8,7 +8,14 @@ shard ``k``'s range (``k = slot * shards // 16384``). Replay follows Redis's loa
 - a ``MULTI`` ... ``EXEC`` block becomes one atomic batch per shard it touches;
 - a multi-key command (``DEL k1 k2``, ``MSET``, ``RENAME``) becomes one record per key, as one
   atomic batch per shard (see moonish.redis.commands);
-- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` go to every shard;
+- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` and ``FUNCTION`` (function libraries are
+  server-wide: every shard keeps them all) go to every shard;
+- a command moonish does not implement is an error naming it, the AOF file and its byte
+  offset; with ``skip_unsupported`` it is written instead as a message record with prefix
+  :data:`SKIPPED_PREFIX` whose content is the command as RESP (as the AOF holds it), in its
+  db, on the shard of its first argument (a module command's key, usually; moonish cannot
+  know a module's key specs) or on every shard when it has none. Scripts (``EVAL``,
+  ``FCALL``, ...) are always refused: Redis 7 never writes them to an AOF;
 - an incomplete command or an unfinished ``MULTI`` at the very end of the *last* file is what a
   Redis crash leaves; Redis loads the file without it (``aof-load-truncated yes``) and so do we,
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.
@@ -27,7 +34,7 @@ import contextlib
 import errno
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -44,16 +51,16 @@ from moonish.log.format import (
 )
 from moonish.log.heartbeat import HEARTBEAT_NAME
 from moonish.log.lock import lock_shard
-from moonish.log.records import MAX_DB, KvChange, Replay
+from moonish.log.records import MAX_DB, KvChange, Message, Replay
 from moonish.log.segment import index_path, segment_path
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.aof import AofCommands, AofFormatError
+from moonish.redis.aof import AofCommands, AofFormatError, resp_command
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.import_checks import check_descriptors, check_import
 from moonish.redis.slots import shard_of_key
 from moonish.state.cmd_sort import reads_patterns
 from moonish.state.config import CONFIG_NAME, StreamConfig
-from moonish.state.execute import execute, keys_of
+from moonish.state.execute import SCRIPTS, check_supported, execute, keys_of
 from moonish.state.shard import Prepared, ShardOptions, ShardWriter
 
 
@@ -64,8 +71,11 @@ class ImportReport:
     Attributes:
         files: the AOF files replayed, in order.
         bytes: bytes of AOF read.
-        commands: Redis write commands replayed (not counting SELECT, MULTI, EXEC).
+        commands: Redis write commands replayed (not counting SELECT, MULTI, EXEC, nor
+            skipped commands).
         per_command: commands by name (upper case).
+        skipped: commands written as ``moonish.skipped`` message records (``skip_unsupported``)
+            by name (upper case).
         transactions: MULTI/EXEC blocks replayed.
         records: records appended over all shards.
         per_shard: records appended to each shard.
@@ -77,6 +87,7 @@ class ImportReport:
     bytes: int = 0
     commands: int = 0
     per_command: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
     transactions: int = 0
     records: int = 0
     per_shard: list[int] = field(default_factory=list)
@@ -84,34 +95,77 @@ class ImportReport:
     truncated_tail: str | None = None
 
 
+SKIPPED_PREFIX = "moonish.skipped"
+"""The prefix of the message records of commands an import skipped (``skip_unsupported``)."""
+
+Entry = tuple[int, list[bytes], int]
+"""A command of the AOF: (db, argv, byte offset in its file)."""
+
+
 class _Router:
     """Runs replayed commands on the shards' keyspaces and appends their records."""
 
-    def __init__(self, writers: list[ShardWriter], report: ImportReport, clock: Clock) -> None:
+    def __init__(
+        self, writers: list[ShardWriter], report: ImportReport, clock: Clock, skip: bool
+    ) -> None:
         self.writers = writers
         self.report = report
         self.clock = clock
+        self.skip = skip
         self.first_lsn: list[int | None] = [None] * len(writers)
 
-    def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
-        """Run ``entries`` (db, argv) and append their records: per shard one atomic batch
-        when they come from MULTI/EXEC or make more than one record, else a plain append.
+    def apply(self, entries: list[Entry], transaction: bool, path: str) -> None:
+        """Run ``entries`` and append their records: per shard one atomic batch when they
+        come from MULTI/EXEC or make more than one record, else a plain append.
 
         Raises:
             CommandError: Redis would have refused a command (so it cannot be in a valid AOF).
+            UnsupportedFormatError: a command moonish does not implement (and may not skip).
+            Both name ``path`` and the command's offset.
         """
         now_us = self.clock.now_us()
-        per_shard: list[list[KvChange]] = [[] for _ in self.writers]
-        for db, argv in entries:
-            for shard, prepared in self._run(db, argv, now_us):
+        per_shard: list[list[KvChange | Message]] = [[] for _ in self.writers]
+        for db, argv, offset in entries:
+            try:
+                check_supported(argv)
+                results = self._run(db, argv, now_us)
+            except UnsupportedFormatError as exc:
+                script = argv[0].upper() in SCRIPTS
+                if script or not self.skip:
+                    hint = "" if script else (
+                        "; --skip-unsupported (skip_unsupported=True) writes it as a "
+                        f"{SKIPPED_PREFIX} message record instead"
+                    )  # fmt: skip
+                    raise UnsupportedFormatError(
+                        exc.message + hint, path=path, offset=offset
+                    ) from None
+                self._skip(db, argv, per_shard)
+                continue
+            except CommandError as exc:
+                raise CommandError(exc.message, path=path, offset=offset) from None
+            name = argv[0].upper().decode(errors="replace")
+            self.report.commands += 1
+            self.report.per_command[name] += 1
+            for shard, prepared in results:
                 if isinstance(prepared.reply, CommandError):
-                    raise prepared.reply
+                    raise CommandError(prepared.reply.message, path=path, offset=offset)
                 self._append(shard, prepared.expired, False, now_us)
                 per_shard[shard] += prepared.records
         for shard, records in enumerate(per_shard):
             self._append(shard, records, transaction or len(records) > 1, now_us)
 
-    def _append(self, shard: int, records: list[KvChange], atomic: bool, now_us: int) -> None:
+    def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
+        """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument
+        (every shard when it has none)."""
+        message = Message(SKIPPED_PREFIX, resp_command(argv), db)
+        count = len(self.writers)
+        for shard in [shard_of_key(argv[1], count)] if len(argv) > 1 else range(count):
+            per_shard[shard].append(message)
+        self.report.skipped[argv[0].upper().decode(errors="replace")] += 1
+
+    def _append(
+        self, shard: int, records: Sequence[KvChange | Message], atomic: bool, now_us: int
+    ) -> None:
         lsns = self.writers[shard].append(records, atomic, now_us)
         if lsns and self.first_lsn[shard] is None:
             self.first_lsn[shard] = lsns[0]
@@ -174,7 +228,8 @@ class _Router:
                 for key_db, key, entry in acc.expired
                 if route(key) == shard
             ]
-            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
+            records: list[KvChange | Message] = []
+            records += writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
             results.append((shard, Prepared(reply, expired, records)))
         return results
 
@@ -188,6 +243,7 @@ def import_aof(
     clock: Clock = SYSTEM_CLOCK,
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    skip_unsupported: bool = False,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``.
 
@@ -206,6 +262,9 @@ def import_aof(
         segment_bytes: the writers rotate to a new segment before one would grow past this
             many bytes (``WriterOptions.segment_bytes``; also when appending to existing
             shards).
+        skip_unsupported: write each command moonish does not implement as a
+            ``moonish.skipped`` message record (module docstring) instead of failing;
+            :attr:`ImportReport.skipped` counts them.
 
     Returns:
         An :class:`ImportReport`.
@@ -219,7 +278,8 @@ def import_aof(
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
         UnsupportedFormatError: an RDB-preamble AOF file, or a command moonish does not
-            implement.
+            implement (without ``skip_unsupported``; a script command always), named with
+            the file and its byte offset.
         CommandError: a command Redis would have refused (path and offset in the error).
         WriterLockedError: another writer holds one of the shards.
         UnavailableError: a shard could not be opened (too many open files, permissions; the
@@ -233,7 +293,7 @@ def import_aof(
     report = ImportReport(per_shard=[0] * shards)
     writers = _open_writers(out_dir, shards, log, stream or StreamConfig(), clock)
     try:
-        router = _Router(writers, report, clock)
+        router = _Router(writers, report, clock, skip_unsupported)
         for number, path in enumerate(paths):
             _replay_file(path, router, report, progress, last=number == len(paths) - 1)
             report.files.append(os.path.basename(path))
@@ -350,7 +410,7 @@ def _replay_file(
 ) -> None:
     commands = AofCommands(path)
     db = 0
-    transaction: list[tuple[int, list[bytes]]] | None = None
+    transaction: list[Entry] | None = None
     transaction_offset = 0
     done = 0
     for offset, argv in commands:
@@ -367,16 +427,13 @@ def _replay_file(
         elif name == b"EXEC":
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            _apply(router, transaction, True, path, transaction_offset)
+            router.apply(transaction, True, path)
             report.transactions += 1
             transaction = None
+        elif transaction is not None:
+            transaction.append((db, argv, offset))
         else:
-            report.commands += 1
-            report.per_command[name.decode(errors="replace")] += 1
-            if transaction is not None:
-                transaction.append((db, argv))
-            else:
-                _apply(router, [(db, argv)], False, path, offset)
+            router.apply([(db, argv, offset)], False, path)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -390,26 +447,11 @@ def _replay_file(
         )
         if not last:
             raise AofFormatError(f"{what} before the end of the AOF", path=path, offset=start)
-        if transaction is not None:
-            report.commands -= len(transaction)
-            for _, argv in transaction:
-                report.per_command[argv[0].upper().decode(errors="replace")] -= 1
         report.truncated_tail = f"{what} at offset {start} of {path} (not applied, as Redis does)"
 
 
 def _owned_by(route: Callable[[bytes], int], shard: int) -> Callable[[bytes], bool]:
     return lambda key: route(key) == shard
-
-
-def _apply(
-    router: _Router, entries: list[tuple[int, list[bytes]]], transaction: bool, path: str,
-    offset: int,
-) -> None:  # fmt: skip
-    """``router.apply``, with errors naming the AOF file and the command's byte offset."""
-    try:
-        router.apply(entries, transaction)
-    except (CommandError, UnsupportedFormatError) as exc:
-        raise type(exc)(exc.message, path=path, offset=offset) from None
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

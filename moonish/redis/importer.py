@@ -60,7 +60,7 @@ from moonish.redis.import_checks import check_descriptors, check_import
 from moonish.redis.slots import shard_of_key
 from moonish.state.cmd_sort import reads_patterns
 from moonish.state.config import CONFIG_NAME, StreamConfig
-from moonish.state.execute import SCRIPTS, check_supported, execute, keys_of
+from moonish.state.execute import SCRIPTS, execute, keys_of
 from moonish.state.shard import Prepared, ShardOptions, ShardWriter
 
 
@@ -126,8 +126,7 @@ class _Router:
         now_us = self.clock.now_us()
         per_shard: list[list[KvChange | Message]] = [[] for _ in self.writers]
         for db, argv, offset in entries:
-            try:
-                check_supported(argv)
+            try:  # an unsupported command raises before any shard ran it
                 results = self._run(db, argv, now_us)
             except UnsupportedFormatError as exc:
                 script = argv[0].upper() in SCRIPTS
@@ -156,10 +155,11 @@ class _Router:
 
     def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
         """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument
-        (every shard when it has none)."""
+        (every shard when it has none, or is a keyless command's: FUNCTION KILL)."""
         message = Message(SKIPPED_PREFIX, resp_command(argv), db)
         count = len(self.writers)
-        for shard in [shard_of_key(argv[1], count)] if len(argv) > 1 else range(count):
+        keyed = len(argv) > 1 and argv[0].upper() not in KEYLESS
+        for shard in [shard_of_key(argv[1], count)] if keyed else range(count):
             per_shard[shard].append(message)
         self.report.skipped[argv[0].upper().decode(errors="replace")] += 1
 

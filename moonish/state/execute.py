@@ -75,18 +75,6 @@ def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
     return found
 
 
-def check_supported(argv: list[bytes]) -> None:
-    """Whether moonish implements ``argv``'s command (for FUNCTION: its subcommand).
-
-    Raises:
-        UnsupportedFormatError: it does not (the message names it).
-        CommandError: an empty command, or a FUNCTION call Redis would refuse.
-    """
-    _lookup(argv)
-    if argv[0].upper() == b"FUNCTION":
-        functions.subcommand(argv)
-
-
 def keys_of(argv: list[bytes]) -> list[bytes]:
     """The keys ``argv`` names, in argv order (empty for FLUSHDB/FLUSHALL).
 

@@ -27,18 +27,11 @@ consumer groups, a hash with field TTLs (Redis 7.4), which moonish's values cann
 
 from __future__ import annotations
 
-import io
 import struct
 from typing import Any
 
 from moonish.errors import CommandError, UnsupportedFormatError
-from moonish.redis.rdb import (
-    MAX_VERSION,
-    OP_FUNCTION2,
-    RdbCorruptionError,
-    _Source,
-    crc64,
-)
+from moonish.redis.rdb import MAX_VERSION, OP_FUNCTION2, RdbCorruptionError, bytes_source, crc64
 from moonish.redis.rdb_values import TYPE_NAMES, UnsupportedValue, ValueCorrupt, read_value
 from moonish.state import functions, parse
 from moonish.state.execute import register
@@ -80,7 +73,7 @@ def decode_dump(key: bytes, payload: bytes) -> Entry:
         UnsupportedFormatError: a module value, a stream with consumer groups or a hash with
             field TTLs (the key named).
     """
-    src = _Source(io.BytesIO(payload), "RESTORE payload")
+    src = bytes_source(payload, "RESTORE payload")
     try:
         rdb_type = src.byte()
         if rdb_type not in TYPE_NAMES:
@@ -169,7 +162,7 @@ def decode_function_dump(payload: bytes) -> list[tuple[bytes, bytes]]:
         CommandError: Redis's error: an item that is not a function, a code string that
             cannot be read, a bad shebang, or a library twice in the payload.
     """
-    src = _Source(io.BytesIO(payload), "FUNCTION RESTORE payload")
+    src = bytes_source(payload, "FUNCTION RESTORE payload")
     found: dict[bytes, bytes] = {}
     while len(payload) - src.offset > FOOTER.size:
         if src.byte() != OP_FUNCTION2:

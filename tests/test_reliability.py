@@ -252,7 +252,9 @@ def _keyspace_shard(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("target", [b'"format"', b'"version":1', b'"keys"', b'"lsn"'])
+@pytest.mark.parametrize(
+    "target", [b'"format"', b'"version":2', b'"keys"', b'"lsn"', b'"libraries"']
+)
 def test_any_damaged_snapshot_byte_is_corruption_never_a_traceback(
     tmp_path: Path, target: bytes
 ) -> None:

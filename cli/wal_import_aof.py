@@ -15,9 +15,16 @@ from cli.params import shard_options
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
 @click.argument("data_dir", type=click.Path(file_okay=False))
 @shard_options
+@click.option(
+    "--skip-unsupported",
+    is_flag=True,
+    help="Write each command moonish does not implement (a module's) as a moonish.skipped "
+    "message record (the command as RESP) instead of failing; the summary counts them by "
+    "name. Scripts (EVAL, FCALL) are refused still.",
+)
 def import_aof_command(
     appendonlydir: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int,
+    segment_bytes: int, skip_unsupported: bool,
 ) -> None:  # fmt: skip
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -26,7 +33,10 @@ def import_aof_command(
     keyspace as Redis loads an AOF, so records say c/u/d with images per --view; keys whose
     expiry time has passed are removed at the end (d records marked as expiries). A base file
     that is an RDB file (aof-use-rdb-preamble yes, Redis's default) is loaded as r rows.
-    Prints a JSON summary; progress goes to stderr.
+    FUNCTION commands run on every shard (each keeps all libraries) as moonish.function
+    message records. A command moonish does not implement fails the import (exit 5, naming
+    the file and byte offset) unless --skip-unsupported. Prints a JSON summary; progress goes
+    to stderr.
 
     Running it again continues where each shard stopped (a failed, killed or finished
     import, or an AOF Redis appended to since): every command is applied once. After Redis
@@ -43,6 +53,8 @@ def import_aof_command(
         moonish wal import-aof fixtures/redis-aof/mixed/appendonlydir data --shards 4
 
         moonish wal import-aof appendonlydir data --shards 4 --segment-bytes 16777216
+
+        moonish wal import-aof appendonlydir data --shards 4 --skip-unsupported
     """
     from moonish.redis.import_checks import check_import
     from moonish.redis.importer import import_aof
@@ -55,7 +67,7 @@ def import_aof_command(
         stream = StreamConfig(parse_view(view), max_value_bytes)
         report = import_aof(
             appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
-            segment_bytes=segment_bytes,
+            segment_bytes=segment_bytes, skip_unsupported=skip_unsupported,
         )  # fmt: skip
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
@@ -68,6 +80,7 @@ def import_aof_command(
         "per_shard": report.per_shard,
         "lsn_ranges": report.lsn_ranges,
         "per_command": dict(sorted(report.per_command.items())),
+        "skipped": dict(sorted(report.skipped.items())),
         "truncated_tail": report.truncated_tail,
         "rdb_keys": report.rdb_keys,
         "resumed_from": report.resumed_from,

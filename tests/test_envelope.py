@@ -20,6 +20,7 @@ from moonish.log.records import (
     EntityKind,
     GraphMutation,
     KvCommand,
+    Message,
     Record,
     TemporalUpsert,
     encode_payload,
@@ -124,6 +125,18 @@ def test_checkpoint_is_a_message_with_no_row_images() -> None:
     assert list(ours["message"]) == list(theirs["message"]) == ["prefix", "content"]
     content = orjson.loads(base64.b64decode(ours["message"]["content"]))
     assert content == {"checkpoint_lsn": 41, "label": "snapshot-41"}
+
+
+def test_message_record_is_a_message_with_its_prefix_db_and_base64_content() -> None:
+    theirs = debezium("pg_message")
+    ours = envelope(Message("moonish.skipped", b"*1\r\n$4\r\nPING\r\n\xff", 7), batch=(1, 2))
+    assert list(ours) == list(theirs) and ours["op"] == "m"
+    assert ours["message"] == {
+        "prefix": "moonish.skipped",
+        "content": base64.b64encode(b"*1\r\n$4\r\nPING\r\n\xff").decode(),
+    }
+    assert ours["source"]["db"] == 7 and ours["source"]["lsn"] == 5
+    assert ours["transaction"] == {"id": "2:4", "total_order": 2, "data_collection_order": 2}
 
 
 def test_transaction_block_matches_debeziums_for_atomic_batches() -> None:

@@ -310,10 +310,15 @@ def test_a_damaged_rdb_base_is_an_error_that_leaves_nothing(tmp_path: Path) -> N
     assert tree(tmp_path) == before
 
 
-def test_a_command_without_a_routable_key_is_refused(tmp_path: Path) -> None:
-    aof = copy_aof(tmp_path, b"*2\r\n$8\r\nFUNCTION\r\n$5\r\nFLUSH\r\n")
-    with pytest.raises(UnsupportedFormatError, match="FUNCTION"):
-        import_aof(aof, tmp_path / "data", 1)
+def test_a_script_is_refused_even_when_skipping(tmp_path: Path) -> None:
+    """Redis 7 propagates a script's writes, never EVAL/FCALL: one in an AOF is refused by
+    name, with the file and offset, even with skip_unsupported."""
+    head = resp(b"SET", b"k", b"v")
+    aof = copy_aof(tmp_path, head + resp(b"FCALL", b"f", b"1", b"k"))
+    for skip in (False, True):
+        with pytest.raises(UnsupportedFormatError, match="FCALL never appears") as info:
+            import_aof(aof, tmp_path / f"data{skip}", 1, skip_unsupported=skip)
+        assert (info.value.path, info.value.offset) == (str(aof / INCR), len(head))
 
 
 def test_flushall_removes_every_key_of_every_shard(tmp_path: Path) -> None:

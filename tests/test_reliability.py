@@ -20,7 +20,7 @@ from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, MAGIC, SEGMENT_HEADER_BYTES, RecordType
 from moonish.log.frames import encode_frame
 from moonish.log.reader import ShardReader
-from moonish.log.records import KV_HEAD, KvChange, Replay, ViewType, encode_payload
+from moonish.log.records import KV_HEAD, KvChange, Message, Replay, ViewType, encode_payload
 from moonish.log.verify import verify_shard
 from moonish.sinks.export import Exporter
 from moonish.state.shard import ShardOptions, ShardWriter
@@ -252,7 +252,9 @@ def _keyspace_shard(path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("target", [b'"format"', b'"version":2', b'"keys"', b'"lsn"'])
+@pytest.mark.parametrize(
+    "target", [b'"format"', b'"version":2', b'"keys"', b'"lsn"', b'"libraries"']
+)
 def test_any_damaged_snapshot_byte_is_corruption_never_a_traceback(
     tmp_path: Path, target: bytes
 ) -> None:
@@ -342,6 +344,39 @@ def test_readers_accept_exactly_what_verify_accepts(shard: Path, variant: str) -
         read = False
         assert (error.path, error.lsn) == (str(seg), 2)
     assert verified == read == variant.startswith("good"), variant
+
+
+def _message_variants() -> dict[str, bytes]:
+    """message payloads that break one rule each (frames with valid checksums)."""
+    good = encode_payload(Message("moonish.function", b"{}", 3))[1]
+    reserved = bytearray(good)
+    reserved[2] = 1
+    return {
+        "good": good,
+        "good, empty": encode_payload(Message("", b""))[1],
+        "non-zero reserved": bytes(reserved),
+        "trailing bytes": good + b"\x00",
+        "content overruns": good[:-1],
+        "prefix not UTF-8": encode_payload(Message("x", b""))[1].replace(b"x", b"\xff"),
+        "no header": b"\x00",
+    }
+
+
+@pytest.mark.parametrize("variant", sorted(_message_variants()))
+def test_readers_accept_exactly_the_messages_verify_accepts(shard: Path, variant: str) -> None:
+    with open_writer(shard) as writer:
+        writer.append(kv(b"before"))
+    with open(segments(shard)[-1], "ab") as handle:
+        handle.write(encode_frame(2, RecordType.MESSAGE, _message_variants()[variant], 5))
+    outcomes = []
+    for check in (verify_shard, lambda path: shard_read.read(path, 2)):
+        try:
+            check(shard)
+            outcomes.append(True)
+        except CorruptionError as error:
+            outcomes.append(False)
+            assert error.lsn == 2
+    assert outcomes == [variant.startswith("good")] * 2, variant
 
 
 # -- found by the crash adversary (tests/test_crash.py) ---------------------------------------

@@ -204,6 +204,25 @@ def test_binary_non_ascii_and_b64_lookalike_keys(spark: Any, tmp_path: Path) -> 
             assert entry_from_image(orjson.loads(row.image))[2].value == bytes(row.key) + b"!"
 
 
+def test_both_paths_give_the_same_message_rows(spark: Any, tmp_path: Path) -> None:
+    """Function messages and checkpoints are ``m`` rows of their own record type (with the
+    message's db), the same from the WAL and from envelope files."""
+    from moonish.spark.files import ENVELOPE_SCHEMA, flatten
+
+    data = tmp_path / "data"
+    with ShardWriter(data / "shard-0", ShardOptions(expiry_sweep_ms=0)) as writer:
+        writer.execute(3, [b"FUNCTION", b"LOAD", b"#!lua name=lib\nreturn 1"])
+        writer.checkpoint()
+        writer.execute(0, [b"SET", b"k", b"v"])
+    with Exporter(data, tmp_path / "export") as exporter:
+        exporter.run()
+    wal = spark.read.format("moonish").load(str(data))
+    files = flatten(spark.read.schema(ENVELOPE_SCHEMA).json(str(tmp_path / "export")))
+    rows = sorted((r.lsn, r.op, r.record_type, r.db) for r in wal.collect())
+    assert rows == [(1, "m", "message", 3), (2, "m", "checkpoint", None), (3, "c", "kv_change", 0)]
+    assert wal.exceptAll(files).count() == 0 and files.exceptAll(wal).count() == 0
+
+
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_cli_materialize_and_show(
     spark: Any, mixed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]

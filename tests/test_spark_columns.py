@@ -7,13 +7,21 @@ import pytest
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
-from moonish.log.records import KvChange, KvCommand, ViewType, encode_payload
+from moonish.log.records import (
+    Checkpoint,
+    KvChange,
+    KvCommand,
+    Message,
+    Record,
+    ViewType,
+    encode_payload,
+)
 from moonish.spark.columns import ARROW_SCHEMA, change_batch
 
 IMAGE = b'{"db":0,"key":"k","type":"string","value":"v","expire_at_ms":null}'
 
 
-def frame(lsn: int, record: KvChange | KvCommand, flags: int = 0, batch_index: int = 0) -> Frame:
+def frame(lsn: int, record: Record, flags: int = 0, batch_index: int = 0) -> Frame:
     record_type, payload = encode_payload(record)
     return Frame(lsn, record_type, flags, batch_index, 2 if flags else 1, 1_000_000 * lsn,
                  payload, 100 * lsn)  # fmt: skip
@@ -42,6 +50,15 @@ def test_rows_follow_the_records() -> None:
     assert [row["transaction_id"] for row in rows] == [None, "7:3", "7:3"]
     assert rows[2]["key"] == b"plain" and rows[2]["after"] is not None
     assert rows[1]["commit_ts"].timestamp() == 3.0
+
+
+def test_messages_and_checkpoints_are_m_rows_without_images() -> None:
+    frames = [frame(1, Message("moonish.function", b"{}", 4)), frame(2, Checkpoint(1, "c"))]
+    rows = change_batch(0, frames, "shard-0").to_pylist()
+    assert [(r["op"], r["record_type"], r["db"]) for r in rows] == [
+        ("m", "message", 4), ("m", "checkpoint", None),
+    ]  # fmt: skip
+    assert all(r["key"] is r["before"] is r["after"] is r["command"] is None for r in rows)
 
 
 def test_an_image_that_is_not_utf8_is_corruption_at_its_lsn() -> None:

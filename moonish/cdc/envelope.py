@@ -19,10 +19,12 @@ as JSON (moonish.state.values); they are spliced in without parsing, and ``sourc
 ``command`` and ``expired``. Plain kv, temporal and graph records get command-shaped images
 (docs/envelopes.md, "Plain kv records").
 
-A checkpoint is not a data change and is shaped like Debezium's logical-decoding message
-(``op: "m"``): no ``before``/``after`` at all, and a ``message`` block with ``prefix`` and
-base64 ``content``. Byte strings that are not valid UTF-8 become ``{"_b64": "<base64>"}``
-(standard alphabet, padded, as Debezium's ``binary.handling.mode=base64``).
+A checkpoint or a message record is not a data change and is shaped like Debezium's
+logical-decoding message (``op: "m"``; Debezium's PostgreSQL connector, "Message events"): no
+``before``/``after`` at all, a ``message`` block with ``prefix`` and base64 ``content``, and
+``source.db`` the message's db (``null`` for a checkpoint). Byte strings that are not valid
+UTF-8 become ``{"_b64": "<base64>"}`` (standard alphabet, padded, as Debezium's
+``binary.handling.mode=base64``).
 docs/envelopes.md has every field, with examples.
 """
 
@@ -51,6 +53,7 @@ from moonish.log.records import (
     GraphMutation,
     KvChange,
     KvCommand,
+    Message,
     PayloadError,
     TemporalUpsert,
     change_fields,
@@ -422,6 +425,8 @@ class EnvelopeEncoder:
         db = None
         if isinstance(record, KvCommand):
             db = source_db_of(record.command.decode(errors="replace"), record.db)
+        elif isinstance(record, Message):
+            db = record.db
         source = {
             "version": SOURCE_VERSION,
             "connector": CONNECTOR,
@@ -439,9 +444,15 @@ class EnvelopeEncoder:
              "data_collection_order": bidx + 1}
             if flags & FLAG_BATCH else None
         )  # fmt: skip
-        if isinstance(record, Checkpoint):
-            content = orjson.dumps({"checkpoint_lsn": record.checkpoint_lsn, "label": record.label})
-            message = {"prefix": CHECKPOINT_PREFIX, "content": _b64encode(content).decode("ascii")}
+        if isinstance(record, Checkpoint | Message):
+            if isinstance(record, Message):
+                prefix, content = record.prefix, record.content
+            else:
+                prefix = CHECKPOINT_PREFIX
+                content = orjson.dumps(
+                    {"checkpoint_lsn": record.checkpoint_lsn, "label": record.label}
+                )
+            message = {"prefix": prefix, "content": _b64encode(content).decode("ascii")}
             envelope = {"op": op, "ts_ms": now_us // 1000, "source": source,
                         "transaction": transaction, "message": message}  # fmt: skip
             return op, orjson.dumps(envelope)

@@ -7,7 +7,8 @@ snapshot rows). The rules below are for plain kv records, written without keyspa
 - ``d``: the record's key is gone: ``DEL``, ``UNLINK``, ``GETDEL``, and the source key of
   ``RENAME`` / ``RENAMENX``.
 - ``t``: ``FLUSHDB`` / ``FLUSHALL`` (Debezium's truncate: the whole collection is emptied).
-- ``m``: a checkpoint, which is not a data change (Debezium's logical-decoding message).
+- ``m``: a checkpoint or a message record, which are not data changes (Debezium's
+  logical-decoding message).
 - ``u``: every other write, including ``HDEL``, ``SREM``, pops and expiry changes, which change
   the key but need not remove it (without the key's state nothing more can be said).
 """
@@ -18,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
 
 from moonish.log.frames import Frame
-from moonish.log.records import Checkpoint, KvChange, KvCommand, Record, decode_payload
+from moonish.log.records import Checkpoint, KvChange, KvCommand, Message, Record, decode_payload
 
 DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
 """Commands that remove the key they name."""
@@ -55,8 +56,8 @@ class ChangeEvent(NamedTuple):
 
     @property
     def record(self) -> Record:
-        """The typed record (``KvCommand``, ``TemporalUpsert``, ``GraphMutation`` or
-        ``Checkpoint``), decoded on each access."""
+        """The typed record (``KvChange``, ``KvCommand``, ``TemporalUpsert``,
+        ``GraphMutation``, ``Checkpoint`` or ``Message``), decoded on each access."""
         return decode_payload(self.record_type, self.payload)
 
 
@@ -126,7 +127,7 @@ def op_of(record: Record) -> str:
     """The Debezium op code for ``record`` (see the module docstring)."""
     if isinstance(record, KvCommand):
         return kv_op(record.command.decode(errors="replace"), record.key_pos)
-    if isinstance(record, Checkpoint):
+    if isinstance(record, Checkpoint | Message):
         return "m"
     if isinstance(record, KvChange):
         return record.op

@@ -127,6 +127,9 @@ class RecordType(enum.IntEnum):
     KV_CHANGE = 5
     """A kv command's effect on one key from the keyspace: op, view type, before/after
     images, how to replay it (moonish.log.records has the grammar)."""
+    MESSAGE = 6
+    """A non-data record: a prefix naming its kind (``moonish.function``, ``moonish.skipped``)
+    and opaque content, in a db. Readers show it as Debezium's logical-decoding message."""
 
 
 def segment_name(base_lsn: int) -> str:

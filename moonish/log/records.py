@@ -11,6 +11,7 @@ Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``l
                   bytes(command) bytes(key) bytes(before) bytes(after) bytes(state)
                   argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
                   [bytes(source)]            only with change_flags bit 2
+    message    := db:u16 reserved:u16 bytes(prefix, UTF-8) bytes(content)
 
 A kv_change record says what a write did to one key, as the writer's keyspace saw it: ``op``
 is ``c``, ``u``, ``d``, or ``r`` for a key loaded from an RDB file (ASCII); ``change_flags``
@@ -24,6 +25,11 @@ empty for null); ``replay`` says how the writer rebuilds its keyspace from the l
 run ``argv`` (the whole command, once per command and shard), ``2`` set the key to ``state``
 (a lossless image; empty: the key is gone), ``0`` nothing (another record of the same command
 replays it). ``argv`` is empty unless ``replay`` is 1.
+
+A message record is not a data change: ``prefix`` names what it is (``moonish.function``: a
+change to the shard's function libraries, replayed by the writer; ``moonish.skipped``: a
+command an import did not apply; docs/wal-format.md lists them) and ``content`` is opaque to the
+log; ``db`` is the Redis database the command ran in.
 
 A kv payload lists all argument lengths before the argument bytes, so a reader gets every length
 with one ``struct`` call. ``key_pos`` is the index in ``argv`` of the key this record is about, 0
@@ -83,6 +89,11 @@ CHANGE_LAST_ROW = 16
 """``change_flags`` bit: the last ``r`` row of an RDB load (Debezium ``snapshot: "last"``)."""
 _CHECKPOINT_HEAD = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
+)
+_MESSAGE_HEAD = struct.Struct(
+    "<"
+    "H"  # db: Redis database index
+    "H"  # reserved: zero
 )
 MAX_DB = 0xFFFF
 
@@ -186,6 +197,21 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True)
+class Message:
+    """A non-data record (Debezium's logical-decoding message).
+
+    Attributes:
+        prefix: what the message is, UTF-8 (``"moonish.function"``, ``"moonish.skipped"``).
+        content: its bytes, opaque to the log (readers show them base64-encoded).
+        db: Redis database index the command ran in, 0..65535.
+    """
+
+    prefix: str
+    content: bytes
+    db: int = 0
+
+
+@dataclass(frozen=True, slots=True)
 class KvChange:
     """What one write did to one key (see the module docstring for the fields).
 
@@ -238,7 +264,7 @@ def position_marker(source: bytes) -> KvChange:
     return KvChange("u", 0, b"", b"", b"", b"", ViewType.OFF, source=source)
 
 
-Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint | KvChange
+Record = KvCommand | TemporalUpsert | GraphMutation | Checkpoint | KvChange | Message
 
 
 def _blob(value: bytes) -> bytes:
@@ -302,6 +328,11 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
     if isinstance(record, Checkpoint):
         head = _CHECKPOINT_HEAD.pack(record.checkpoint_lsn)
         return RecordType.CHECKPOINT, head + _blob(record.label.encode())
+    if isinstance(record, Message):
+        if not 0 <= record.db <= MAX_DB:
+            raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
+        head = _MESSAGE_HEAD.pack(record.db, 0)
+        return RecordType.MESSAGE, head + _blob(record.prefix.encode()) + _blob(record.content)
     raise TypeError(f"not a moonish record: {record!r}")
 
 
@@ -372,6 +403,16 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
             record = Checkpoint(checkpoint_lsn, label.decode())
         except UnicodeDecodeError:
             raise PayloadError("checkpoint label is not UTF-8") from None
+    elif record_type == RecordType.MESSAGE:
+        db, reserved = _MESSAGE_HEAD.unpack_from(payload, 0)
+        if reserved:
+            raise PayloadError(f"bad message header (reserved {reserved})")
+        prefix, pos = _read_blob(payload, _MESSAGE_HEAD.size)
+        content, pos = _read_blob(payload, pos)
+        try:
+            record = Message(prefix.decode(), content, db)
+        except UnicodeDecodeError:
+            raise PayloadError("message prefix is not UTF-8") from None
     else:
         raise PayloadError(f"unknown record type {record_type}")
     if pos != len(payload):

@@ -25,6 +25,7 @@ from moonish.log.records import (
     GraphMutation,
     KvChange,
     KvCommand,
+    Message,
     PayloadError,
     Record,
     Replay,
@@ -251,6 +252,8 @@ def describe(record: Record) -> str:
             f"op: {record.op}, db: {record.db}, key: {_show(record.key)}, "
             f"command: {_show(record.command)}, view: {record.view.name}{flags}{replay}"
         )
+    if isinstance(record, Message):
+        return f"prefix: {record.prefix!r}, db: {record.db}, content: {_show(record.content)}"
     assert isinstance(record, Checkpoint)
     return f"checkpoint_lsn: {record.checkpoint_lsn}, label: {record.label!r}"
 

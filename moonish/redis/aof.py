@@ -90,6 +90,11 @@ def read_manifest(appendonlydir: str) -> list[AofFile]:
     return bases + sorted((f for f in files if f.type == "i"), key=lambda f: f.seq)
 
 
+def resp_command(argv: list[bytes]) -> bytes:
+    """``argv`` as Redis writes a command to the AOF (a RESP array of bulk strings)."""
+    return b"*%d\r\n" % len(argv) + b"".join(b"$%d\r\n%s\r\n" % (len(a), a) for a in argv)
+
+
 def resp_bytes(argv: list[bytes]) -> int:
     """Size of ``argv`` as Redis writes it to the AOF."""
     size = 3 + len(str(len(argv)))

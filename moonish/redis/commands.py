@@ -7,7 +7,8 @@ record per key, written as an atomic batch (per shard):
 - key/value pairs (``MSET k1 v1 k2 v2``, ``MSETNX``): one record per pair, ``MSET k1 v1``;
 - source and destination (``RENAME a b``, ``COPY``, ``SMOVE``, ``LMOVE``, ``RPOPLPUSH``,
   ``BLMOVE``, ``BRPOPLPUSH``): the whole command twice, once about each key (``key_pos`` 1, 2);
-- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB``: no key; every shard gets the record.
+- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` / ``FUNCTION``: no key; every shard gets the record
+  (function libraries are server-wide: every shard keeps them all).
 - otherwise the key is the first argument (``BITOP op dest ...``: the destination, argv[2];
   ``XGROUP sub key ...``: argv[2]).
 
@@ -25,23 +26,32 @@ SOURCE_AND_DESTINATION = frozenset(
     {b"RENAME", b"RENAMENX", b"COPY", b"SMOVE", b"LMOVE", b"RPOPLPUSH", b"BLMOVE", b"BRPOPLPUSH"}
 )
 KEY_AT_2 = frozenset({b"BITOP", b"XGROUP"})
-KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB"})
+KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB", b"FUNCTION"})
+"""Commands without a key that every shard runs."""
 NOT_WRITES = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
 NOT_ROUTABLE = frozenset(
-    {b"FUNCTION", b"SCRIPT", b"EVAL", b"EVALSHA", b"FCALL", b"PUBLISH", b"SPUBLISH"}
-)
+    {b"SCRIPT", b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO",
+     b"PUBLISH", b"SPUBLISH"}
+)  # fmt: skip
 """Commands whose first argument is not a key: they cannot be routed to one shard."""
 
 Part = tuple[bytes | None, tuple[bytes, ...], int]
 """(key or None, argv of the record, key_pos)."""
 
 
-def split_command(argv: list[bytes] | tuple[bytes, ...]) -> list[Part]:
+def split_command(
+    argv: list[bytes] | tuple[bytes, ...], *, path: str | None = None, offset: int | None = None
+) -> list[Part]:
     """The records a write command becomes: ``(key, argv, key_pos)`` per affected key.
 
+    Args:
+        argv: the command.
+        path, offset: where the command was read (an AOF file and its byte offset), named
+            in the error.
+
     Raises:
-        UnsupportedFormatError: a keyless command other than FLUSHDB/FLUSHALL/SWAPDB
-            (FUNCTION LOAD, ...), or a command whose arguments do not fit its key layout.
+        UnsupportedFormatError: a keyless command other than FLUSHDB/FLUSHALL/SWAPDB/FUNCTION
+            (SCRIPT, EVAL, ...), or a command whose arguments do not fit its key layout.
     """
     command = argv[0].upper()
     args = tuple(argv)
@@ -59,5 +69,7 @@ def split_command(argv: list[bytes] | tuple[bytes, ...]) -> list[Part]:
         return [(args[1], args, 1)]
     raise UnsupportedFormatError(
         f"cannot import {command.decode(errors='replace')} with {len(args) - 1} argument(s): "
-        "moonish routes records by key and this command has none it can route"
+        "moonish routes records by key and this command has none it can route",
+        path=path,
+        offset=offset,
     )

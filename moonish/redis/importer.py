@@ -10,6 +10,16 @@ follows Redis's loader:
   key by key (moonish.redis.rdb_load): its keys become ``r`` rows, as Debezium's initial
   snapshot; a plain-RESP base file's commands are commands like any other (``c``/``u``/``d``);
 - a ``MULTI`` ... ``EXEC`` block becomes one atomic batch per shard it touches;
+- a multi-key command (``DEL k1 k2``, ``MSET``, ``RENAME``) becomes one record per key, as one
+  atomic batch per shard (see moonish.redis.commands);
+- ``FLUSHDB`` / ``FLUSHALL`` / ``SWAPDB`` and ``FUNCTION`` (function libraries are
+  server-wide: every shard keeps them all) go to every shard;
+- a command moonish does not implement is an error naming it, the AOF file and its byte
+  offset; with ``skip_unsupported`` it is written instead as a ``moonish.skipped`` message
+  record holding the command as RESP (as the AOF holds it), in its db, on the shard of its
+  first argument (a module command's key, usually; moonish cannot know a module's key specs)
+  or on every shard when it has none. Scripts (``EVAL``, ``FCALL``, ...) are always refused:
+  Redis 7 never writes them to an AOF;
 - an incomplete command or an unfinished ``MULTI`` at the very end of the *last* file is what a
   Redis crash leaves; Redis loads the file without it (``aof-load-truncated yes``) and so do we,
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.
@@ -38,14 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.log.records import MAX_DB, ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
 from moonish.redis.import_checks import check_descriptors, check_import
 from moonish.redis.import_shards import OpenShards, open_shards, undo_create
 from moonish.redis.rdb_load import read_contents
-from moonish.redis.router import Router
+from moonish.redis.router import Entry, Router
 from moonish.redis.source import (
     check_source,
     decode_position,
@@ -56,7 +65,7 @@ from moonish.redis.source import (
 )
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
-from moonish.state.load import load_entries, loader_for, remove_missing
+from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 
 Resume = tuple[int, int]
 """Where a shard stands in the manifest's files: (file index, byte offset); (-1, 0): nowhere."""
@@ -69,8 +78,11 @@ class ImportReport:
     Attributes:
         files: the AOF files replayed, in order.
         bytes: bytes of AOF read.
-        commands: Redis write commands replayed (not counting SELECT, MULTI, EXEC).
+        commands: Redis write commands replayed (not counting SELECT, MULTI, EXEC, nor
+            skipped commands).
         per_command: commands by name (upper case).
+        skipped: commands written as ``moonish.skipped`` message records (``skip_unsupported``)
+            by name (upper case).
         transactions: MULTI/EXEC blocks replayed.
         records: records appended over all shards.
         per_shard: records appended to each shard.
@@ -88,6 +100,7 @@ class ImportReport:
     bytes: int = 0
     commands: int = 0
     per_command: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
     transactions: int = 0
     records: int = 0
     per_shard: list[int] = field(default_factory=list)
@@ -108,6 +121,7 @@ def import_aof(
     clock: Clock = SYSTEM_CLOCK,
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    skip_unsupported: bool = False,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -127,6 +141,9 @@ def import_aof(
         segment_bytes: the writers rotate to a new segment before one would grow past this
             many bytes (``WriterOptions.segment_bytes``; also when appending to existing
             shards).
+        skip_unsupported: write each command moonish does not implement as a
+            ``moonish.skipped`` message record (module docstring) instead of failing;
+            :attr:`ImportReport.skipped` counts them.
 
     Returns:
         An :class:`ImportReport`.
@@ -146,7 +163,8 @@ def import_aof(
         AofFormatError: bytes that are not RESP commands, or truncation before the last file's
             end (path and byte offset in the error).
         UnsupportedFormatError: an incremental file that is an RDB file, or a command
-            moonish does not implement.
+            moonish does not implement (without ``skip_unsupported``; a script command
+            always), named with the file and its byte offset.
         CommandError: a command Redis would have refused (path and offset in the error).
         WriterLockedError: another writer holds one of the shards.
         UnavailableError: a shard could not be opened (too many open files, permissions; the
@@ -162,7 +180,7 @@ def import_aof(
     report = ImportReport(per_shard=[0] * shards)
     opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
     writers = opened.writers
-    router = Router(writers, clock)
+    router = Router(writers, clock, skip_unsupported)
     try:
         if not remembered:
             if any(writer.next_lsn > 1 for writer in writers):
@@ -190,6 +208,8 @@ def import_aof(
     finally:
         for writer in writers:
             writer.close()
+    report.commands, report.per_command = router.commands, router.per_command
+    report.skipped = router.skipped
     report.per_shard = list(router.records)
     report.records = sum(router.records)
     report.lsn_ranges = [
@@ -221,12 +241,14 @@ def _resync(
             StreamConfig(view=ViewType.OFF), clock,
         )  # fmt: skip
         try:
-            scratch_router = Router(scratch.writers, clock)
+            scratch_router = Router(scratch.writers, clock, router.skip_unsupported)
             for index, path in enumerate(paths):
                 _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
                              clock, last=index == len(paths) - 1)  # fmt: skip
             final = router.position = scratch_router.position
+            _count(router, scratch_router)
             for shard, writer in enumerate(opened.writers):
+                set_libraries(writer, list(scratch.writers[shard].libraries.values()))
                 keyspace = scratch.writers[shard].keyspace
                 loader = loader_for(writer, b"RESYNC")
                 append = _appender(router, shard, clock)
@@ -237,6 +259,12 @@ def _resync(
                 writer.close()
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def _count(router: Router, scratch: Router) -> None:
+    router.commands += scratch.commands
+    router.per_command += scratch.per_command
+    router.skipped += scratch.skipped
 
 
 def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
@@ -267,12 +295,8 @@ def _load_rdb_base(
     with open(path, "rb") as file:
         contents = read_contents(file, path, len(router.writers), now_ms=clock.now_us() // 1000,
                                  drop_expired=False)  # fmt: skip
-    if contents.functions:
-        raise UnsupportedFormatError(
-            f"the RDB base file holds {len(contents.functions)} function libraries, which "
-            "this build cannot load", path=path, offset=0,
-        )  # fmt: skip
     for shard in todo:
+        set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")
         count = load_entries(loader, contents.keys[shard], _appender(router, shard, clock),
                              rows=True, source=position)  # fmt: skip
@@ -300,7 +324,7 @@ def _replay_file(
     name = os.path.basename(path)
     commands = AofCommands(path)
     db = 0
-    transaction: list[tuple[int, list[bytes]]] | None = None
+    transaction: list[Entry] | None = None
     transaction_offset = 0
     done = 0
     for offset, argv in commands:
@@ -319,15 +343,13 @@ def _replay_file(
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
             end = offset + resp_bytes(argv)
             if _position(router, resume, index, name, end):
-                _apply(router, transaction, True, path, transaction_offset)
+                router.apply(transaction, True, path)
                 report.transactions += 1
-                _count(report, transaction)
             transaction = None
         elif transaction is not None:
-            transaction.append((db, argv))
+            transaction.append((db, argv, offset))
         elif _position(router, resume, index, name, offset + resp_bytes(argv)):
-            _apply(router, [(db, argv)], False, path, offset)
-            _count(report, [(db, argv)])
+            router.apply([(db, argv, offset)], False, path)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -353,23 +375,6 @@ def _position(router: Router, resume: list[Resume], index: int, name: str, end: 
     router.skip = skip
     router.position = encode_position({"aof": name, "offset": end})
     return not all(skip)
-
-
-def _count(report: ImportReport, entries: list[tuple[int, list[bytes]]]) -> None:
-    report.commands += len(entries)
-    for _, argv in entries:
-        report.per_command[argv[0].upper().decode(errors="replace")] += 1
-
-
-def _apply(
-    router: Router, entries: list[tuple[int, list[bytes]]], transaction: bool, path: str,
-    offset: int,
-) -> None:  # fmt: skip
-    """``router.apply``, with errors naming the AOF file and the command's byte offset."""
-    try:
-        router.apply(entries, transaction)
-    except (CommandError, UnsupportedFormatError) as exc:
-        raise type(exc)(exc.message, path=path, offset=offset) from None
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

@@ -27,6 +27,7 @@ after the CRC (an AOF's RDB preamble is followed by RESP commands).
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 import sys
@@ -434,3 +435,10 @@ def read_rdb(path: str | os.PathLike[str]) -> Iterator[RdbItem]:
     """
     with open(path, "rb") as file:
         yield from RdbReader(file, path)
+
+
+def bytes_source(data: bytes, name: str) -> _Source:
+    """A reader of RDB lengths, strings and values (:func:`read_value`) over ``data``, such
+    as a DUMP payload; offsets count from ``data``'s first byte and errors
+    (:class:`RdbCorruptionError`) name ``name`` as their path."""
+    return _Source(io.BytesIO(data), name)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import InvalidArgumentError, UnsupportedFormatError
+from moonish.errors import InvalidArgumentError
 from moonish.log.records import KvChange
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.import_checks import MAX_SHARDS, check_descriptors, check_target
@@ -36,7 +36,7 @@ from moonish.redis.source import (
 )
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
-from moonish.state.load import load_entries, loader_for, remove_missing
+from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
 
 
@@ -97,7 +97,6 @@ def import_rdb(
         RdbCorruptionError, RdbUnsupportedError: a damaged file (a bad CRC-64, truncation),
             module values, an unknown type (file, byte offset and key in the error); nothing
             was written.
-        UnsupportedFormatError: function libraries, which this build does not load yet.
         WriterLockedError, UnavailableError: a shard cannot be opened.
     """
     path, out_dir = os.fspath(rdb_path), os.fspath(data_dir)
@@ -113,11 +112,6 @@ def import_rdb(
     with open(path, "rb") as file:  # all of it, CRC-64 checked, before anything is created
         contents = read_contents(file, path, shards, now_ms=clock.now_us() // 1000,
                                  drop_expired=True)  # fmt: skip
-    if contents.functions:
-        raise UnsupportedFormatError(
-            f"the RDB file holds {len(contents.functions)} function libraries, which this "
-            "build cannot load", path=path, offset=0,
-        )  # fmt: skip
     report = RdbImportReport(
         identity, contents.version, contents.keys_loaded, contents.keys_expired,
         contents.empty_keys_skipped, per_shard=[0] * shards,
@@ -156,6 +150,7 @@ def _load_shard(
     if stored.get("rdb") == report.rdb:
         return
     rows = not stored  # never finished a load: the first (or a resumed) snapshot
+    set_libraries(writer, contents.functions)  # before the keys: the position goes last
     loader = loader_for(writer, b"RDB")
 
     def append(records: list[KvChange], source: bytes) -> None:

@@ -4,7 +4,10 @@ commands whose keys live in several shards, and resuming without applying anythi
 Routing (moonish.redis.commands, docs/redis-import.md): each key's records go to the shard of
 its Redis Cluster hash slot (``k = slot * shards // 16384``); a multi-key command becomes one
 record per key, as one atomic batch per shard; ``FLUSHDB``/``FLUSHALL``/``SWAPDB`` go to every
-shard; a ``MULTI``/``EXEC`` block is one atomic batch per shard it touches.
+shard; a ``MULTI``/``EXEC`` block is one atomic batch per shard it touches. A command moonish
+does not implement is an error naming it and its offset; with ``skip_unsupported`` it is
+written as a :data:`SKIPPED_PREFIX` message (its RESP bytes) instead, on the shard of its first
+argument or on every shard when it has none; scripts are always refused.
 
 Resuming: the caller sets :attr:`Router.position` (the source position after the command) and
 :attr:`Router.skip` (the shards whose stored position shows they already applied it) before
@@ -19,16 +22,24 @@ position, with a :func:`~moonish.log.records.position_marker` when it has no rec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 
 from moonish.clock import Clock
-from moonish.errors import CommandError, CorruptionError
-from moonish.log.records import KvChange, Replay, position_marker
+from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
+from moonish.log.records import KvChange, Message, Replay, position_marker
+from moonish.redis.aof import resp_command
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.slots import shard_of_key
 from moonish.state.cmd_sort import reads_patterns
-from moonish.state.execute import execute, keys_of
+from moonish.state.execute import SCRIPTS, execute, keys_of
 from moonish.state.shard import Prepared, ShardWriter
+
+SKIPPED_PREFIX = "moonish.skipped"
+"""The prefix of the message records of commands an import skipped (``skip_unsupported``)."""
+
+Entry = tuple[int, list[bytes], int]
+"""A command to apply: (db, argv, byte offset in its source, for errors)."""
 
 
 class ResumeError(CorruptionError):
@@ -41,35 +52,62 @@ class Router:
 
     Attributes:
         records: records appended, per shard.
+        commands, per_command: commands applied (by upper-case name).
+        skipped: commands written as ``moonish.skipped`` messages, by name.
         first_lsn: per shard, the first LSN this router appended, or ``None``.
         skip: per shard, whether the next command is already applied there.
         position: the source position to store with the next command's records.
     """
 
-    def __init__(self, writers: list[ShardWriter], clock: Clock) -> None:
+    def __init__(
+        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False
+    ) -> None:
         self.writers = writers
         self.clock = clock
+        self.skip_unsupported = skip_unsupported
+        self.commands = 0
+        self.per_command: Counter[str] = Counter()
+        self.skipped: Counter[str] = Counter()
         self.records = [0] * len(writers)
         self.first_lsn: list[int | None] = [None] * len(writers)
         self.skip = [False] * len(writers)
         self.position = b""
         self._involved: set[int] = set()  # shards of a command across shards
 
-    def apply(self, entries: list[tuple[int, list[bytes]]], transaction: bool) -> None:
-        """Run ``entries`` (db, argv) and append their records: per shard one atomic batch
-        when they come from MULTI/EXEC or make more than one record, else a plain append.
+    def apply(self, entries: list[Entry], transaction: bool, path: str = "") -> None:
+        """Run ``entries`` and append their records: per shard one atomic batch when they
+        come from MULTI/EXEC or make more than one record, else a plain append.
 
         Raises:
             CommandError: Redis would have refused a command (so it cannot be in a valid AOF).
+            UnsupportedFormatError: a command moonish does not implement (and may not skip).
+            Both name ``path`` and the command's offset.
             ResumeError: a command across shards applied in some of them only.
-            UnsupportedFormatError: a command moonish does not implement.
         """
         now_us = self.clock.now_us()
-        per_shard: list[list[KvChange]] = [[] for _ in self.writers]
-        for db, argv in entries:
-            for shard, prepared in self._run(db, argv, now_us):
+        per_shard: list[list[KvChange | Message]] = [[] for _ in self.writers]
+        for db, argv, offset in entries:
+            try:  # an unsupported command raises before any shard ran it
+                results = self._run(db, argv, now_us)
+            except UnsupportedFormatError as exc:
+                script = argv[0].upper() in SCRIPTS
+                if script or not self.skip_unsupported:
+                    hint = "" if script else (
+                        "; --skip-unsupported (skip_unsupported=True) writes it as a "
+                        f"{SKIPPED_PREFIX} message record instead"
+                    )  # fmt: skip
+                    raise UnsupportedFormatError(
+                        exc.message + hint, path=path, offset=offset
+                    ) from None
+                self._skip(db, argv, per_shard)
+                continue
+            except CommandError as exc:
+                raise CommandError(exc.message, path=path, offset=offset) from None
+            self.commands += 1
+            self.per_command[argv[0].upper().decode(errors="replace")] += 1
+            for shard, prepared in results:
                 if isinstance(prepared.reply, CommandError):
-                    raise prepared.reply
+                    raise CommandError(prepared.reply.message, path=path, offset=offset)
                 self.append(shard, prepared.expired, False, now_us, b"")
                 per_shard[shard] += prepared.records
         position = self.position
@@ -79,6 +117,16 @@ class Router:
             self.append(shard, records, transaction or len(records) > 1, now_us, position)
         self._involved.clear()
 
+    def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
+        """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument
+        (every shard when it has none, or is a keyless command's: FUNCTION KILL)."""
+        message = Message(SKIPPED_PREFIX, resp_command(argv), db)
+        count = len(self.writers)
+        keyed = len(argv) > 1 and argv[0].upper() not in KEYLESS
+        for shard in [shard_of_key(argv[1], count)] if keyed else range(count):
+            per_shard[shard].append(message)
+        self.skipped[argv[0].upper().decode(errors="replace")] += 1
+
     def mark(self, shard: int, position: bytes) -> None:
         """Store ``position`` in ``shard``'s log with a :func:`position_marker` unless it
         already holds it (the end of an import: a shard the last commands did not touch)."""
@@ -86,8 +134,9 @@ class Router:
             self.append(shard, [position_marker(position)], False, self.clock.now_us(), position)
 
     def append(
-        self, shard: int, records: list[KvChange], atomic: bool, now_us: int, source: bytes
-    ) -> None:
+        self, shard: int, records: Sequence[KvChange | Message], atomic: bool, now_us: int,
+        source: bytes,
+    ) -> None:  # fmt: skip
         lsns = self.writers[shard].append(records, atomic, now_us, source)
         if lsns and self.first_lsn[shard] is None:
             self.first_lsn[shard] = lsns[0]
@@ -166,7 +215,8 @@ class Router:
                 for key_db, key, entry in acc.expired
                 if route(key) == shard
             ]
-            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
+            records: list[KvChange | Message] = []
+            records += writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
             results.append((shard, Prepared(reply, expired, records)))
         return results
 

@@ -24,6 +24,7 @@ from moonish.log.records import (
     Checkpoint,
     KvChange,
     KvCommand,
+    Message,
     PayloadError,
     Record,
     TemporalUpsert,
@@ -165,10 +166,12 @@ def _not_utf8(frames: Sequence[Frame], path: str) -> CorruptionError:
 def _plain_row(
     record: Record,
 ) -> tuple[str, str | None, int | None, bytes | None, str | None, str | None]:
-    """``(op, command, db, key, before, after)`` of a plain kv, temporal, graph or checkpoint
-    record: the command-shaped image of docs/envelopes.md ("Plain kv records"); a checkpoint
-    has none."""
+    """``(op, command, db, key, before, after)`` of a plain kv, temporal, graph, checkpoint or
+    message record: the command-shaped image of docs/envelopes.md ("Plain kv records"); a
+    checkpoint has none, a message only its db."""
     op = op_of(record)
+    if isinstance(record, Message):
+        return op, None, record.db, None, None, None
     if isinstance(record, Checkpoint | KvChange):
         return op, None, None, None, None, None
     image = command_image(record)

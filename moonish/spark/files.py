@@ -13,6 +13,8 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from moonish.cdc.envelope import CHECKPOINT_PREFIX
+
 ENVELOPE_SCHEMA = (
     "before STRING, after STRING, "
     "source STRUCT<version: STRING, connector: STRING, name: STRING, ts_ms: BIGINT, "
@@ -35,9 +37,10 @@ def _key(image: Column) -> Column:
 def flatten(envelopes: DataFrame) -> DataFrame:
     """Envelope rows (``ENVELOPE_SCHEMA``) as flat change rows (``CHANGE_COLUMNS``)."""
     image = F.coalesce(F.col("after"), F.col("before"))
-    record_type = F.when(F.col("op") == "m", F.lit("checkpoint")).otherwise(
-        F.coalesce(F.get_json_object(image, "$.record_type"), F.lit("kv_change"))
-    )
+    checkpoint = F.col("message.prefix") == CHECKPOINT_PREFIX
+    record_type = F.when(
+        F.col("op") == "m", F.when(checkpoint, F.lit("checkpoint")).otherwise(F.lit("message"))
+    ).otherwise(F.coalesce(F.get_json_object(image, "$.record_type"), F.lit("kv_change")))
     return envelopes.select(
         F.col("source.shard").alias("shard"),
         F.col("source.lsn").alias("lsn"),

@@ -1,7 +1,9 @@
 """Running Redis write commands on a keyspace: the command table and key positions.
 
 The table covers the write commands listed in docs/images.md ("Commands"); anything else is
-refused with :class:`UnsupportedFormatError`, so nothing is ever half understood.
+refused with :class:`UnsupportedFormatError`, so nothing is ever half understood. Handlers that
+need what this layer must not import (RESTORE decodes an RDB value with moonish.redis) are
+added by :func:`register` (moonish.redis.restore, imported by ``import moonish``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from moonish.state import (
     cmd_streams,
     cmd_strings,
     cmd_zstore,
+    functions,
 )
 from moonish.state.keyspace import Access
 
@@ -41,10 +44,22 @@ COMMANDS: dict[bytes, tuple[Handler, Any]] = {
     **cmd_sort.COMMANDS,
     **cmd_hll.COMMANDS,
     **cmd_geo.COMMANDS,
+    b"FUNCTION": (functions.cmd_function, []),
 }
 """Upper-case name -> (handler, key positions: argv indexes, ``"all"``, ``"pairs"``, or a
 function of argv giving the indexes, for commands whose keys depend on their arguments:
 ``BITOP op dest src...``, ``ZUNIONSTORE dest numkeys src...``)."""
+
+
+SCRIPTS = frozenset({b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"})
+"""Commands that run scripts: Redis 7 never propagates them (it propagates a script's writes,
+in MULTI/EXEC), and moonish does not run Lua."""
+
+
+def register(name: bytes, handler: Handler, keys: Any) -> None:
+    """Add command ``name`` (upper case) to the table, with its key positions (as
+    :data:`COMMANDS`)."""
+    COMMANDS[name] = (handler, keys)
 
 
 def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
@@ -53,6 +68,12 @@ def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
     found = COMMANDS.get(argv[0].upper())
     if found is None:
         name = argv[0].decode(errors="replace")
+        if argv[0].upper() in SCRIPTS:
+            raise UnsupportedFormatError(
+                f"{name} never appears in a Redis 7 AOF or replication stream: Redis "
+                "propagates a script's writes (in MULTI/EXEC), not the script, and moonish "
+                "does not run scripts; this input was written by an older Redis or by hand"
+            )
         raise UnsupportedFormatError(
             f"moonish does not implement the Redis command {name!r} (docs/images.md lists "
             "the write commands it tracks)"

@@ -18,10 +18,15 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from moonish.errors import CommandError
+from moonish.log.records import Message
 from moonish.state.fieldttl import expire_fields, is_expired, next_expiry
 from moonish.state.values import HASH, STREAM, STRING, Entry, full_image
+
+if TYPE_CHECKING:
+    from moonish.state.functions import Libraries
 
 _KEPT_WHEN_EMPTY = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
@@ -130,6 +135,14 @@ class Access:
         """Every keyspace the command may reach (FLUSHDB, FLUSHALL); set by the caller."""
         self.log_argv: list[bytes] | None = None
         """The argv to log instead of the one received (SPOP is logged as SREM)."""
+        self.by_value = False
+        """Log the keys written by value (``Replay.STATE``), not the command: set by commands
+        whose arguments need more than the keyspace to replay (RESTORE's DUMP payload)."""
+        self.libraries: Libraries | None = None
+        """The shard's function libraries (``moonish.state.functions.Libraries``), or ``None``
+        where FUNCTION cannot run; set by the caller."""
+        self.messages: list[Message] = []
+        """Message records the command appends besides its key changes (FUNCTION)."""
         self.now_ms = now_ms
         self.expire = expire
         self.images = images

@@ -128,3 +128,18 @@ def remove_missing(loader: Loader, keep: Callable[[int, bytes], bool], append: A
         ]
         append([change for change in batch if change is not None], b"")
     return len(gone)
+
+
+def set_libraries(writer: ShardWriter, codes: list[bytes]) -> None:
+    """Give ``writer`` exactly the function libraries ``codes`` (an RDB file's FUNCTION2
+    items, a resync): ``FUNCTION FLUSH`` then a ``FUNCTION LOAD`` each, as
+    ``moonish.function`` messages, only when they differ (run again: nothing is written).
+
+    Raises:
+        CommandError: a library Redis would refuse to load (a bad shebang, a name twice).
+    """
+    if sorted(writer.libraries.values()) == sorted(codes):
+        return
+    writer.execute(0, [b"FUNCTION", b"FLUSH"])
+    for code in codes:
+        writer.load_function(code)

@@ -19,9 +19,10 @@ is what holds the policy back, a checkpoint is written first. A failure there ne
 append (its records are written): it is kept in :attr:`ShardWriter.retention_error` and the
 policy is tried again at the next rotation.
 
-Recovery: opening a shard loads the newest snapshot at or below the end of the log and
-replays the records after it (moonish.log.records, "kv_change", ``replay``), so the keyspace
-is exactly what the log says. Time comes from the injected clock; a command's time is also
+Recovery (moonish.state.replay): opening a shard loads the newest snapshot at or below the end
+of the log and replays the records after it (moonish.log.records, "kv_change", ``replay``; the
+``moonish.function`` messages), so the keyspace and the function libraries are exactly what the
+log says. Time comes from the injected clock; a command's time is also
 its records' commit time, which replay uses for relative TTLs and stream IDs.
 """
 
@@ -34,30 +35,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-import orjson
-
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import (
-    CommandError,
-    CorruptionError,
-    LsnDiscardedError,
-    LsnNotRetainedError,
-    MoonishError,
-    UnavailableError,
-    UnsupportedFormatError,
+from moonish.errors import CommandError, MoonishError, UnavailableError
+from moonish.log.records import (
+    Checkpoint,
+    KvChange,
+    Message,
+    Replay,
+    ViewType,
+    position_marker,
 )
-from moonish.log.format import RecordType
-from moonish.log.reader import ShardReader
-from moonish.log.records import Checkpoint, KvChange, Replay, ViewType, decode_payload
 from moonish.log.retention import PruneReport, RetentionPolicy, prune
-from moonish.log.segment import segment_holding
 from moonish.log.writer import WalWriter, WriterOptions
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.execute import execute
 from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
+from moonish.state.functions import Libraries
 from moonish.state.keyspace import Access, Keyspace
-from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path, write_snapshot
-from moonish.state.values import Entry, entry_from_image, full_image, key_image, state_image
+from moonish.state.replay import recover
+from moonish.state.snapshot import write_snapshot
+from moonish.state.values import Entry, full_image, key_image, state_image
 
 Command = Sequence[bytes | str]
 
@@ -84,11 +81,12 @@ class ExecResult(NamedTuple):
 
 
 class Prepared(NamedTuple):
-    """A command run on the keyspace, not yet appended."""
+    """A command run on the keyspace, not yet appended: its key changes, then its message
+    records (FUNCTION)."""
 
     reply: Any
     expired: list[KvChange]
-    records: list[KvChange]
+    records: list[KvChange | Message]
 
 
 def _argv(command: Command) -> list[bytes]:
@@ -138,6 +136,8 @@ class ShardWriter:
         self.source = b""
         """The source position of the last record that carried one (KvChange.source), kept
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
+        self.libraries = Libraries()
+        """The function libraries (name -> code; moonish.state.functions)."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         try:
@@ -147,7 +147,9 @@ class ShardWriter:
             else:
                 upgrade_config(self.shard_dir)  # an older file gets its checksum
             self._config = stored or self.options.stream
-            self._recover()
+            self.source = recover(
+                self.shard_dir, self._log.next_lsn - 1, self.keyspace, self.libraries
+            )
         except BaseException:
             self._log.close()
             raise
@@ -202,6 +204,18 @@ class ShardWriter:
                 raise prepared.reply
             return ExecResult(prepared.reply, lsns)
 
+    def load_function(self, code: bytes, *, replace: bool = False) -> ExecResult:
+        """Load a function library, as ``FUNCTION LOAD [REPLACE] <code>`` (an RDB file's
+        FUNCTION2 item, moonish.redis.rdb ``RdbFunction``): the reply is the library's name,
+        the LSN is its ``moonish.function`` message record's.
+
+        Raises:
+            CommandError: as FUNCTION LOAD (a bad shebang; without ``replace``, a library of
+                that name exists); nothing was written.
+            UnavailableError: as :meth:`execute`.
+        """
+        return self.execute(0, [b"FUNCTION", b"LOAD", *([b"REPLACE"] * replace), code])
+
     def transaction(self, commands: Sequence[tuple[int, Command]]) -> ExecResult:
         """Run ``(db, command)`` pairs as Redis runs ``MULTI``/``EXEC``: in order, a refused
         command changes nothing and its :class:`CommandError` takes its place in the
@@ -237,7 +251,11 @@ class ShardWriter:
             reply = exc
         expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
         expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
-        return Prepared(reply, expired, self.records(acc, acc.log_argv or argv, Replay.COMMAND))
+        replay = Replay.STATE if acc.by_value else Replay.COMMAND
+        records: list[KvChange | Message] = []
+        records += self.records(acc, acc.log_argv or argv, replay)
+        records += acc.messages
+        return Prepared(reply, expired, records)
 
     def access(
         self, now_ms: int, resolve: Callable[[bytes], Keyspace] | None = None,
@@ -250,6 +268,7 @@ class ShardWriter:
             images=self._config.old_images, max_value_bytes=self._config.max_value_bytes,
         )  # fmt: skip
         acc.keyspaces = [keyspace]
+        acc.libraries = self.libraries
         return acc
 
     def records(
@@ -295,10 +314,12 @@ class ShardWriter:
         return key_expiry_record(self._config, db, key, entry)
 
     def append(
-        self, records: list[KvChange], atomic: bool, commit_us: int, source: bytes = b""
-    ) -> list[int]:
+        self, records: Sequence[KvChange | Message], atomic: bool, commit_us: int,
+        source: bytes = b"",
+    ) -> list[int]:  # fmt: skip
         """Append prepared records: each alone, or all as one atomic batch. A ``source``
-        position rides on the last record, so it is in the log exactly when the records are.
+        position rides on the last record (on a position marker after a last message, all as
+        one atomic batch), so it is in the log exactly when the records are.
 
         Raises:
             UnavailableError: the log refused an append. The keyspace already holds the
@@ -308,7 +329,13 @@ class ShardWriter:
         if not records:
             return []
         if source:
-            records[-1] = dataclasses.replace(records[-1], source=source)
+            records = list(records)
+            last = records[-1]
+            if isinstance(last, KvChange):
+                records[-1] = dataclasses.replace(last, source=source)
+            else:  # a message cannot carry it: a marker does, in the same batch
+                records.append(position_marker(source))
+                atomic = True
         try:
             if atomic:
                 lsns = self._log.append_batch(records, commit_us)
@@ -398,86 +425,10 @@ class ShardWriter:
             self._check_sweep()
             self._log.sync()
             lsn = self._log.next_lsn - 1
-            path = write_snapshot(self.shard_dir, self._log.shard_id, lsn,
-                                  self.keyspace, self._clock.now_us(), self.source)  # fmt: skip
+            path = write_snapshot(self.shard_dir, self._log.shard_id, lsn, self.keyspace,
+                                  self._clock.now_us(), self.libraries, self.source)  # fmt: skip
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
             return path, lsn
-
-    # -- recovery ------------------------------------------------------------------------
-
-    def _recover(self) -> None:
-        last = self._log.next_lsn - 1
-        usable = [lsn for lsn in list_snapshots(self.shard_dir) if lsn <= last]
-        start = 1
-        if usable:
-            snapshot = read_snapshot(snapshot_path(self.shard_dir, usable[-1]))
-            for line in snapshot.images:
-                db, key, entry = entry_from_image(orjson.loads(line))
-                self.keyspace.put(db, key, entry)
-            start, self.source = snapshot.lsn + 1, snapshot.source
-        if start > last:
-            return
-        reader = ShardReader(self.shard_dir)
-        try:
-            self._seek_replay(reader, start)
-            while True:
-                try:
-                    frames = reader.poll(4096)
-                except LsnDiscardedError as exc:  # cut out by `wal repair`: gone from the log
-                    self._seek_replay(reader, exc.oldest_lsn)
-                    continue
-                if not frames:
-                    break
-                for frame in frames:
-                    self._replay(frame.lsn, frame.record_type, frame.payload, frame.commit_us)
-        finally:
-            reader.close()
-
-    def _seek_replay(self, reader: ShardReader, lsn: int) -> None:
-        """Position the replay at ``lsn``; past LSNs a repair discarded (the keyspace then
-        holds what the log holds: the discarded records' changes are lost with them)."""
-        try:
-            reader.seek(lsn)
-        except LsnDiscardedError as exc:
-            reader.seek(exc.oldest_lsn)
-        except LsnNotRetainedError as exc:
-            raise CorruptionError(
-                f"cannot rebuild the keyspace: records {lsn}..{exc.oldest_lsn - 1} were "
-                "removed and no snapshot covers them", path=self.shard_dir, lsn=lsn,
-            ) from None  # fmt: skip
-
-    def _replay(self, lsn: int, record_type: int, payload: bytes, commit_us: int) -> None:
-        if record_type == RecordType.KV:
-            raise UnsupportedFormatError(
-                "this shard holds plain kv records (written without keyspace tracking); "
-                "a keyspace cannot be rebuilt from them: import into a new data directory",
-                path=self.shard_dir, lsn=lsn,
-            )  # fmt: skip
-        if record_type != RecordType.KV_CHANGE:
-            return
-        try:
-            record = decode_payload(record_type, payload)
-            assert isinstance(record, KvChange)
-            if record.source:
-                self.source = record.source
-            if record.replay is Replay.COMMAND:
-                acc = Access(
-                    lambda key: self.keyspace, commit_us // 1000, expire=not record.loading
-                )
-                acc.keyspaces = [self.keyspace]
-                execute(acc, record.db, list(record.argv))
-            elif record.replay is Replay.STATE:
-                if record.state:
-                    db, key, entry = entry_from_image(orjson.loads(record.state))
-                    self.keyspace.put(db, key, entry)
-                else:
-                    self.keyspace.remove(record.db, record.key)
-        except (CommandError, ValueError, KeyError, TypeError) as exc:
-            raise CorruptionError(
-                f"record does not replay: {exc}",
-                path=segment_holding(self.shard_dir, lsn),
-                lsn=lsn,
-            ) from None
 
     # -- closing -------------------------------------------------------------------------
 

@@ -3,14 +3,16 @@
 ``<shard_dir>/<lsn:016x>.snap``, UTF-8 NDJSON::
 
     {"format": "moonish-snapshot", "version": 2, "shard": <id>, "lsn": <L>, "keys": <n>,
-     "created_us": <µs since the Unix epoch>[, "source": <source position text>]}
+     "libraries": <m>, "created_us": <µs since the Unix epoch>[, "source": <position text>]}
     <lossless image of key 1>            n lines, by db then key bytes (moonish.state.values)
+    ...
+    {"library": <name>, "code": <text>}  m lines, by name (moonish.state.functions)
     ...
     {"crc32c": <crc32c of every byte before this line>}
 
-Versions: 1 (stream values were the entries list alone, with ``"last_id"`` beside them), 2
-(stream values hold their counters and consumer groups, docs/images.md). Both are read; 2 is
-written.
+Versions: 1 (stream values were the entries list alone, with ``"last_id"`` beside them; no
+``libraries`` field and no library lines), 2 (stream values hold their counters and consumer
+groups, docs/images.md; function libraries after the keys). Both are read; 2 is written.
 
 ``source`` is the shard's source position after record L (the last one a record carried,
 moonish.redis.source), absent when it has none. The snapshot holds the effect of every
@@ -21,7 +23,7 @@ to a temporary name, synced and renamed, so a snapshot file is complete or absen
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import crc32c
 import orjson
@@ -29,12 +31,15 @@ import orjson
 from moonish.errors import CorruptionError, UnsupportedFormatError
 from moonish.fileio import replace_atomically
 from moonish.log.segment import SNAPSHOT_SUFFIX, list_snapshots, snapshot_path
+from moonish.state.functions import Libraries, library_lines
 from moonish.state.keyspace import Keyspace
 from moonish.state.values import state_image
 
 FORMAT = "moonish-snapshot"
 VERSION = 2
-READABLE_VERSIONS = (1, 2)
+"""The version this build writes."""
+SUPPORTED_VERSIONS = (1, 2)
+"""Every version this build reads."""
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "Snapshot",
@@ -49,31 +54,36 @@ KEEP_SNAPSHOTS = 2
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A verified snapshot: its header fields and its image lines (bytes, no newline)."""
+    """A verified snapshot: its header fields, its image lines and its library lines (bytes,
+    no newline; no library lines in version 1)."""
 
     path: str
     shard: int
     lsn: int
     created_us: int
     images: list[bytes]
+    libraries: list[bytes] = field(default_factory=list)
     source: bytes = b""
 
 
 def write_snapshot(
     shard_dir: str, shard: int, lsn: int, keyspace: Keyspace, created_us: int,
+    libraries: Libraries | None = None,
     source: bytes = b"",
 ) -> str:  # fmt: skip
-    """Write ``keyspace`` as the snapshot at ``lsn`` (with the source position ``source``,
-    UTF-8) and drop all but the newest :data:`KEEP_SNAPSHOTS`; returns the file's path."""
+    """Write ``keyspace`` and ``libraries`` as the snapshot at ``lsn`` (version
+    :data:`VERSION`, with the source position ``source``, UTF-8) and drop all but the newest
+    :data:`KEEP_SNAPSHOTS`; returns the file's path."""
     lines = [state_image(db, key, entry) for db, key, entry in keyspace.items()]
+    library = library_lines(libraries or Libraries())
     fields: dict[str, object] = {
         "format": FORMAT, "version": VERSION, "shard": shard, "lsn": lsn, "keys": len(lines),
-        "created_us": created_us,
+        "libraries": len(library), "created_us": created_us,
     }  # fmt: skip
     if source:
         fields["source"] = source.decode()
     header = orjson.dumps(fields)
-    body = b"\n".join([header, *lines]) + b"\n"
+    body = b"\n".join([header, *lines, *library]) + b"\n"
     trailer = b'{"crc32c":%d}\n' % crc32c.crc32c(body)
     path = snapshot_path(shard_dir, lsn)
     replace_atomically(path, [body, trailer])
@@ -90,7 +100,8 @@ def read_snapshot(path: str) -> Snapshot:
         CorruptionError: a bad or unreadable checksum trailer, a checksum that does not match,
             or (under a valid checksum) a header of the wrong format or fields or a key count
             that does not match (path and byte offset in the error).
-        UnsupportedFormatError: a version this build does not read.
+        UnsupportedFormatError: a version this build does not read (not in
+            :data:`SUPPORTED_VERSIONS`).
     """
     with open(path, "rb") as file:
         data = file.read()
@@ -114,20 +125,25 @@ def read_snapshot(path: str) -> Snapshot:
         version = header["version"]
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"not a moonish snapshot: {exc!r}", path=path, offset=0) from None
-    if version not in READABLE_VERSIONS:
-        raise UnsupportedFormatError(f"snapshot version {version}", path=path, offset=0)
+    if version not in SUPPORTED_VERSIONS:
+        raise UnsupportedFormatError(
+            f"snapshot version {version} (this build reads versions {SUPPORTED_VERSIONS})",
+            path=path, offset=0,
+        )  # fmt: skip
     try:
         shard, lsn, keys, created_us = (
             int(header[name]) for name in ("shard", "lsn", "keys", "created_us")
         )
+        libraries = int(header["libraries"]) if version >= 2 else 0
         source = header.get("source", "")
         if not isinstance(source, str):
             raise TypeError(f"source {source!r}")
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptionError(f"bad snapshot header: {exc!r}", path=path, offset=0) from None
-    images = data[:end].split(b"\n")[1:-1]
-    if len(images) != keys:
+    lines = data[:end].split(b"\n")[1:-1]
+    if len(lines) != keys + libraries or min(keys, libraries) < 0:
         raise CorruptionError(
-            f"snapshot has {len(images)} keys, its header says {keys}", path=path, offset=0
-        )
-    return Snapshot(path, shard, lsn, created_us, images, source.encode())
+            f"snapshot has {len(lines)} lines, its header says {keys} keys and {libraries} "
+            "libraries", path=path, offset=0,
+        )  # fmt: skip
+    return Snapshot(path, shard, lsn, created_us, lines[:keys], lines[keys:], source.encode())

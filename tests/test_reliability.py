@@ -303,6 +303,11 @@ def _change(**fields: object) -> KvChange:
     return KvChange(**{**base, **fields})  # type: ignore[arg-type]
 
 
+def _with_flags(payload: bytes, flags: int) -> bytes:
+    """A kv_change payload with its change_flags byte set to ``flags``."""
+    return payload[:1] + bytes([flags]) + payload[2:]
+
+
 def _payload_variants() -> dict[str, bytes]:
     """kv_change payloads that break one rule each (frames with valid checksums)."""
     good = encode_payload(_change())[1]
@@ -320,7 +325,7 @@ def _payload_variants() -> dict[str, bytes]:
         "state without replay by value": encode_payload(_change(state=b"{}"))[1],
         "argv with replay by value": encode_payload(_change(replay=Replay.STATE))[1],
         "no argv with replay by command": encode_payload(_change(argv=()))[1],
-        "op r in a log": encode_payload(_change(op="r"))[1],
+        "a first-row flag on op c": _with_flags(encode_payload(_change())[1], 8),
         "stream off, trailing bytes": encode_payload(_change(view=ViewType.OFF))[1] + b"x",
     }
 

@@ -11,7 +11,8 @@ Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``l
                   bytes(command) bytes(key) bytes(before) bytes(after) bytes(state)
                   argc:u32 bytes(argv[0]) .. bytes(argv[argc-1])
                   [bytes(source)]            only with change_flags bit 2
-    message    := db:u16 reserved:u16 bytes(prefix, UTF-8) bytes(content)
+    message    := db:u16 message_flags:u16 bytes(prefix, UTF-8) bytes(content)
+                  [bytes(source)]            only with message_flags bit 0
 
 A kv_change record says what a write did to one key, as the writer's keyspace saw it: ``op``
 is ``c``, ``u``, ``d``, or ``r`` for a key loaded from an RDB file (ASCII); ``change_flags``
@@ -93,8 +94,10 @@ _CHECKPOINT_HEAD = struct.Struct(
 _MESSAGE_HEAD = struct.Struct(
     "<"
     "H"  # db: Redis database index
-    "H"  # reserved: zero
+    "H"  # message_flags: bit 0 MESSAGE_SOURCE; other bits zero
 )
+MESSAGE_SOURCE = 1
+"""``message_flags`` bit: a source position (``bytes(source)``) follows the content."""
 MAX_DB = 0xFFFF
 
 
@@ -204,11 +207,13 @@ class Message:
         prefix: what the message is, UTF-8 (``"moonish.function"``, ``"moonish.skipped"``).
         content: its bytes, opaque to the log (readers show them base64-encoded).
         db: Redis database index the command ran in, 0..65535.
+        source: the source position once this record is written (as ``KvChange.source``).
     """
 
     prefix: str
     content: bytes
     db: int = 0
+    source: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,8 +336,12 @@ def encode_payload(record: Record) -> tuple[RecordType, bytes]:
     if isinstance(record, Message):
         if not 0 <= record.db <= MAX_DB:
             raise ValueError(f"db index must be 0..{MAX_DB}, got {record.db}")
-        head = _MESSAGE_HEAD.pack(record.db, 0)
-        return RecordType.MESSAGE, head + _blob(record.prefix.encode()) + _blob(record.content)
+        head = _MESSAGE_HEAD.pack(record.db, MESSAGE_SOURCE if record.source else 0)
+        tail = _blob(record.source) if record.source else b""
+        return (
+            RecordType.MESSAGE,
+            head + _blob(record.prefix.encode()) + _blob(record.content) + tail,
+        )
     raise TypeError(f"not a moonish record: {record!r}")
 
 
@@ -404,13 +413,18 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
         except UnicodeDecodeError:
             raise PayloadError("checkpoint label is not UTF-8") from None
     elif record_type == RecordType.MESSAGE:
-        db, reserved = _MESSAGE_HEAD.unpack_from(payload, 0)
-        if reserved:
-            raise PayloadError(f"bad message header (reserved {reserved})")
+        db, flags = _MESSAGE_HEAD.unpack_from(payload, 0)
+        if flags & ~MESSAGE_SOURCE:
+            raise PayloadError(f"bad message header (flags {flags})")
         prefix, pos = _read_blob(payload, _MESSAGE_HEAD.size)
         content, pos = _read_blob(payload, pos)
+        source = b""
+        if flags & MESSAGE_SOURCE:
+            source, pos = _read_blob(payload, pos)
+            if not source:
+                raise PayloadError("message source flag with an empty source")
         try:
-            record = Message(prefix.decode(), content, db)
+            record = Message(prefix.decode(), content, db, source)
         except UnicodeDecodeError:
             raise PayloadError("message prefix is not UTF-8") from None
     else:

@@ -117,7 +117,7 @@ def replay_record(
         if isinstance(record, Message):
             if record.prefix == functions.PREFIX:
                 functions.apply_message(libraries, record.content)
-            return b""
+            return record.source
         assert isinstance(record, KvChange)
         if record.replay is Replay.COMMAND:
             acc = Access(lambda key: keyspace, commit_us // 1000, expire=not record.loading)

@@ -43,7 +43,6 @@ from moonish.log.records import (
     Message,
     Replay,
     ViewType,
-    position_marker,
 )
 from moonish.log.retention import PruneReport, RetentionPolicy, prune
 from moonish.log.writer import WalWriter, WriterOptions
@@ -318,8 +317,8 @@ class ShardWriter:
         source: bytes = b"",
     ) -> list[int]:  # fmt: skip
         """Append prepared records: each alone, or all as one atomic batch. A ``source``
-        position rides on the last record (on a position marker after a last message, all as
-        one atomic batch), so it is in the log exactly when the records are.
+        position rides on the last record (a kv_change or a message), so it is in the log
+        exactly when the records are.
 
         Raises:
             UnavailableError: the log refused an append. The keyspace already holds the
@@ -330,12 +329,7 @@ class ShardWriter:
             return []
         if source:
             records = list(records)
-            last = records[-1]
-            if isinstance(last, KvChange):
-                records[-1] = dataclasses.replace(last, source=source)
-            else:  # a message cannot carry it: a marker does, in the same batch
-                records.append(position_marker(source))
-                atomic = True
+            records[-1] = dataclasses.replace(records[-1], source=source)
         try:
             if atomic:
                 lsns = self._log.append_batch(records, commit_us)

@@ -30,6 +30,7 @@ from moonish.redis.rdb_import import import_rdb
 from moonish.redis.router import ResumeError
 from moonish.redis.source import SourceMismatchError
 from moonish.state.shard import ShardWriter
+from moonish.state.values import Entry
 from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
 
 DEFAULT_AOF = ("--appendonly", "yes", "--appendfsync", "always")  # aof-use-rdb-preamble yes
@@ -376,3 +377,30 @@ def test_a_cross_shard_command_that_changed_nothing_in_a_shard_reruns(tmp_path: 
     again = import_aof(aof, tmp_path / "data", 2)
     assert again.commands == 0 and again.records == 0
     assert [len(shard) for shard in records(tmp_path / "data")] == [1, 1]  # markers unseen
+
+
+LIBRARY = "#!lua name=mylib\nredis.register_function('hello', function() return 1 end)"
+
+
+def test_rdb_functions_load_into_every_shard_once(tmp_path: Path, workdir: Path) -> None:
+    """An RDB's function libraries (FUNCTION2) go to every shard (import-rdb and an AOF's RDB
+    base file), and a rerun writes nothing."""
+    with redis_server(workdir, *DEFAULT_AOF) as client:
+        client.function_load(LIBRARY)
+        client.set("k", "v")
+        client.bgrewriteaof()
+        while client.info("persistence")["aof_rewrite_in_progress"]:
+            time.sleep(0.05)
+        time.sleep(0.2)
+        client.save()
+    for data, load in [
+        (tmp_path / "a", lambda d: import_rdb(workdir / "dump.rdb", d, 2)),
+        (tmp_path / "b", lambda d: import_aof(workdir / "appendonlydir", d, 2)),
+    ]:
+        load(data)
+        again = load(data)
+        assert again.records == 0
+        for shard_dir in moonish.shard_dirs(data):
+            with shard_writer(Path(shard_dir)) as writer:
+                assert dict(writer.libraries) == {b"mylib": LIBRARY.encode()}
+        assert our_state(data) == {(0, b"k"): comparable(Entry("string", b"v"))}

@@ -56,9 +56,10 @@ class Broker:
 
 
 @contextlib.contextmanager
-def tansu() -> Iterator[Broker]:
-    """A Tansu broker with memory storage on a free port (ready in about 50 ms); stopped after."""
-    port = free_port()
+def tansu(port: int | None = None) -> Iterator[Broker]:
+    """A Tansu broker with memory storage on ``port`` (default: a free one), ready in about
+    50 ms; stopped after."""
+    port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     cluster = f"moonish-{uuid.uuid4().hex}"
     args = [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,

@@ -23,7 +23,7 @@ from moonish.redis.importer import import_aof
 from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
 from moonish.sinks.kafka_offsets import BrokerUnavailableError, SinkFencedError
 from moonish.state.shard import ShardWriter
-from tests.kafka_broker import Broker, Message, broker, free_port, noida, read_topics
+from tests.kafka_broker import Broker, Message, broker, free_port, noida, read_topics, tansu
 
 __all__ = ["broker"]  # the fixture
 ROOT = Path(__file__).parent.parent
@@ -318,3 +318,28 @@ def test_follow_sends_new_records_and_stops_on_sigterm(tmp_path: Path, broker: B
     assert b"positions: shard 0: 2" in out
     assert b"moonish: 2 events" in err  # progress on stderr
     assert consumers.load(data, f"kafka-{name}").positions == (2,)
+
+
+def test_follow_waits_for_a_broker_that_comes_up_later(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    with ShardWriter(data / "shard-0") as writer:
+        writer.execute(0, ["SET", "a", "1"])
+    port = free_port()
+    command = [sys.executable, "-m", "cli.main", "cdc", "kafka", str(data), "-b",
+               f"127.0.0.1:{port}", "--topic-prefix", "late", "--follow",
+               "--timeout-ms", "500"]  # fmt: skip
+    process = subprocess.Popen(command, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(2)  # it fails to connect, and retries
+        assert process.poll() is None
+        with tansu(port) as late:
+            got = read_topics(late.bootstrap, partitions("late", 1, (0,)), count=1)
+            assert orjson.loads(got[0].key or b"")["key"] == "a"
+            process.send_signal(signal.SIGTERM)
+            out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert process.returncode == 0, err
+    assert b"positions: shard 0: 1" in out

@@ -44,6 +44,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -90,7 +91,8 @@ class KafkaOptions:
         tombstones: a tombstone after every ``d`` (Debezium's ``tombstones.on.delete``).
         messages: write ``op: "m"`` records to ``<prefix>.message`` (else leave them out).
         consumer: register as this named consumer of the data directory; ``None``: none.
-        max_transaction_records: most log records in one transaction (or one position step).
+        max_transaction_records: a transaction (or position step) takes polls of the log (up
+            to 1024 records each, never part of an atomic batch) while it holds fewer records.
         replication_factor: of the topics the sink creates (-1: the broker's default).
         poll_ms: with ``follow``, longest wait without a file-system event.
         timeout_ms: longest wait for the broker in one step (connect, commit, flush).
@@ -211,7 +213,7 @@ class KafkaSink:
                         **options.client_config}  # fmt: skip
         self._shards: list[_Shard] = []
         self._signal: ChangeSignal | None = None
-        self._stopped = False
+        self._stop = threading.Event()
         self._started = False
         self._acked_at = 0.0
         self._reported_at = 0.0
@@ -280,25 +282,37 @@ class KafkaSink:
     def run(self, follow: bool = False) -> KafkaStats:
         """Send until every shard's log is exhausted (or, with ``follow``, until :meth:`stop`).
 
+        With ``follow``, a broker that cannot be reached (at start, or later: a step that times
+        out) is retried with backoff, 0.5 s doubling to 30 s: the clients are made anew and
+        the sink resumes from the positions stored in Kafka, as a restart would.
+
         Returns:
-            the stats of this sink so far (records and positions).
+            the stats of this sink so far (events, Kafka records and positions).
 
         Raises:
             see the class docstring.
         """
         backoff_s = 0.5
-        while not self._started:
+        while not self._stop.is_set():
             try:
-                self._start()
+                if not self._started:
+                    self._start()
+                    backoff_s = 0.5
+                self._loop(follow)
+                break
             except BrokerUnavailableError:
                 self._close_clients()
-                if not follow or self._stopped:
+                if not follow or self._stop.is_set():
                     raise
-                time.sleep(backoff_s)  # the broker may come up: retry, each wait longer
+                self._stop.wait(backoff_s)  # the broker may come back: retry, each wait longer
                 backoff_s = min(backoff_s * 2, 30.0)
+        self._report(force=True)
+        return self.stats
+
+    def _loop(self, follow: bool) -> None:
         if follow and self._signal is None:
             self._signal = ChangeSignal(self._paths, self.options.poll_ms)
-        while not self._stopped:
+        while not self._stop.is_set():
             if self._signal is not None:
                 self._signal.clear()
             sent = [self._pump(shard) for shard in self._shards]
@@ -310,8 +324,6 @@ class KafkaSink:
         for shard in self._shards:
             self._flush(shard)
         self._ack(force=True)
-        self._report(force=True)
-        return self.stats
 
     def _waiting(self) -> bool:
         return any(shard.pending for shard in self._shards)
@@ -458,7 +470,7 @@ class KafkaSink:
     def stop(self) -> None:
         """End a running :meth:`run` after its current step (from a signal handler or another
         thread); what was sent is stored, the rest goes next time."""
-        self._stopped = True
+        self._stop.set()
         if self._signal is not None:
             self._signal.wake()
 
@@ -467,10 +479,11 @@ class KafkaSink:
             if shard.tail is not None:
                 shard.tail.close()
         self._shards.clear()
+        self._started = False
 
     def close(self) -> None:
         """Release the logs and the clients (a transaction left open is aborted by Kafka)."""
-        self._stopped = True
+        self._stop.set()
         if self._signal is not None:
             self._signal.close()
         self._close_clients()

@@ -72,9 +72,7 @@ def table_keyspace(spark: Any, table_dir: Path) -> dict[tuple[int, bytes], Any]:
     keyspace = {}
     for row in rows:
         image = orjson.loads(row.image)
-        size = image.get("omitted_length")  # as envelopes carry it (export files)
-        if isinstance(image["value"], dict) and "_omitted_length" in image["value"]:
-            size = image["value"]["_omitted_length"]  # as stored (the WAL data source)
+        size = image.get("omitted_length")
         if size is not None:
             key = (image["db"], untext(image["key"]))
             keyspace[key] = (OMITTED, (image["type"], size, image["expire_at_ms"]))

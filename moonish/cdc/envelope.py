@@ -88,7 +88,12 @@ def omitted_out(image: bytes) -> bytes:
     changes JSON type between the ``before`` and ``after`` of one key (docs/images.md). The
     pattern is anchored at the image's end, where only the image's own fields can be (text in
     keys and values has its quotes escaped)."""
-    return _OMITTED.sub(rb',"value":null,"expire_at_ms":\2,"omitted_length":\1}', image)
+    found = _OMITTED.search(image)
+    if found is None:
+        return image
+    return b'%s,"value":null,"expire_at_ms":%s,"omitted_length":%s}' % (
+        image[: found.start()], found[2], found[1],
+    )  # fmt: skip
 
 
 def _stream_off(record_type: int, payload: bytes) -> bool:

@@ -17,6 +17,7 @@
 6. merged: one stream over 4 shards against reading them one by one (bench.merged).
 7. retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
+8. kafka: events/s into a broker, per delivery mode, payload-only and --schemas (bench.kafka).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -38,6 +39,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
+from bench.kafka import bench_kafka
 from bench.merged import bench_merged
 from bench.retention import bench_consumer_list, bench_prune
 from bench.spark import bench_spark
@@ -355,6 +357,7 @@ def main() -> None:
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
         ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
+        ("kafka", lambda: bench_kafka(DATA, AOF)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

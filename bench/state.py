@@ -113,9 +113,10 @@ def bench_views(data: Path, appendonlydir: Path) -> list[str]:
     return lines
 
 
-def images_wal(data: Path, appendonlydir: Path, records: int) -> Path:
-    """A shard of >= ``records`` kv_change records under NEW_AND_OLD_IMAGES."""
-    shard = data / "images" / "shard-0"
+def images_wal(data: Path, appendonlydir: Path, records: int, name: str = "images") -> Path:
+    """A shard of >= ``records`` kv_change records under NEW_AND_OLD_IMAGES, in
+    ``data/<name>/shard-0``."""
+    shard = data / name / "shard-0"
     if shard.exists() and shard_read.info(shard)["next_lsn"] > records:
         return shard
     shutil.rmtree(shard.parent, ignore_errors=True)

@@ -13,6 +13,7 @@ import click
 
 from cli.cdc_export import export
 from cli.cdc_info import info
+from cli.cdc_kafka import kafka
 from cli.cdc_read import read
 from cli.cdc_tail import tail
 from cli.consumer import consumer
@@ -91,7 +92,8 @@ def moonish() -> None:
 
 @moonish.group()
 def cdc() -> None:
-    """Read changes: one batch (read), a stream (tail), files for Spark (export), facts (info).
+    """Read changes: one batch (read), a stream (tail), files for Spark (export), Kafka (kafka),
+    facts (info).
 
     Example:
 
@@ -123,6 +125,7 @@ cdc.add_command(read)
 cdc.add_command(tail)
 cdc.add_command(info)
 cdc.add_command(export)
+cdc.add_command(kafka)
 wal.add_command(import_aof_command)
 wal.add_command(import_rdb_command)
 wal.add_command(verify)

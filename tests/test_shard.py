@@ -125,9 +125,24 @@ def test_large_values_are_left_out_with_their_size(shard: Path) -> None:
         writer.execute(0, ["RPUSH", "l", "x"])
     created, updated = envelopes(shard)
     size = 10
-    assert created["after"]["value"] == {"_omitted_length": size}
-    assert updated["before"]["value"] == {"_omitted_length": size}
+    assert created["after"]["value"] is None and created["after"]["omitted_length"] == size
+    assert updated["before"]["value"] is None and updated["before"]["omitted_length"] == size
     assert updated["after"]["type"] == "list"
+    assert list(created["after"]) == ["db", "key", "type", "value", "expire_at_ms",
+                                      "omitted_length"]  # fmt: skip
+
+
+def test_a_value_that_grows_past_the_limit_keeps_its_json_type(shard: Path) -> None:
+    """Between before and after of one envelope ``value`` is an array or null, never an
+    object: the length of a value left out is a field of its own (docs/images.md)."""
+    with open_shard(shard, max_value_bytes=40) as writer:
+        writer.execute(0, ["RPUSH", "l", "a"])
+        writer.execute(0, ["RPUSH", "l", *[f"element-{i}" for i in range(10)]])
+        writer.execute(0, ["SET", 'k"omitted', '{"_omitted_length":1}'])
+    _, grown, text = envelopes(shard)
+    assert grown["before"]["value"] == ["a"] and grown["after"]["value"] is None
+    assert grown["after"]["omitted_length"] == 11 and "omitted_length" not in grown["before"]
+    assert text["after"]["value"] == '{"_omitted_length":1}'  # data that looks like one stays
 
 
 def test_expiry_lazy_and_swept_are_marked(shard: Path) -> None:

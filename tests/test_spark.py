@@ -72,9 +72,9 @@ def table_keyspace(spark: Any, table_dir: Path) -> dict[tuple[int, bytes], Any]:
     keyspace = {}
     for row in rows:
         image = orjson.loads(row.image)
-        if isinstance(image["value"], dict) and "_omitted_length" in image["value"]:
+        size = image.get("omitted_length")
+        if size is not None:
             key = (image["db"], untext(image["key"]))
-            size = image["value"]["_omitted_length"]
             keyspace[key] = (OMITTED, (image["type"], size, image["expire_at_ms"]))
         else:
             db, key_bytes, entry = entry_from_image(image)

@@ -456,6 +456,23 @@ def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, byt
     return op, flags, view, db, command, key, before, after
 
 
+def change_key(payload: bytes) -> tuple[int, bytes]:
+    """``(db, key)`` of a kv_change payload that :func:`change_fields` already accepted (a
+    reader that encoded it): two slices, nothing checked again.
+
+    Raises:
+        PayloadError: the payload is too short for them.
+    """
+    try:
+        db = KV_CHANGE_HEAD.unpack_from(payload, 0)[4]
+        pos = KV_CHANGE_HEAD.size
+        pos += 4 + _U32.unpack_from(payload, pos)[0]  # past the command
+        (size,) = _U32.unpack_from(payload, pos)
+    except struct.error as error:
+        raise PayloadError(f"kv_change payload too short: {error}") from None
+    return db, payload[pos + 4 : pos + 4 + size]
+
+
 def _change_parts(
     payload: bytes, want_argv: bool
 ) -> tuple[int, int, int, int, int, bytes, bytes, bytes, bytes, bytes, list[bytes], bytes]:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import orjson
 import pyarrow as pa
 
-from moonish.cdc.envelope import command_image
+from moonish.cdc.envelope import command_image, omitted_out
 from moonish.cdc.events import op_of
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, RecordType
@@ -100,6 +100,10 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
                 add_db(db)
                 add_key(key)
                 add_expired((cflags & CHANGE_EXPIRED) != 0)
+                if b'"_omitted_length"' in before:  # as envelopes carry it
+                    before = omitted_out(before)
+                if b'"_omitted_length"' in after:
+                    after = omitted_out(after)
                 add_before(before or None)
                 add_after(after or None)
             else:

@@ -1,0 +1,114 @@
+"""``moonish cdc kafka``: the changes of a data directory into Kafka, as Debezium would."""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+from types import FrameType
+
+import click
+
+
+def _client_setting(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    settings = {}
+    for value in values:
+        name, sep, setting = value.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"expected NAME=VALUE, got {value!r}", ctx, param)
+        settings[name.strip()] = setting
+    return settings
+
+
+@click.command("kafka")
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--bootstrap-servers", "-b", required=True, help="HOST:PORT[,HOST:PORT...].")
+@click.option("--follow", "-f", is_flag=True, help="Keep sending new records (Ctrl-C stops).")
+@click.option("--topic-prefix", help="Topic prefix (default: --name): <prefix>.db<N>, ...")
+@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@click.option(
+    "--delivery",
+    type=click.Choice(["exactly-once", "at-least-once"]),
+    default="exactly-once",
+    show_default=True,
+    help="Transactions with the positions in <prefix>.offsets, or idempotent producers.",
+)
+@click.option(
+    "--schemas", is_flag=True, help="Kafka Connect JsonConverter schemas.enable=true form."
+)
+@click.option("--no-tombstones", is_flag=True, help="No tombstone after a delete.")
+@click.option("--no-messages", is_flag=True, help="Leave op m records (checkpoints) out.")
+@click.option("--sink-name", help="Name of the sink's positions and transactional ids "
+              "(default: kafka-<prefix>).")  # fmt: skip
+@click.option("--consumer", help="Register as this named consumer of DATA_DIR (default: the "
+              "sink name), so retention keeps what is not yet delivered.")  # fmt: skip
+@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
+@click.option(
+    "--max-transaction-records",
+    type=click.IntRange(1, 1_000_000),
+    default=10_000,
+    show_default=True,
+    help="Most log records in one transaction (or position step).",
+)
+@click.option("--replication-factor", type=int, default=-1, show_default=True,
+              help="Of the topics the sink creates (-1: the broker's default).")  # fmt: skip
+@click.option("--timeout-ms", type=click.IntRange(100, None), default=30_000, show_default=True,
+              help="Longest wait for the broker in one step.")  # fmt: skip
+@click.option("--client-config", "-X", multiple=True, callback=_client_setting,
+              help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).")  # fmt: skip
+def kafka(
+    data_dir: str, bootstrap_servers: str, follow: bool, topic_prefix: str | None, name: str,
+    delivery: str, schemas: bool, no_tombstones: bool, no_messages: bool, sink_name: str | None,
+    consumer: str | None, no_consumer: bool, max_transaction_records: int,
+    replication_factor: int, timeout_ms: int, client_config: dict[str, str],
+) -> None:  # fmt: skip
+    """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
+    BEGIN/END records on <prefix>.transaction, op m records on <prefix>.message; one
+    partition per shard, keys {db, key, key_encoding}, a tombstone after each delete.
+
+    Exactly-once (default): per shard, transactions that hold whole records and the shard's
+    position in <prefix>.offsets; a restart resumes after the committed positions, and a
+    second instance fences the first (which exits 6). At-least-once: a crash may send whole
+    records again. The sink is a named consumer of DATA_DIR (the sink name unless
+    --consumer or --no-consumer), so retention keeps what it has not delivered. Progress goes
+    to stderr; SIGTERM and Ctrl-C stop cleanly (exit 0). An unreachable broker is exit 6
+    (with --follow, retried with backoff). docs/kafka.md has the details.
+
+    Example:
+
+        moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
+    """
+    from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
+
+    if no_consumer and consumer is not None:
+        raise click.UsageError("--consumer and --no-consumer exclude each other.")
+    options = KafkaOptions(
+        bootstrap_servers, topic_prefix, name, sink_name, delivery, schemas,
+        tombstones=not no_tombstones, messages=not no_messages,
+        max_transaction_records=max_transaction_records,
+        replication_factor=replication_factor, timeout_ms=timeout_ms,
+        client_config=client_config,
+    )  # fmt: skip
+    if not no_consumer:
+        options = dataclasses.replace(options, consumer=consumer or options.sink_name)
+
+    def progress(stats: KafkaStats) -> None:
+        where = ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items())
+        click.echo(f"moonish: {stats.events} events, {stats.messages} Kafka records; {where}",
+                   err=True)  # fmt: skip
+
+    with KafkaSink(data_dir, options, progress=progress) as sink:
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            sink.stop()
+
+        previous = signal.signal(signal.SIGTERM, stop)
+        previous_int = signal.signal(signal.SIGINT, stop)
+        try:
+            stats = sink.run(follow=follow)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            signal.signal(signal.SIGINT, previous_int)
+    click.echo(f"{stats.events} events, {stats.messages} Kafka records; positions: "
+               + ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items()))  # fmt: skip

@@ -120,7 +120,7 @@ def test_every_change_once_in_lsn_order_per_partition(
     stats = run_sink(data, broker, name, delivery=delivery, consumer="kafka")
     assert stats.events == len(events) == 4013
     assert stats.messages == kafka_count(events)
-    assert stats.positions == {0: 1899, 1: 1574}
+    assert stats.positions == {0: 1899, 1: 1575}  # 1575: the import's position marker
     got = read_topics(broker.bootstrap, partitions(name), count=stats.messages)
     check_once_in_order(got, events)
     tombstones = [m for m in got if m.value is None]
@@ -128,9 +128,9 @@ def test_every_change_once_in_lsn_order_per_partition(
         place = (tombstone.topic, tombstone.partition, tombstone.offset - 1)
         before = next(m for m in got if (m.topic, m.partition, m.offset) == place)
         assert orjson.loads(before.value or b"")["op"] == "d" and before.key == tombstone.key
-    assert consumers.load(data, "kafka").positions == (1899, 1574)  # retention keeps the rest
+    assert consumers.load(data, "kafka").positions == (1899, 1575)  # retention keeps the rest
     again = run_sink(data, broker, name, delivery=delivery, consumer="kafka")
-    assert again.events == 0 and again.positions == {0: 1899, 1: 1574}
+    assert again.events == 0 and again.positions == {0: 1899, 1: 1575}
     consumers.drop(data, "kafka")
 
 
@@ -178,7 +178,7 @@ def test_a_second_instance_fences_the_first(data: Path, broker: Broker) -> None:
         pytest.raises(SinkFencedError, match="fenced by another instance"),
     ):
         first.run()
-    assert second[0].positions == {0: 1899, 1: 1574}
+    assert second[0].positions == {0: 1899, 1: 1575}
     events = expected(data)
     check_once_in_order(read_topics(broker.bootstrap, partitions(name), count=kafka_count(events)),
                         events)  # fmt: skip
@@ -199,7 +199,7 @@ def test_killed_between_transactions_then_restarted_holds_every_change_once(
              for _ in range(3)]  # fmt: skip
     assert codes[0] == -signal.SIGKILL and set(codes) <= {0, -signal.SIGKILL}  # 0: it finished
     stats = run_sink(data, broker, name)
-    assert stats.positions == {0: 1899, 1: 1574}
+    assert stats.positions == {0: 1899, 1: 1575}
     events = expected(data)
     check_once_in_order(read_topics(broker.bootstrap, partitions(name), count=kafka_count(events)),
                         events)  # fmt: skip

@@ -373,3 +373,22 @@ def test_an_unreachable_master_gives_up_after_max_reconnects(tmp_path: Path) -> 
     with pytest.raises(UnavailableError, match="cannot connect"):
         capture("redis://127.0.0.1:1", tmp_path / "data", 2, options=options)
     assert not (tmp_path / "data").exists()  # nothing written: nothing left behind
+
+
+def test_a_dropped_connection_reconnects_and_continues(tmp_path: Path, workdir: Path) -> None:
+    data_dir = tmp_path / "data"
+    with redis_server(workdir) as client, Running(client, data_dir, 2) as running:
+        running.caught_up(client)
+        for round_ in range(3):
+            for i in range(200):
+                client.incr(f"n{i % 7}")
+            client.execute_command("CLIENT", "KILL", "TYPE", "replica")
+            client.rpush("after-kill", round_)
+            running.caught_up(client)  # reconnected
+        running.caught_up(client)
+        expected = redis_state(client, (0,))
+        report = running.finish()
+    assert report.reconnects == 3 and report.continues == 3 and report.full_resyncs == 1
+    assert our_state(data_dir) == expected
+    pushes = [e for e in events(data_dir) if e["after"] and e["after"]["key"] == "after-kill"]
+    assert len(pushes) == 3  # each command once, across the reconnects

@@ -19,6 +19,7 @@ from cli.cdc_tail import tail
 from cli.consumer import consumer
 from cli.errors import CliError
 from cli.spark_materialize import materialize, show
+from cli.wal_capture import capture_command
 from cli.wal_checkpoint import checkpoint
 from cli.wal_dump import dump
 from cli.wal_import_aof import import_aof_command
@@ -103,7 +104,7 @@ def cdc() -> None:
 
 @moonish.group()
 def wal() -> None:
-    """Manage logs: import a Redis AOF, verify, dump, checkpoint, stream configuration, repair.
+    """Manage logs: import a Redis AOF or RDB, capture a live Redis, verify, dump, repair.
 
     Example:
 
@@ -128,6 +129,7 @@ cdc.add_command(export)
 cdc.add_command(kafka)
 wal.add_command(import_aof_command)
 wal.add_command(import_rdb_command)
+wal.add_command(capture_command)
 wal.add_command(verify)
 wal.add_command(dump)
 wal.add_command(checkpoint)

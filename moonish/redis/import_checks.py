@@ -158,9 +158,10 @@ def _within(path: str, directory: str) -> bool:
     return os.path.commonpath([path, directory]) == directory
 
 
-def check_target(data_dir: str, shards: int, *, source: str) -> None:
+def check_target(data_dir: str, shards: int, *, source: str | None) -> None:
     """The checks of the target :func:`check_import` makes, for another source (an RDB file
-    ``source``): a data directory that makes no sense, or holds other shards.
+    ``source``, or ``None`` for a source that is no file: a live capture): a data directory
+    that makes no sense, or holds other shards.
 
     Raises:
         InvalidArgumentError: as :func:`check_import`.
@@ -169,19 +170,21 @@ def check_target(data_dir: str, shards: int, *, source: str) -> None:
     _check_shard_count(data_dir, shards)
 
 
-def _check_target(aof_dir: str, out_dir: str, what: str = "AOF directory") -> None:
-    """Refuse data directories that make no sense, naming the path."""
+def _check_target(aof_dir: str | None, out_dir: str, what: str = "AOF directory") -> None:
+    """Refuse data directories that make no sense, naming the path (``aof_dir``: the source
+    file or directory the data directory must not be in or hold, if any)."""
     if os.path.lexists(out_dir) and not os.path.isdir(out_dir):
         raise InvalidArgumentError("the data directory exists and is not a directory", path=out_dir)
-    real_out, real_aof = os.path.realpath(out_dir), os.path.realpath(aof_dir)
-    if _within(real_out, real_aof):
+    real_out = os.path.realpath(out_dir)
+    real_aof = os.path.realpath(aof_dir) if aof_dir is not None else None
+    if real_aof is not None and _within(real_out, real_aof):
         where = (
             "the AOF directory" if real_out == real_aof else f"inside the AOF directory {aof_dir}"
         )
         raise InvalidArgumentError(
             f"the data directory is {where}; pass a directory of its own", path=out_dir
         )
-    if _within(real_aof, real_out):
+    if real_aof is not None and _within(real_aof, real_out):
         first = os.path.relpath(real_aof, real_out).split(os.sep)[0]
         if _SHARD_NAME.fullmatch(first):
             raise InvalidArgumentError(

@@ -48,13 +48,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.log.records import MAX_DB, ViewType
+from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
 from moonish.redis.import_checks import check_descriptors, check_import
 from moonish.redis.import_shards import OpenShards, open_shards, undo_create
 from moonish.redis.rdb_load import read_contents
-from moonish.redis.router import Entry, Router
+from moonish.redis.router import Entry, Router, selected_db
 from moonish.redis.source import (
     check_source,
     decode_position,
@@ -378,10 +378,7 @@ def _position(router: Router, resume: list[Resume], index: int, name: str, end: 
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:
-    try:
-        db = int(argv[1])
-    except (IndexError, ValueError):
-        db = -1
-    if not 0 <= db <= MAX_DB:
+    db = selected_db(argv)
+    if db is None:
         raise AofFormatError(f"bad SELECT {argv[1:]!r}", path=path, offset=offset)
     return db

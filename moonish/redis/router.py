@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 
 from moonish.clock import Clock
 from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
-from moonish.log.records import KvChange, Message, Replay, position_marker
+from moonish.log.records import MAX_DB, KvChange, Message, Replay, position_marker
 from moonish.redis.aof import resp_command
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.slots import shard_of_key
@@ -219,6 +219,16 @@ class Router:
             records += writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
             results.append((shard, Prepared(reply, expired, records)))
         return results
+
+
+def selected_db(argv: list[bytes]) -> int | None:
+    """The db a ``SELECT`` command names, or ``None`` when it names none moonish keeps
+    (``0..MAX_DB``)."""
+    try:
+        db = int(argv[1])
+    except (IndexError, ValueError):
+        return None
+    return db if 0 <= db <= MAX_DB else None
 
 
 def _owned_by(route: Callable[[bytes], int], shard: int) -> Callable[[bytes], bool]:

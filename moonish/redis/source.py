@@ -17,8 +17,11 @@ the records it covers are: a crash can never separate them. A position is compac
   this file, and of this file before byte ``offset``, has been applied (an RDB base file:
   ``offset`` is its size once loaded whole);
 - ``{"rdb": "<size>-<crc64 hex>"}``: the RDB file with this identity has been loaded;
-- ``{"replid": "<40 hex>", "offset": <replication offset>}``: a capture has applied the
-  replication stream up to this offset.
+- ``{"replid": "<40 hex>", "offset": <replication offset>, "db": <db>}``: a capture has
+  applied the replication stream up to this offset, after which the stream's selected db is
+  ``db`` (a master continuing a stream sends no ``SELECT`` for the db it was in, so the db is
+  part of the position, as Redis's own replicas keep ``repl-stream-db``; ``"db"`` may be
+  absent: 0).
 """
 
 from __future__ import annotations
@@ -62,6 +65,7 @@ def decode_position(data: bytes, shard_dir: str = "") -> dict[str, Any]:
         {"aof", "offset"} == position.keys()
         or {"rdb"} == position.keys()
         or {"replid", "offset"} == position.keys()
+        or {"replid", "offset", "db"} == position.keys()
     ):
         raise CorruptionError(f"not a source position: {data[:80]!r}", path=shard_dir)
     return position

@@ -1,0 +1,89 @@
+"""``moonish wal capture``: follow a live Redis as its replica into sharded moonish WALs."""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from types import FrameType
+
+import click
+import orjson
+
+from cli.params import shard_options
+
+
+@click.command("capture")
+@click.argument("redis_url")
+@click.argument("data_dir", type=click.Path(file_okay=False))
+@shard_options
+@click.option("--sync-interval-ms", type=click.IntRange(0, None), default=100, show_default=True,
+              help="Sync written shards at most this often (0: after every read); changes "
+              "are acknowledged to Redis only once synced.")  # fmt: skip
+@click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="rediss://: CA certificates (PEM) of the master's certificate.")  # fmt: skip
+@click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="rediss://: this client's certificate (PEM).")  # fmt: skip
+@click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="rediss://: this client's key (PEM).")  # fmt: skip
+@click.option("--quiet", is_flag=True, help="No progress line on stderr.")
+def capture_command(
+    redis_url: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
+    segment_bytes: int, sync_interval_ms: int, tls_ca_file: str | None,
+    tls_cert_file: str | None, tls_key_file: str | None, quiet: bool,
+) -> None:  # fmt: skip
+    """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
+    replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
+    Ctrl-C (then what was received is written, synced and acknowledged, and it exits 0).
+
+    The first run loads the master's full resync as r rows (snapshot reads), then applies
+    the command stream (c/u/d; MULTI/EXEC atomic per shard). Redis's INFO replication shows
+    the offset whose changes are synced. A restart continues after the last command every
+    shard stored (PSYNC); when Redis can no longer continue (backlog overrun, failover) its
+    full resync is written as differences only. Network errors reconnect with backoff.
+    DATA_DIR remembers its master and refuses another source. Commit times are when moonish
+    received the changes (Redis sends none). Progress on stderr, a JSON summary at the end;
+    DATA_DIR/capture.json holds the offsets received and durable (moonish cdc info shows it).
+
+    The user needs the psync, replconf and ping commands (ACL +psync +replconf +ping).
+
+    Example:
+
+        moonish wal capture redis://capture:secret@127.0.0.1:6379 data --shards 4
+    """
+    from moonish.redis.capture import capture
+    from moonish.redis.capture_status import CaptureOptions, CaptureReport
+    from moonish.redis.repl_types import ReplicaOptions
+    from moonish.state.config import StreamConfig, parse_view
+
+    stop = threading.Event()
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, request_stop)
+
+    def progress(report: CaptureReport) -> None:
+        if not quiet:
+            click.echo(f"\r{report.line()}", file=sys.stderr, nl=False)
+
+    replica = ReplicaOptions(tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
+                             tls_key_file=tls_key_file)  # fmt: skip
+    report = capture(
+        redis_url, data_dir, shards, stop=stop, progress=progress,
+        options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica),
+        stream=StreamConfig(parse_view(view), max_value_bytes), segment_bytes=segment_bytes,
+    )  # fmt: skip
+    if not quiet:
+        click.echo(f"\r{report.line()}", file=sys.stderr)
+    summary = {
+        "master": report.master, "replid": report.replid,
+        "durable_offset": report.durable_offset, "commands": report.commands,
+        "transactions": report.transactions, "records": report.records,
+        "per_shard": report.per_shard, "full_resyncs": report.full_resyncs,
+        "continues": report.continues, "rdb_keys": report.rdb_keys,
+        "removed_keys": report.removed_keys, "reconnects": report.reconnects,
+        "resumed_from": report.resumed_from,
+    }  # fmt: skip
+    click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

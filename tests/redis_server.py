@@ -72,6 +72,18 @@ def redis_server(workdir: Path, *extra: str, binary: str | None = None) -> Itera
         process.wait(10)
 
 
+def rewrite_aof(client: redis.Redis) -> None:
+    """BGREWRITEAOF, and wait (up to 30 s) until Redis has finished it."""
+    client.bgrewriteaof()
+    deadline = time.monotonic() + 30
+    while True:
+        info = client.info("persistence")
+        if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
+            return
+        assert time.monotonic() < deadline, "BGREWRITEAOF did not finish"
+        time.sleep(0.02)
+
+
 def shard_writer(path: Path) -> ShardWriter:
     """A ShardWriter to compare with Redis: the system clock, no fsync, no sweep thread."""
     options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=0)

@@ -7,7 +7,6 @@ Redis's libraries and the shards together Redis's keyspace; the message records 
 from __future__ import annotations
 
 import base64
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from moonish.log.verify import dump_lines, verify_shard
 from moonish.redis.importer import import_aof
 from moonish.state.functions import libraries_from_lines
 from moonish.state.snapshot import read_snapshot
-from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
+from tests.redis_server import comparable, redis_entry, redis_server, rewrite_aof, shard_writer
 from tests.test_commands_store import server
 from tests.test_restore import dump_payload
 
@@ -199,17 +198,6 @@ def test_function_messages_and_a_version_1_snapshot(tmp_path: Path) -> None:
         assert writer.libraries == {} and writer.keyspace.get(0, b"k") is not None
 
 
-def _wait_rewrite(client: redis.Redis) -> None:
-    client.bgrewriteaof()
-    deadline = time.monotonic() + 30
-    while True:
-        info = client.info("persistence")
-        if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-            return
-        assert time.monotonic() < deadline, "BGREWRITEAOF did not finish"
-        time.sleep(0.05)
-
-
 def _workload(client: redis.Redis) -> None:
     """Functions, FCALL of a function that writes keys (its effects arrive in MULTI/EXEC),
     DUMP + RESTORE of every type with every option, a BGREWRITEAOF in the middle (functions
@@ -230,7 +218,7 @@ def _workload(client: redis.Redis) -> None:
     client.xadd("stream", {"f": "v"}, id="1-1")
     client.set("string", "s" * 500)
     client.set("number", 42)
-    _wait_rewrite(client)
+    rewrite_aof(client)
     dumped = {key: client.dump(key) for key in
               ["list", "ints", "set", "zset", "small-zset", "hash", "small-hash", "stream",
                "string", "number", "counter"]}  # fmt: skip

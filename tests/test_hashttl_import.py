@@ -19,20 +19,10 @@ from moonish.redis.importer import import_aof
 from moonish.redis.rdb import RdbKey, read_rdb
 from moonish.redis.rdb_keys import hash_entry
 from moonish.redis.slots import shard_of_key
-from tests.redis_server import redis74_binary, redis_server, shard_writer
+from tests.redis_server import redis74_binary, redis_server, rewrite_aof, shard_writer
 from tests.test_hashttl import FAR, LATER, PAST, our_hash, redis_hash
 
 AOF = ("--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--appendfsync", "always")
-
-
-def _wait_rewrite(client: redis.Redis) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        info = client.info("persistence")
-        if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-            return
-        assert time.monotonic() < deadline, "BGREWRITEAOF did not finish"
-        time.sleep(0.05)
 
 
 def _redis_keyspace(client: redis.Redis) -> dict[tuple[int, bytes], Any]:
@@ -89,8 +79,7 @@ def test_redis_74_aof_with_field_ttls_imports_to_its_keyspace(tmp_path: Path) ->
         _workload(client, 0)
         client.execute_command("SELECT", 3)
         _workload(client, 1)
-        client.bgrewriteaof()
-        _wait_rewrite(client)
+        rewrite_aof(client)
         _workload(client, 2)
         time.sleep(0.3)  # the 1 ms times pass; Redis's active expiry writes their HDELs
     appendonlydir = workdir / "appendonlydir"

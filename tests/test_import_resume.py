@@ -31,7 +31,7 @@ from moonish.redis.router import ResumeError
 from moonish.redis.source import SourceMismatchError
 from moonish.state.shard import ShardWriter
 from moonish.state.values import Entry
-from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
+from tests.redis_server import comparable, redis_entry, redis_server, rewrite_aof, shard_writer
 
 DEFAULT_AOF = ("--appendonly", "yes", "--appendfsync", "always")  # aof-use-rdb-preamble yes
 RESP_AOF = (*DEFAULT_AOF, "--aof-use-rdb-preamble", "no")
@@ -119,11 +119,9 @@ def test_redis_default_aof_imports_and_reruns_add_only_what_is_new(
         assert 0 < more.commands <= 200 + 3 * 200  # MULTI/EXEC blocks hold 3
         assert our_state(data) == redis_state(client)
         before = records(data)
-        client.bgrewriteaof()
-        while client.info("persistence")["aof_rewrite_in_progress"]:
-            time.sleep(0.05)
-        time.sleep(0.2)
-        assert not (workdir / "appendonlydir" / INCR).exists()
+        rewrite_aof(client)
+        while (workdir / "appendonlydir" / INCR).exists():  # removed in the background
+            time.sleep(0.02)
         client.set("{k1}:new", "v")
         client.delete("{k2}:l", "{k3}:l")
         gone = {b"{k2}:l", b"{k3}:l"}
@@ -151,10 +149,7 @@ def our_state_keys(shards: list[list[tuple[str, str, Any]]]) -> set[tuple[int, b
 def test_rdb_base_keys_are_snapshot_rows(tmp_path: Path, workdir: Path) -> None:
     with redis_server(workdir, *DEFAULT_AOF) as client:
         workload(client, random.Random(5), 300)
-        client.bgrewriteaof()
-        while client.info("persistence")["aof_rewrite_in_progress"]:
-            time.sleep(0.05)
-        time.sleep(0.2)
+        rewrite_aof(client)
         client.set("after-rewrite", "1")
         report = import_aof(workdir / "appendonlydir", tmp_path / "data", 2)
         assert our_state(tmp_path / "data") == redis_state(client)
@@ -388,10 +383,7 @@ def test_rdb_functions_load_into_every_shard_once(tmp_path: Path, workdir: Path)
     with redis_server(workdir, *DEFAULT_AOF) as client:
         client.function_load(LIBRARY)
         client.set("k", "v")
-        client.bgrewriteaof()
-        while client.info("persistence")["aof_rewrite_in_progress"]:
-            time.sleep(0.05)
-        time.sleep(0.2)
+        rewrite_aof(client)
         client.save()
     for data, load in [
         (tmp_path / "a", lambda d: import_rdb(workdir / "dump.rdb", d, 2)),

@@ -37,6 +37,7 @@ from tests.redis_server import (
     raw_client,
     redis_server,
     redis_stream,
+    rewrite_aof,
     shard_writer,
     split_times,
     stream_state,
@@ -118,17 +119,6 @@ def _streams(raw: redis.Redis) -> dict[bytes, StreamState | None]:
     return {key: redis_stream(raw, key) for key in KEYS}
 
 
-def _rewrite(client: redis.Redis) -> None:
-    client.bgrewriteaof()
-    deadline = time.monotonic() + 30
-    while True:
-        info = client.info("persistence")
-        if not info["aof_rewrite_in_progress"] and not info["aof_rewrite_scheduled"]:
-            break
-        assert time.monotonic() < deadline, "BGREWRITEAOF did not finish"
-        time.sleep(0.02)
-
-
 def _rdb_streams(path: Path) -> dict[bytes, StreamState | None]:
     found: dict[bytes, StreamState | None] = dict.fromkeys(KEYS)
     for item in read_rdb(path):
@@ -176,7 +166,7 @@ def test_random_workload_imports_as_redis_loads_it(tmp_path: Path, seed: int) ->
         steps = 400
         for step in range(steps):
             if step == steps // 2:
-                _rewrite(client)
+                rewrite_aof(client)
             if rng.random() < 0.05:  # a transaction: MULTI/EXEC in the AOF
                 commands = [_command(raw, rng) for _ in range(3)]
                 pipe = raw.pipeline(transaction=True)

@@ -43,29 +43,24 @@ import contextlib
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
-    InvalidArgumentError,
     UnavailableError,
     UnsupportedFormatError,
 )
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture_status import CaptureOptions, CaptureReport, write_status
-from moonish.redis.import_checks import MAX_SHARDS, check_descriptors, check_target
-from moonish.redis.import_shards import open_shards, undo_create
+from moonish.redis.import_checks import check_target
+from moonish.redis.import_shards import source_shards
 from moonish.redis.rdb_load import read_contents
 from moonish.redis.replication import Continue, FullResync, ReplicaConnection, parse_redis_url
 from moonish.redis.resp import ReplCommand
 from moonish.redis.router import Entry, Router, selected_db
 from moonish.redis.source import (
-    check_source,
     decode_position,
     describe,
     encode_position,
-    remember_source,
-    unknown_source,
 )
 from moonish.state.config import StreamConfig
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
@@ -124,29 +119,14 @@ def capture(
     """
     out_dir = os.fspath(data_dir)
     address = parse_redis_url(url)
-    if not 1 <= shards <= MAX_SHARDS:
-        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
     check_target(out_dir, shards, source=None)
     location = f"{address.host}:{address.port}"
-    remembered = check_source(out_dir, "replica", location)
-    check_descriptors(shards, raise_soft=True)
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
-    opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
-    session = _Capture(url, out_dir, opened.writers, options or CaptureOptions(), clock)
-    session.report.master = address.path
-    try:
-        if not remembered:
-            if any(writer.next_lsn > 1 for writer in opened.writers):
-                raise unknown_source(out_dir, "replica", location)
-            remember_source(out_dir, "replica", location)
+    with source_shards(out_dir, shards, "replica", location, log, stream or StreamConfig(),
+                       clock) as opened:  # fmt: skip
+        session = _Capture(url, out_dir, opened.writers, options or CaptureOptions(), clock)
+        session.report.master = address.path
         session.run(stop or threading.Event(), progress)
-    except BaseException:
-        if sum(session.router.records) == 0 and not opened.existed:
-            undo_create(opened, out_dir, remove_source=not remembered)
-        raise
-    finally:
-        for writer in opened.writers:
-            writer.close()
     return session.report
 
 
@@ -265,7 +245,7 @@ class _Capture:
             loader = loader_for(writer, b"PSYNC")
             keys = contents.keys[shard]
             present = {(db, key) for db, key, _ in keys}
-            append = self._appender(shard)
+            append = self.router.appender(shard)
             self.report.removed_keys += remove_missing(loader, _member(present), append)
             self.report.rdb_keys += load_entries(loader, keys, append, rows=rows,
                                                  source=position)  # fmt: skip
@@ -275,14 +255,6 @@ class _Capture:
         self.skip_below = answer.offset
         self.report.replid = answer.replid
         self._make_durable(link)
-
-    def _appender(self, shard: int) -> Callable[[list[Any], bytes], None]:
-        router, clock = self.router, self.clock
-
-        def append(records: list[Any], source: bytes) -> None:
-            router.append(shard, records, False, clock.now_us(), source)
-
-        return append
 
     def _disconnected(self) -> None:
         """After a lost connection: an unfinished MULTI comes again; sync what is applied."""

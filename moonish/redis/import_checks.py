@@ -56,8 +56,7 @@ def check_import(
         UnsupportedFormatError: an incremental AOF file that is an RDB file.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
-    if not 1 <= shards <= MAX_SHARDS:
-        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
+    _check_shard_range(shards)
     paths = _aof_paths(aof_dir)
     _check_target(aof_dir, out_dir)
     _check_shard_count(out_dir, shards)
@@ -108,6 +107,11 @@ def _too_few_descriptors(shards: int, needed: int, allowed: int, which: str) -> 
         f"may open only {allowed} (RLIMIT_NOFILE {which}); raise the limit to at least "
         f"{needed} (ulimit -n {needed}){advice}; nothing was created"
     )
+
+
+def _check_shard_range(shards: int) -> None:
+    if not 1 <= shards <= MAX_SHARDS:
+        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
 
 
 def _aof_paths(aof_dir: str) -> list[str]:
@@ -166,6 +170,7 @@ def check_target(data_dir: str, shards: int, *, source: str | None) -> None:
     Raises:
         InvalidArgumentError: as :func:`check_import`.
     """
+    _check_shard_range(shards)
     _check_target(source, data_dir, what="RDB file")
     _check_shard_count(data_dir, shards)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from moonish.clock import Clock
@@ -16,7 +17,13 @@ from moonish.log.heartbeat import HEARTBEAT_NAME
 from moonish.log.lock import lock_shard
 from moonish.log.segment import index_path, segment_path
 from moonish.log.writer import WriterOptions
-from moonish.redis.source import SOURCE_NAME
+from moonish.redis.import_checks import check_descriptors
+from moonish.redis.source import (
+    SOURCE_NAME,
+    check_source,
+    remember_source,
+    unknown_source,
+)
 from moonish.state.config import CONFIG_NAME, StreamConfig
 from moonish.state.shard import ShardOptions, ShardWriter
 
@@ -40,6 +47,43 @@ class OpenShards:
     @property
     def existed(self) -> bool:
         return len(self.new_dirs) < len(self.writers)
+
+
+@contextlib.contextmanager
+def source_shards(
+    data_dir: str, shards: int, kind: str, location: str, log: WriterOptions,
+    stream: StreamConfig, clock: Clock,
+) -> Iterator[OpenShards]:  # fmt: skip
+    """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
+    ``location`` (moonish.redis.source), for the ``with`` block; closed after it.
+
+    Before anything is created: the source is checked against ``source.json`` and the
+    open-file limit raised if it must be. A data directory that remembers no source gets
+    ``source.json``, unless its shards already hold records (written without positions). If
+    the block raises before any record was written to shards this call created, what it
+    created is removed again (:func:`undo_create`): a failed import leaves nothing behind.
+
+    Raises:
+        SourceMismatchError: another source, or records without a source.
+        InvalidArgumentError, UnavailableError, WriterLockedError: as :func:`open_shards`
+            and ``check_descriptors``.
+    """
+    remembered = check_source(data_dir, kind, location)
+    check_descriptors(shards, raise_soft=True)
+    opened = open_shards(data_dir, shards, log, stream, clock)
+    try:
+        if not remembered:
+            if any(writer.next_lsn > 1 for writer in opened.writers):
+                raise unknown_source(data_dir, kind, location)
+            remember_source(data_dir, kind, location)
+        yield opened
+    except BaseException:
+        if not opened.existed and all(writer.next_lsn == 1 for writer in opened.writers):
+            undo_create(opened, data_dir, remove_source=not remembered)
+        raise
+    finally:
+        for writer in opened.writers:
+            writer.close()
 
 
 def open_shards(

@@ -51,18 +51,11 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
-from moonish.redis.import_checks import check_descriptors, check_import
-from moonish.redis.import_shards import OpenShards, open_shards, undo_create
+from moonish.redis.import_checks import check_import
+from moonish.redis.import_shards import OpenShards, open_shards, source_shards
 from moonish.redis.rdb_load import read_contents
 from moonish.redis.router import Entry, Router, selected_db
-from moonish.redis.source import (
-    check_source,
-    decode_position,
-    describe,
-    encode_position,
-    remember_source,
-    unknown_source,
-)
+from moonish.redis.source import decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
@@ -175,17 +168,11 @@ def import_aof(
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
-    remembered = check_source(out_dir, "aof", location)
-    check_descriptors(shards, raise_soft=True)
     report = ImportReport(per_shard=[0] * shards)
-    opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
-    writers = opened.writers
-    router = Router(writers, clock, skip_unsupported)
-    try:
-        if not remembered:
-            if any(writer.next_lsn > 1 for writer in writers):
-                raise unknown_source(out_dir, "aof", location)
-            remember_source(out_dir, "aof", location)
+    with source_shards(out_dir, shards, "aof", location, log, stream or StreamConfig(),
+                       clock) as opened:  # fmt: skip
+        writers = opened.writers
+        router = Router(writers, clock, skip_unsupported)
         positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
         report.resumed_from = [describe(position) for position in positions]
         names = [os.path.basename(path) for path in paths]
@@ -201,13 +188,6 @@ def import_aof(
                 router.mark(shard, router.position)
             router.records[shard] += writer.sweep_expired()  # as Redis does once loaded
             writer.sync()
-    except BaseException:
-        if sum(router.records) == 0 and not opened.existed:
-            undo_create(opened, out_dir, remove_source=not remembered)
-        raise
-    finally:
-        for writer in writers:
-            writer.close()
     report.commands, report.per_command = router.commands, router.per_command
     report.skipped = router.skipped
     report.per_shard = list(router.records)
@@ -251,7 +231,7 @@ def _resync(
                 set_libraries(writer, list(scratch.writers[shard].libraries.values()))
                 keyspace = scratch.writers[shard].keyspace
                 loader = loader_for(writer, b"RESYNC")
-                append = _appender(router, shard, clock)
+                append = router.appender(shard)
                 remove_missing(loader, _has(keyspace), append)  # first: the position goes last
                 load_entries(loader, list(keyspace.items()), append, rows=False, source=final)
         finally:
@@ -269,15 +249,6 @@ def _count(router: Router, scratch: Router) -> None:
 
 def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
     return lambda db, key: keyspace.get(db, key) is not None
-
-
-def _appender(router: Router, shard: int, clock: Clock) -> Callable[[list[Any], bytes], None]:
-    """Appends loaded records to ``shard`` (each alone), counting them in ``router``."""
-
-    def append(records: list[Any], source: bytes) -> None:
-        router.append(shard, records, False, clock.now_us(), source)
-
-    return append
 
 
 def _load_rdb_base(
@@ -298,7 +269,7 @@ def _load_rdb_base(
     for shard in todo:
         set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")
-        count = load_entries(loader, contents.keys[shard], _appender(router, shard, clock),
+        count = load_entries(loader, contents.keys[shard], router.appender(shard),
                              rows=True, source=position)  # fmt: skip
         report.rdb_keys += count
 

@@ -23,17 +23,10 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError
 from moonish.log.records import KvChange
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.import_checks import MAX_SHARDS, check_descriptors, check_target
-from moonish.redis.import_shards import open_shards, undo_create
+from moonish.redis.import_checks import check_target
+from moonish.redis.import_shards import source_shards
 from moonish.redis.rdb_load import RdbContents, rdb_identity, read_contents
-from moonish.redis.source import (
-    check_source,
-    decode_position,
-    describe,
-    encode_position,
-    remember_source,
-    unknown_source,
-)
+from moonish.redis.source import check_source, decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
@@ -100,14 +93,11 @@ def import_rdb(
         WriterLockedError, UnavailableError: a shard cannot be opened.
     """
     path, out_dir = os.fspath(rdb_path), os.fspath(data_dir)
-    if not 1 <= shards <= MAX_SHARDS:
-        raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
     if not os.path.isfile(path):
         raise InvalidArgumentError("the RDB file does not exist or is not a file", path=path)
     check_target(out_dir, shards, source=path)
     location = os.path.realpath(path)
-    remembered = check_source(out_dir, "rdb", location)
-    check_descriptors(shards, raise_soft=True)
+    check_source(out_dir, "rdb", location)  # before reading the file; source_shards again
     identity = rdb_identity(path)
     with open(path, "rb") as file:  # all of it, CRC-64 checked, before anything is created
         contents = read_contents(file, path, shards, now_ms=clock.now_us() // 1000,
@@ -117,25 +107,14 @@ def import_rdb(
         contents.empty_keys_skipped, per_shard=[0] * shards,
     )  # fmt: skip
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
-    opened = open_shards(out_dir, shards, log, stream or StreamConfig(), clock)
-    try:
-        if not remembered:
-            if any(writer.next_lsn > 1 for writer in opened.writers):
-                raise unknown_source(out_dir, "rdb", location)
-            remember_source(out_dir, "rdb", location)
+    with source_shards(out_dir, shards, "rdb", location, log, stream or StreamConfig(),
+                       clock) as opened:  # fmt: skip
         position = encode_position({"rdb": identity})
         for shard, writer in enumerate(opened.writers):
             report.resumed_from.append(describe(decode_position(writer.source)))
             _load_shard(writer, shard, contents, position, report, clock, progress)
         for writer in opened.writers:
             writer.sync()
-    except BaseException:
-        if report.records == 0 and not opened.existed:
-            undo_create(opened, out_dir, remove_source=not remembered)
-        raise
-    finally:
-        for writer in opened.writers:
-            writer.close()
     return report
 
 

@@ -18,7 +18,6 @@ What Redis's loader does, and so does this one (Redis ``rdb.c``, ``rdbLoadRioWit
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -78,7 +77,6 @@ def read_contents(
     *,
     now_ms: int,
     drop_expired: bool,
-    entry_of: Callable[[RdbKey, str], Entry] | None = None,
 ) -> RdbContents:
     """Read a whole RDB from ``file`` (``path`` for errors) and split its keys by shard
     (``moonish.redis.slots.shard_of_key``).
@@ -87,14 +85,11 @@ def read_contents(
         now_ms: the time expiry is judged against (ms since the Unix epoch).
         drop_expired: skip keys whose expiry time is before ``now_ms`` (a master loading a
             snapshot); else keep them (an AOF's base, a replica).
-        entry_of: how an :class:`RdbKey` (and the file's path) becomes a keyspace entry
-            (default :func:`entry_of_key`).
 
     Raises:
         RdbCorruptionError, RdbUnsupportedError: as ``RdbReader`` (a bad CRC, truncation,
             module values...), and a key twice in one db; nothing was returned.
     """
-    convert = entry_of or entry_of_key
     contents = RdbContents([[] for _ in range(shards)])
     seen: set[tuple[int, bytes]] = set()
     reader = RdbReader(file, path)
@@ -113,7 +108,7 @@ def read_contents(
             if drop_expired and expire is not None and expire < now_ms:
                 contents.keys_expired += 1
                 continue
-            entry = convert(item, path)
+            entry = entry_of_key(item, path)
             contents.keys_loaded += 1
             contents.keys[shard_of_key(item.key, shards)].append((item.db, item.key, entry))
         elif isinstance(item, RdbFunction):

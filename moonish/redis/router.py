@@ -127,6 +127,15 @@ class Router:
             per_shard[shard].append(message)
         self.skipped[argv[0].upper().decode(errors="replace")] += 1
 
+    def appender(self, shard: int) -> Callable[[list[KvChange], bytes], None]:
+        """A function appending loaded records to ``shard``, each alone, with a source
+        position on the last (moonish.state.load's ``Append``), counted here."""
+
+        def append(records: list[KvChange], source: bytes) -> None:
+            self.append(shard, records, False, self.clock.now_us(), source)
+
+        return append
+
     def mark(self, shard: int, position: bytes) -> None:
         """Store ``position`` in ``shard``'s log with a :func:`position_marker` unless it
         already holds it (the end of an import: a shard the last commands did not touch)."""

@@ -9,46 +9,93 @@ threads; the broker runs beside it. Also: the size of a record's value in each f
 
 from __future__ import annotations
 
+import contextlib
+import os
 import statistics
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from moonish.cdc.shard_read import Tail
 from moonish.sinks.kafka import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaOptions, KafkaSink
 from moonish.sinks.kafka_schema import SchemaForm
+from tests.kafka_broker import Broker
 
 RECORDS = 200_000
-ROUNDS = 3
+ROUNDS = 5
 
 
 def bench_kafka(data: Path, appendonlydir: Path) -> list[str]:
     from bench.state import images_wal
-    from tests.kafka_broker import tansu
 
     shard = images_wal(data, appendonlydir, RECORDS, name="kafka")
     lines = [f"{RECORDS:,} kv_change records (NEW_AND_OLD_IMAGES), {ROUNDS} rounds, median"]
+    reads: list[float] = []
     for delivery in (AT_LEAST_ONCE, EXACTLY_ONCE):
         for schemas in (False, True):
-            rates = []
+            rates: list[float] = []
+            ratios: list[float] = []
+            with_start: list[float] = []
+            starts: list[float] = []
             for round_ in range(ROUNDS):
-                with tansu() as broker:
+                reads.append(_read_rate(shard))
+                with _beside() as broker:
                     options = KafkaOptions(broker.bootstrap, topic_prefix=f"b{round_}",
                                            delivery=delivery, schemas=schemas)  # fmt: skip
                     with KafkaSink(shard.parent, options) as sink:
                         started = time.perf_counter()
+                        sink.start()
+                        running = time.perf_counter()
                         stats = sink.run()
-                        rates.append(stats.events / (time.perf_counter() - started))
+                        ended = time.perf_counter()
+                        rates.append(stats.events / (ended - running))
+                        with_start.append(stats.events / (ended - started))
+                        starts.append((running - started) * 1000)
+                        ratios.append(rates[-1] / reads[-1])
             form = "--schemas" if schemas else "payload-only"
             lines.append(
                 f"{delivery}, {form}: {statistics.median(rates):,.0f} events/s "
-                f"(rounds {min(rates):,.0f}..{max(rates):,.0f})"
+                f"(rounds {min(rates):,.0f}..{max(rates):,.0f}); with the start "
+                f"({statistics.median(starts):,.0f} ms) {statistics.median(with_start):,.0f}/s; "
+                f"per round / reading alone: {statistics.median(ratios):.2f}"
             )
+    lines.append(
+        f"reference, the same records read as envelopes (the sink's read path, no broker), "
+        f"measured before every round: {statistics.median(reads):,.0f} events/s "
+        f"(rounds {min(reads):,.0f}..{max(reads):,.0f})"
+    )
     plain, wrapped = _sizes(shard)
     lines.append(
         f"value bytes per change: payload-only {plain:,.0f}, --schemas {wrapped:,.0f} "
         f"({wrapped / plain:.1f}x)"
     )
     return lines
+
+
+def _read_rate(shard: Path) -> float:
+    """Events/s of reading the shard as envelope batches, as the sink reads it."""
+    started, count = time.perf_counter(), 0
+    with Tail(shard, transactions=True) as tail:
+        for batch in tail.batches():
+            count += len(batch.envelopes)
+    return count / (time.perf_counter() - started)
+
+
+@contextlib.contextmanager
+def _beside() -> Iterator[Broker]:
+    """A Tansu broker on the cores this process is not pinned to (a child inherits its
+    parent's affinity: started from the pinned benchmark, it would share the sink's core)."""
+    from tests.kafka_broker import tansu
+
+    mine = os.sched_getaffinity(0)
+    others = set(range(os.cpu_count() or 1)) - mine
+    with contextlib.ExitStack() as stack:
+        os.sched_setaffinity(0, others or mine)
+        try:
+            broker = stack.enter_context(tansu())
+        finally:
+            os.sched_setaffinity(0, mine)
+        yield broker
 
 
 def _sizes(shard: Path) -> tuple[float, float]:

@@ -21,7 +21,7 @@ import moonish
 from moonish.log import consumers
 from moonish.redis.importer import import_aof
 from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
-from moonish.sinks.kafka_offsets import BrokerUnavailableError, SinkFencedError
+from moonish.sinks.kafka_offsets import BrokerUnavailableError, DeliveryError, SinkFencedError
 from moonish.state.shard import ShardWriter
 from tests.kafka_broker import Broker, Message, broker, free_port, noida, read_topics, tansu
 
@@ -343,3 +343,55 @@ def test_follow_waits_for_a_broker_that_comes_up_later(tmp_path: Path) -> None:
             process.communicate()
     assert process.returncode == 0, err
     assert b"positions: shard 0: 1" in out
+
+
+def test_at_least_once_stores_positions_while_records_flow(data: Path, broker: Broker) -> None:
+    """offset_flush_ms: the position moves during a run, each store after everything before
+    it was acknowledged, and the stored position is never past what the topics hold."""
+    name, seen = prefix(), []
+
+    def progress(stats: KafkaStats) -> None:
+        seen.append(dict(stats.positions))
+
+    options = KafkaOptions(broker.bootstrap, topic_prefix=name, delivery="at-least-once",
+                           max_transaction_records=200, offset_flush_ms=1)  # fmt: skip
+    with KafkaSink(data, options, progress=progress, progress_ms=0) as sink:
+        stats = sink.run()
+    assert stats.positions == {0: 1899, 1: 1575}
+    middle = {positions[0] for positions in seen} - {0, 1899}
+    assert middle, seen  # moved after a step (polls of up to 1024 records), not only at the end
+    lsns = [p[0] for p in seen]
+    assert lsns == sorted(lsns)
+
+
+def test_at_least_once_a_failed_delivery_stops_before_the_record(tmp_path: Path) -> None:
+    """A delivery the producer reports as failed (the broker stopped: the records time out)
+    is a DeliveryError naming the shard and an LSN not yet stored; nothing after the stored
+    position moves, and a later run delivers everything."""
+    path = tmp_path / "data"
+
+    def write(first: int, last: int) -> None:
+        with ShardWriter(path / "shard-0") as writer:
+            for n in range(first, last + 1):
+                writer.execute(0, [b"SET", b"k%d" % n, b"v"])
+
+    write(1, 10)
+    with tansu() as stopped:
+        name = prefix()
+        assert run_sink(path, stopped, name, delivery="at-least-once").positions == {0: 10}
+        write(11, 50)
+        options = KafkaOptions(stopped.bootstrap, topic_prefix=name, delivery="at-least-once",
+                               client_config={"message.timeout.ms": "1500"})  # fmt: skip
+        with KafkaSink(path, options) as sink:
+            sink.start()  # the topics exist: the failure comes from the deliveries
+            os.kill(stopped.process.pid, signal.SIGSTOP)
+            try:
+                with pytest.raises(DeliveryError) as caught:
+                    sink.run()
+            finally:
+                os.kill(stopped.process.pid, signal.SIGCONT)
+            assert caught.value.shard == 0 and 11 <= (caught.value.lsn or 0) <= 50
+            assert sink.positions == [10]
+        assert run_sink(path, stopped, name, delivery="at-least-once").positions == {0: 50}
+        got = read_topics(stopped.bootstrap, [(f"{name}.db0", 0)])
+        assert {int(m.headers["moonish.lsn"]) for m in got} == set(range(1, 51))

@@ -125,27 +125,29 @@ def read_positions(
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
         deadline = time.monotonic() + timeout_ms / 1000
         while time.monotonic() < deadline:
-            for message in consumer.consume(10_000, 0.2):
-                if message.error() is not None:
-                    raise BrokerUnavailableError(
-                        f"reading {topic}: {message.error()}", config["bootstrap.servers"]
-                    )
-                key = message.key()
-                if key == want_marker and message.value() == marker:
-                    return positions
-                shard = shard_keys.get(key or b"")
-                if shard is None or message.value() is None:
-                    continue  # another sink's, another prefix's, or a marker
-                stored = orjson.loads(message.value() or b"")
-                if stored.get("source") != source or stored.get("shards") != shards:
-                    raise InvalidArgumentError(
-                        f"sink {sink!r} with topic prefix {prefix!r} has positions for "
-                        f"{stored.get('source')} ({stored.get('shards')} shards), not for "
-                        f"{source} ({shards} shards): give another --sink-name or "
-                        "--topic-prefix",
-                        path=source,
-                    )
-                positions[shard] = int(stored["lsn"])
+            message = consumer.poll(0.2)  # returns at the first message (consume() waits)
+            if message is None:
+                continue
+            if message.error() is not None:
+                raise BrokerUnavailableError(
+                    f"reading {topic}: {message.error()}", config["bootstrap.servers"]
+                )
+            key = message.key()
+            if key == want_marker and message.value() == marker:
+                return positions
+            shard = shard_keys.get(key or b"")
+            if shard is None or message.value() is None:
+                continue  # another sink's, another prefix's, or a marker
+            stored = orjson.loads(message.value() or b"")
+            if stored.get("source") != source or stored.get("shards") != shards:
+                raise InvalidArgumentError(
+                    f"sink {sink!r} with topic prefix {prefix!r} has positions for "
+                    f"{stored.get('source')} ({stored.get('shards')} shards), not for "
+                    f"{source} ({shards} shards): give another --sink-name or "
+                    "--topic-prefix",
+                    path=source,
+                )
+            positions[shard] = int(stored["lsn"])
         raise BrokerUnavailableError(
             f"the start marker did not come back from {topic} within {timeout_ms} ms",
             config["bootstrap.servers"],

@@ -74,10 +74,15 @@ class Topics:
         self._metadata()
 
     def ensure_static(self) -> None:
-        """The offsets, transaction and message topics."""
+        """The offsets, transaction and message topics; the database topics that already
+        exist are checked now, so that sending to them needs no metadata request."""
         self.ensure(self.offsets, 1, {"cleanup.policy": "compact"})
         self.ensure(self.transaction, self.shards)
         self.ensure(self.message, self.shards)
+        for name in self._metadata():
+            db = name.removeprefix(f"{self.prefix}.db")
+            if name.startswith(f"{self.prefix}.db") and db.isdigit() and str(int(db)) == db:
+                self.data(int(db))
 
     def data(self, db: int) -> str:
         """The topic of database ``db``'s changes, made if missing."""
@@ -130,9 +135,9 @@ class RecordMaker:
         self.form = SchemaForm() if schemas else None
         self.tombstones, self.messages = tombstones, messages
 
-    def produce(self, producer: Producer, shard: int, batch: EventBatch, delivered: Any) -> int:
+    def produce(self, producer: Producer, shard: int, batch: EventBatch) -> int:
         """Produce ``batch`` (of shard ``shard``, to partition ``shard``); returns how many
-        Kafka records. ``delivered`` (at-least-once) counts them and receives their reports.
+        Kafka records (their delivery reports go to the producer's own callback).
 
         Raises:
             UnsupportedFormatError: an event of an op the sink does not know.
@@ -140,7 +145,7 @@ class RecordMaker:
         """
         form, tombstones, topics = self.form, self.tombstones, self.topics
         shard_header: tuple[str, str | bytes | None] = ("moonish.shard", _header(shard))
-        data, send = topics.data, _sender(producer, shard, delivered)
+        data, send = topics.data, _sender(producer, shard)
         count = 0
         change = RecordType.KV_CHANGE
         for frame, op, envelope in zip(batch.frames, batch.ops, batch.envelopes, strict=True):
@@ -211,7 +216,7 @@ def _image_key(envelope: bytes) -> tuple[int, bytes]:
 
 
 def _sender(
-    producer: Producer, partition: int, delivered: Any
+    producer: Producer, partition: int
 ) -> Callable[[str, bytes | None, bytes | None, Headers, int], None]:
     """``send(topic, value, key, headers, timestamp_ms)`` to ``partition``: waits (serving
     delivery reports) while the producer's queue is full."""
@@ -221,12 +226,10 @@ def _sender(
         topic: str, value: bytes | None, key: bytes | None, headers: Headers,
         timestamp_ms: int,
     ) -> None:  # fmt: skip
-        if delivered is not None:
-            delivered.remaining += 1
         for _ in range(600):
             try:
-                produce(topic, value, key, partition=partition, on_delivery=delivered,
-                        timestamp=timestamp_ms, headers=headers)  # fmt: skip
+                produce(topic, value, key, partition=partition, timestamp=timestamp_ms,
+                        headers=headers)  # fmt: skip
                 return
             except BufferError:
                 poll(0.1)  # the queue is full: let librdkafka send, then try again

@@ -10,12 +10,12 @@ threads; the broker runs beside it. Also: the size of a record's value in each f
 from __future__ import annotations
 
 import contextlib
-import os
 import statistics
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from bench.cores import elsewhere
 from moonish.cdc.shard_read import Tail
 from moonish.sinks.kafka import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaOptions, KafkaSink
 from moonish.sinks.kafka_schema import SchemaForm
@@ -83,18 +83,12 @@ def _read_rate(shard: Path) -> float:
 
 @contextlib.contextmanager
 def _beside() -> Iterator[Broker]:
-    """A Tansu broker on the cores this process is not pinned to (a child inherits its
-    parent's affinity: started from the pinned benchmark, it would share the sink's core)."""
+    """A Tansu broker on the cores the benchmark is not pinned to."""
     from tests.kafka_broker import tansu
 
-    mine = os.sched_getaffinity(0)
-    others = set(range(os.cpu_count() or 1)) - mine
     with contextlib.ExitStack() as stack:
-        os.sched_setaffinity(0, others or mine)
-        try:
+        with elsewhere():
             broker = stack.enter_context(tansu())
-        finally:
-            os.sched_setaffinity(0, mine)
         yield broker
 
 

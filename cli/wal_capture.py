@@ -20,6 +20,9 @@ from cli.params import shard_options
 @click.option("--sync-interval-ms", type=click.IntRange(0, None), default=100, show_default=True,
               help="Sync written shards at most this often (0: after every read); changes "
               "are acknowledged to Redis only once synced.")  # fmt: skip
+@click.option("--ack-interval-ms", type=click.IntRange(10, None), default=1000, show_default=True,
+              help="How often REPLCONF ACK tells Redis the durable offset (Redis's replicas: "
+              "every second); INFO replication's view of the capture is this fresh.")  # fmt: skip
 @click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="rediss://: CA certificates (PEM) of the master's certificate.")  # fmt: skip
 @click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
@@ -29,7 +32,7 @@ from cli.params import shard_options
 @click.option("--quiet", is_flag=True, help="No progress line on stderr.")
 def capture_command(
     redis_url: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int, sync_interval_ms: int, tls_ca_file: str | None,
+    segment_bytes: int, sync_interval_ms: int, ack_interval_ms: int, tls_ca_file: str | None,
     tls_cert_file: str | None, tls_key_file: str | None, quiet: bool,
 ) -> None:  # fmt: skip
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
@@ -68,8 +71,8 @@ def capture_command(
         if not quiet:
             click.echo(f"\r{report.line()}", file=sys.stderr, nl=False)
 
-    replica = ReplicaOptions(tls_ca_file=tls_ca_file, tls_cert_file=tls_cert_file,
-                             tls_key_file=tls_key_file)  # fmt: skip
+    replica = ReplicaOptions(ack_interval_ms=ack_interval_ms, tls_ca_file=tls_ca_file,
+                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)  # fmt: skip
     report = capture(
         redis_url, data_dir, shards, stop=stop, progress=progress,
         options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica),

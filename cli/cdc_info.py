@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import click
 import orjson
 
 from moonish.cdc import shard_read
 from moonish.redis.capture_status import read_status
+from moonish.redis.source import describe, load_source, stored_position
 
 
 @click.command("info")
@@ -16,7 +20,9 @@ def info(wal_dir: str) -> None:
 
     Given a data directory (with shard-<k> subdirectories) it prints
     {"data_dir": ..., "shards": [...]} with one object per shard, and for a live capture's
-    data directory "capture": the offsets it received and made durable, and lag_bytes.
+    data directory "capture": the offsets it received and made durable, and lag_bytes. A
+    shard of an import or capture also shows "source_position": the source position its log
+    stores last ({"lsn", "position", "text"}; null when its last 10,000 records hold none).
 
     Example:
 
@@ -24,10 +30,22 @@ def info(wal_dir: str) -> None:
     """
     shards = shard_read.shard_dirs(wal_dir)
     if len(shards) == 1 and shards[0] == wal_dir:
-        report = shard_read.info(wal_dir)
+        report = _shard(wal_dir, os.path.dirname(os.path.abspath(wal_dir)))
     else:
-        report = {"data_dir": wal_dir, "shards": [shard_read.info(path) for path in shards]}
+        report = {"data_dir": wal_dir, "shards": [_shard(path, wal_dir) for path in shards]}
         status = read_status(wal_dir)
         if status is not None:  # a live capture writes it (docs/redis-source.md)
             report["capture"] = status
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
+
+
+def _shard(shard_dir: str, data_dir: str) -> dict[str, Any]:
+    """A shard's facts, with its stored source position when the data directory has a
+    source (source.json: an import or a capture wrote it)."""
+    facts = shard_read.info(shard_dir)
+    if load_source(data_dir) is not None:
+        stored = stored_position(shard_dir)
+        facts["source_position"] = stored and {
+            "lsn": stored[0], "position": stored[1], "text": describe(stored[1])
+        }  # fmt: skip
+    return facts

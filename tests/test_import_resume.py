@@ -396,3 +396,29 @@ def test_rdb_functions_load_into_every_shard_once(tmp_path: Path, workdir: Path)
             with shard_writer(Path(shard_dir)) as writer:
                 assert dict(writer.libraries) == {b"mylib": LIBRARY.encode()}
         assert our_state(data) == {(0, b"k"): comparable(Entry("string", b"v"))}
+
+
+def test_cdc_info_shows_each_shards_stored_position(tmp_path: Path) -> None:
+    """Every shard of an import stores the position it applied (the position markers keep
+    idle shards current); a shard written otherwise shows none."""
+    from click.testing import CliRunner
+
+    from cli.cdc_info import info
+
+    commands = [resp(b"SET", b"k%d" % n, b"v") for n in range(20)]
+    appendonlydir = _aof(tmp_path / "aof", commands)
+    import_aof(appendonlydir, tmp_path / "data", 3)
+    size = (appendonlydir / INCR).stat().st_size
+    shown = CliRunner().invoke(info, [str(tmp_path / "data")])
+    assert shown.exit_code == 0, shown.output
+    for facts in orjson.loads(shown.output)["shards"]:
+        stored = facts["source_position"]
+        assert stored["lsn"] == facts["latest_lsn"]  # the last record carries it
+        assert stored["position"] == {"aof": INCR, "offset": size}
+        assert stored["text"] == f"{INCR}@{size}"
+    one = CliRunner().invoke(info, [str(tmp_path / "data" / "shard-1")])
+    assert orjson.loads(one.output)["source_position"]["position"]["offset"] == size
+    with ShardWriter(tmp_path / "plain" / "shard-0") as writer:
+        writer.execute(0, [b"SET", b"k", b"v"])
+    plain = CliRunner().invoke(info, [str(tmp_path / "plain")])
+    assert "source_position" not in orjson.loads(plain.output)["shards"][0]

@@ -31,8 +31,12 @@ from typing import Any
 
 import orjson
 
-from moonish.errors import CorruptionError, InvalidArgumentError
+from moonish.errors import CorruptionError, InvalidArgumentError, LsnNotRetainedError
 from moonish.fileio import dump_checked, read_checked, replace_atomically
+from moonish.log.format import RecordType
+from moonish.log.frames import Frame
+from moonish.log.reader import ShardReader
+from moonish.log.records import decode_payload
 
 SOURCE_NAME = "source.json"
 FORMAT = "moonish-source"
@@ -136,3 +140,32 @@ def remember_source(data_dir: str, kind: str, location: str) -> None:
     """Write ``source.json`` (atomically) naming the source of ``data_dir``."""
     document = {"format": FORMAT, "version": VERSION, "kind": kind, "location": location}
     replace_atomically(source_path(data_dir), [dump_checked(document)])
+
+
+def stored_position(shard_dir: str, max_records: int = 10_000) -> tuple[int, dict[str, Any]] | None:
+    """The source position a shard's log stores last: ``(lsn, position)`` of the newest
+    record that carries one, looked for among the shard's last ``max_records`` records (an
+    import or capture stores one on the last record of every append and keeps idle shards
+    current with position markers, so it is normally the last record); ``None`` when none of
+    them carries one (a shard written by other means, or only snapshots hold it).
+
+    Raises:
+        CorruptionError: a damaged record or stored position among them.
+    """
+    with ShardReader(shard_dir) as reader:
+        reader.seek_end()
+        end = reader.next_lsn
+        try:
+            reader.seek(max(1, end - max_records))
+        except LsnNotRetainedError as error:  # retention removed the start: from the oldest
+            reader.seek(error.oldest_lsn)
+        frames: list[Frame] = []
+        while batch := reader.poll(4096):
+            frames += batch
+    for frame in reversed(frames):
+        if frame.record_type in (RecordType.KV_CHANGE, RecordType.MESSAGE):
+            record = decode_payload(frame.record_type, frame.payload)
+            source = getattr(record, "source", b"")
+            if source:
+                return frame.lsn, decode_position(source, shard_dir)
+    return None

@@ -7,7 +7,8 @@
 - Load: every second one ``redis-benchmark`` run of 50,000 write commands (its write tests:
   SET, INCR, LPUSH, RPUSH, LPOP, RPOP, SADD, HSET, SPOP, ZADD, ZPOPMIN, MSET of 10 keys;
   random keys from a million, pipelines of 10 on 10 connections), for
-  ``MOONISH_BENCH_CAPTURE_S`` seconds (default 60). The rate reached is Redis's own count of commands processed.
+  ``MOONISH_BENCH_CAPTURE_S`` seconds (default 60). The rate reached is Redis's own count
+  of commands processed.
 - Lag, sampled every 50 ms from the master's ``INFO replication``: bytes (the master's
   ``master_repl_offset`` minus the capture's ACKed offset) and seconds (how long ago the
   master's offset was where the capture's ACK is now, interpolated between samples). The

@@ -51,9 +51,6 @@ def _client_setting(
     show_default=True,
     help="Most log records in one transaction (or position step).",
 )
-@click.option("--offset-flush-ms", type=click.IntRange(1, None), default=1000, show_default=True,
-              help="At-least-once: longest time between two position stores while records "
-              "flow (each waits for every acknowledgement).")  # fmt: skip
 @click.option("--replication-factor", type=int, default=-1, show_default=True,
               help="Of the topics the sink creates (-1: the broker's default).")  # fmt: skip
 @click.option("--timeout-ms", type=click.IntRange(100, None), default=30_000, show_default=True,
@@ -63,7 +60,7 @@ def _client_setting(
 def kafka(
     data_dir: str, bootstrap_servers: str, follow: bool, topic_prefix: str | None, name: str,
     delivery: str, schemas: bool, no_tombstones: bool, no_messages: bool, sink_name: str | None,
-    consumer: str | None, no_consumer: bool, max_transaction_records: int, offset_flush_ms: int,
+    consumer: str | None, no_consumer: bool, max_transaction_records: int,
     replication_factor: int, timeout_ms: int, client_config: dict[str, str],
 ) -> None:  # fmt: skip
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
@@ -89,7 +86,7 @@ def kafka(
     options = KafkaOptions(
         bootstrap_servers, topic_prefix, name, sink_name, delivery, schemas,
         tombstones=not no_tombstones, messages=not no_messages,
-        max_transaction_records=max_transaction_records, offset_flush_ms=offset_flush_ms,
+        max_transaction_records=max_transaction_records,
         replication_factor=replication_factor, timeout_ms=timeout_ms,
         client_config=client_config,
     )  # fmt: skip

@@ -31,9 +31,9 @@ def main() -> None:
     produce = kafka_records.RecordMaker.produce
     calls = 0
 
-    def produce_then_die(self: Any, producer: Any, shard: int, batch: Any) -> int:
+    def produce_then_die(self: Any, producer: Any, shard: int, batch: Any, delivered: Any) -> int:
         nonlocal calls
-        count = produce(self, producer, shard, batch)
+        count = produce(self, producer, shard, batch, delivered)
         calls += 1
         if calls == kill_at:
             producer.flush(10)  # the records are at the broker, the transaction is open

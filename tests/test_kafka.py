@@ -345,25 +345,6 @@ def test_follow_waits_for_a_broker_that_comes_up_later(tmp_path: Path) -> None:
     assert b"positions: shard 0: 1" in out
 
 
-def test_at_least_once_stores_positions_while_records_flow(data: Path, broker: Broker) -> None:
-    """offset_flush_ms: the position moves during a run, each store after everything before
-    it was acknowledged, and the stored position is never past what the topics hold."""
-    name, seen = prefix(), []
-
-    def progress(stats: KafkaStats) -> None:
-        seen.append(dict(stats.positions))
-
-    options = KafkaOptions(broker.bootstrap, topic_prefix=name, delivery="at-least-once",
-                           max_transaction_records=200, offset_flush_ms=1)  # fmt: skip
-    with KafkaSink(data, options, progress=progress, progress_ms=0) as sink:
-        stats = sink.run()
-    assert stats.positions == {0: 1899, 1: 1575}
-    middle = {positions[0] for positions in seen} - {0, 1899}
-    assert middle, seen  # moved after a step (polls of up to 1024 records), not only at the end
-    lsns = [p[0] for p in seen]
-    assert lsns == sorted(lsns)
-
-
 def test_at_least_once_a_failed_delivery_stops_before_the_record(tmp_path: Path) -> None:
     """A delivery the producer reports as failed (the broker stopped: the records time out)
     is a DeliveryError naming the shard and an LSN not yet stored; nothing after the stored

@@ -22,12 +22,10 @@ Delivery:
   records, and the shard's new position in ``P.offsets``. A start fences every earlier
   instance (``init_transactions``), reads the positions ``read_committed`` and resumes after
   them. Consumers reading ``read_committed`` see each change once.
-- **at-least-once**: one idempotent producer per shard; a position moves only once every
-  record up to it is acknowledged by the broker: when the producer has nothing in flight, and
-  at least every ``offset_flush_ms`` (the producer is flushed then, as Kafka Connect's
-  ``offset.flush.interval.ms`` does). Only failed deliveries are reported to Python. After a
-  crash, records after the last stored position are sent again: whole records, which
-  consumers drop by ``(source.shard, source.lsn)``.
+- **at-least-once**: one idempotent producer per shard; a position moves only after every
+  delivery report of the records up to it came back. After a crash, records after the last
+  stored position are sent again: whole records, which consumers drop by
+  ``(source.shard, source.lsn)``.
 
 Either way the sink can be a named consumer of the data directory, moved to its stored
 positions at start and as they advance, so retention never removes what it has not delivered.
@@ -52,7 +50,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from moonish.cdc.envelope import CONNECTOR
 from moonish.cdc.events import EventBatch
@@ -95,8 +93,6 @@ class KafkaOptions:
         consumer: register as this named consumer of the data directory; ``None``: none.
         max_transaction_records: a transaction (or position step) takes polls of the log (up
             to 1024 records each, never part of an atomic batch) while it holds fewer records.
-        offset_flush_ms: at-least-once, while records flow: longest time (ms) between two
-            position stores; each store waits until everything sent is acknowledged.
         replication_factor: of the topics the sink creates (-1: the broker's default).
         poll_ms: with ``follow``, longest wait without a file-system event.
         timeout_ms: longest wait for the broker in one step (connect, commit, flush).
@@ -113,7 +109,6 @@ class KafkaOptions:
     messages: bool = True
     consumer: str | None = None
     max_transaction_records: int = 10_000
-    offset_flush_ms: int = 1000
     replication_factor: int = -1
     poll_ms: int = 1000
     timeout_ms: int = 30_000
@@ -130,8 +125,6 @@ class KafkaOptions:
             )
         if not 1 <= self.max_transaction_records <= 1_000_000 or self.poll_ms < 1:
             raise InvalidArgumentError("max_transaction_records must be 1..1000000, poll_ms >= 1")
-        if self.offset_flush_ms < 1:
-            raise InvalidArgumentError("offset_flush_ms must be >= 1")
         consumers.validate_name(self.sink_name)
 
     @property
@@ -157,33 +150,28 @@ class KafkaStats:
     positions: dict[int, int] = field(default_factory=dict)
 
 
+class _Pending:
+    """At-least-once: the delivery reports still due for the records up to ``lsn``."""
+
+    __slots__ = ("error", "lsn", "remaining")
+
+    def __init__(self, lsn: int) -> None:
+        self.lsn, self.remaining, self.error = lsn, 0, ""
+
+    def __call__(self, error: KafkaError | None, message: object) -> None:
+        self.remaining -= 1
+        if error is not None and not self.error:
+            self.error = str(error)
+
+
 class _Shard:
-    """One shard's producer, log iterator and position.
+    """One shard's producer, log iterator and position."""
 
-    At least once, ``sent`` holds the last LSN of each step produced but not yet known to be
-    acknowledged, and ``failure`` the first delivery failure the producer reported (only
-    failures are reported: ``delivery.report.only.error``)."""
-
-    def __init__(self, index: int, path: str, txn_id: str, config: dict[str, object]) -> None:
-        self.index, self.path, self.txn_id = index, path, txn_id
-        if "transactional.id" not in config:  # only failures come back (a report costs ~3 µs)
-            config = {**config, "delivery.report.only.error": True, "on_delivery": self.failed}
-        self.producer = Producer(config)
+    def __init__(self, index: int, path: str, producer: Producer, txn_id: str) -> None:
+        self.index, self.path, self.producer, self.txn_id = index, path, producer, txn_id
         self.tail: Tail | None = None
         self.position = 0  # last LSN stored for good
-        self.sent: deque[int] = deque()
-        self.stored_at = time.monotonic()
-        self.failure: tuple[int | None, str, str] | None = None  # (lsn, topic, reason)
-
-    def failed(self, error: KafkaError | None, message: Message) -> None:
-        """The producer's delivery callback: called for failed deliveries only."""
-        if error is None or self.failure is not None:
-            return
-        headers = message.headers()
-        lsn = None
-        if isinstance(headers, list):  # as produced: [(name, value), ...]
-            lsn = next((int(v) for n, v in headers if n == "moonish.lsn" and v), None)
-        self.failure = (lsn, str(message.topic()), str(error))
+        self.pending: deque[_Pending] = deque()
 
 
 class KafkaSink:
@@ -256,10 +244,10 @@ class KafkaSink:
             txn_id = f"{opts.sink_name}.{digest}.shard-{index}"
             if opts.delivery == EXACTLY_ONCE:
                 config["transactional.id"] = txn_id
-            shard = _Shard(index, path, txn_id, config)
-            self._shards.append(shard)
+            producer = Producer(config)
+            self._shards.append(_Shard(index, path, producer, txn_id))
             if opts.delivery == EXACTLY_ONCE:
-                self._broker_call(shard.producer.init_transactions, opts.timeout_ms / 1000)
+                self._broker_call(producer.init_transactions, opts.timeout_ms / 1000)
         marker = new_marker()
         first = self._shards[0].producer
         key = marker_key(opts.sink_name, opts.prefix)
@@ -344,7 +332,7 @@ class KafkaSink:
         self._ack(force=True)
 
     def _waiting(self) -> bool:
-        return any(shard.sent for shard in self._shards)
+        return any(shard.pending for shard in self._shards)
 
     def _pump(self, shard: _Shard) -> tuple[int, bool]:
         """Read up to a transaction's worth of the shard's log and send it; returns how many
@@ -364,7 +352,8 @@ class KafkaSink:
         if batches:
             self._send(shard, batches, shard.tail.cursor.lsn - 1)
         elif self.options.delivery == AT_LEAST_ONCE:
-            self._advance(shard, force=at_end)
+            shard.producer.poll(0)
+            self._advance(shard)
         if damage is not None:
             raise damage
         return records, at_end
@@ -372,15 +361,16 @@ class KafkaSink:
     def _send(self, shard: _Shard, batches: list[EventBatch], last_lsn: int) -> None:
         producer, opts = shard.producer, self.options
         exactly_once = opts.delivery == EXACTLY_ONCE
+        tracker = None if exactly_once else _Pending(last_lsn)
+        position = offset_value(last_lsn, self.source, len(self._shards))
+        key = offset_key(opts.sink_name, opts.prefix, shard.index)
         count = 0
         try:
             if exactly_once:
                 producer.begin_transaction()
             for batch in batches:
-                count += self._records.produce(producer, shard.index, batch)
+                count += self._records.produce(producer, shard.index, batch, tracker)
             if exactly_once:
-                position = offset_value(last_lsn, self.source, len(self._shards))
-                key = offset_key(opts.sink_name, opts.prefix, shard.index)
                 producer.produce(self.topics.offsets, position, key, partition=0)
         except KafkaException as exc:
             raise self._failure(shard, exc.args[0]) from None
@@ -389,51 +379,30 @@ class KafkaSink:
             shard.position = last_lsn
             self.stats.transactions += 1
         else:
-            shard.sent.append(last_lsn)
+            assert tracker is not None
+            shard.pending.append(tracker)
+            producer.poll(0)
             self._advance(shard)
         self.stats.events += sum(len(batch) for batch in batches)
         self.stats.messages += count
         self._ack()
         self._report()
 
-    def _advance(self, shard: _Shard, force: bool = False) -> None:
-        """At-least-once: move the position to the last step sent once the producer holds
-        nothing unacknowledged: found so in passing, or waited for (a flush) when ``force``
-        or ``offset_flush_ms`` has passed since the last store. The position is then stored
-        in the offsets topic (a hint for the next start: idempotent, not awaited).
-
-        Raises:
-            DeliveryError: the producer reported a failed delivery.
-            BrokerUnavailableError: the flush did not finish within ``timeout_ms``.
-        """
-        producer, opts = shard.producer, self.options
-        producer.poll(0)
-        self._check_delivered(shard)
-        if not shard.sent:
-            return
-        due = time.monotonic() - shard.stored_at >= opts.offset_flush_ms / 1000
-        if len(producer) and (force or due):
-            left = producer.flush(opts.timeout_ms / 1000)
-            self._check_delivered(shard)
-            if left:
-                raise BrokerUnavailableError(
-                    f"{left} records not delivered within {opts.timeout_ms} ms",
-                    opts.bootstrap_servers,
-                )
-        if len(producer) == 0:  # every record produced so far is acknowledged
-            shard.position = shard.sent[-1]
-            shard.sent.clear()
-            shard.stored_at = time.monotonic()
-            producer.produce(
+    def _advance(self, shard: _Shard) -> None:
+        """At-least-once: move the position past every step whose reports all came back, and
+        store it in the offsets topic (a hint for the next start: idempotent, not awaited)."""
+        moved = False
+        while shard.pending and shard.pending[0].remaining <= 0:
+            done = shard.pending.popleft()
+            if done.error:
+                raise DeliveryError(shard.index, done.lsn, self.options.prefix, done.error)
+            shard.position, moved = done.lsn, True
+        if moved:
+            opts = self.options
+            shard.producer.produce(
                 self.topics.offsets, offset_value(shard.position, self.source, len(self._shards)),
                 offset_key(opts.sink_name, opts.prefix, shard.index), partition=0,
             )  # fmt: skip
-
-    def _check_delivered(self, shard: _Shard) -> None:
-        if shard.failure is not None:
-            lsn, topic, reason = shard.failure
-            first = shard.sent[0] if shard.sent else shard.position + 1
-            raise DeliveryError(shard.index, lsn if lsn is not None else first, topic, reason)
 
     def _commit(self, shard: _Shard) -> None:
         """Commit the shard's transaction: retried while retriable; aborted (and the log read
@@ -472,13 +441,12 @@ class KafkaSink:
         return BrokerUnavailableError(str(error), self.options.bootstrap_servers)
 
     def _flush(self, shard: _Shard) -> None:
-        """At-least-once: wait for every acknowledgement, store the position, and wait until
-        that store is acknowledged too (the next start reads it)."""
+        """At-least-once: wait for every delivery report, then move the position."""
         if self.options.delivery == EXACTLY_ONCE:
             return
-        self._advance(shard, force=True)
         left = shard.producer.flush(self.options.timeout_ms / 1000)
-        self._check_delivered(shard)
+        self._advance(shard)  # stores the position: flushed too, so the next start has it
+        left += shard.producer.flush(self.options.timeout_ms / 1000)
         if left:
             raise BrokerUnavailableError(
                 f"{left} records not delivered within {self.options.timeout_ms} ms",

@@ -135,9 +135,9 @@ class RecordMaker:
         self.form = SchemaForm() if schemas else None
         self.tombstones, self.messages = tombstones, messages
 
-    def produce(self, producer: Producer, shard: int, batch: EventBatch) -> int:
+    def produce(self, producer: Producer, shard: int, batch: EventBatch, delivered: Any) -> int:
         """Produce ``batch`` (of shard ``shard``, to partition ``shard``); returns how many
-        Kafka records (their delivery reports go to the producer's own callback).
+        Kafka records. ``delivered`` (at-least-once) counts them and receives their reports.
 
         Raises:
             UnsupportedFormatError: an event of an op the sink does not know.
@@ -145,7 +145,7 @@ class RecordMaker:
         """
         form, tombstones, topics = self.form, self.tombstones, self.topics
         shard_header: tuple[str, str | bytes | None] = ("moonish.shard", _header(shard))
-        data, send = topics.data, _sender(producer, shard)
+        data, send = topics.data, _sender(producer, shard, delivered)
         count = 0
         change = RecordType.KV_CHANGE
         for frame, op, envelope in zip(batch.frames, batch.ops, batch.envelopes, strict=True):
@@ -216,7 +216,7 @@ def _image_key(envelope: bytes) -> tuple[int, bytes]:
 
 
 def _sender(
-    producer: Producer, partition: int
+    producer: Producer, partition: int, delivered: Any
 ) -> Callable[[str, bytes | None, bytes | None, Headers, int], None]:
     """``send(topic, value, key, headers, timestamp_ms)`` to ``partition``: waits (serving
     delivery reports) while the producer's queue is full."""
@@ -226,10 +226,12 @@ def _sender(
         topic: str, value: bytes | None, key: bytes | None, headers: Headers,
         timestamp_ms: int,
     ) -> None:  # fmt: skip
+        if delivered is not None:
+            delivered.remaining += 1
         for _ in range(600):
             try:
-                produce(topic, value, key, partition=partition, timestamp=timestamp_ms,
-                        headers=headers)  # fmt: skip
+                produce(topic, value, key, partition=partition, on_delivery=delivered,
+                        timestamp=timestamp_ms, headers=headers)  # fmt: skip
                 return
             except BufferError:
                 poll(0.1)  # the queue is full: let librdkafka send, then try again

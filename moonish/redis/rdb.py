@@ -30,11 +30,11 @@ from __future__ import annotations
 import io
 import os
 import struct
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, NoReturn
 
+import anycrc  # type: ignore[import-untyped]
 import lzf  # type: ignore[import-not-found]
 
 from moonish.errors import CorruptionError, UnsupportedFormatError
@@ -71,45 +71,13 @@ OP_IDLE, OP_FREQ, OP_AUX, OP_RESIZEDB = 0xF8, 0xF9, 0xFA, 0xFB
 OP_EXPIRETIME_MS, OP_EXPIRETIME, OP_SELECTDB, OP_EOF = 0xFC, 0xFD, 0xFE, 0xFF
 
 
-def _crc64_tables() -> list[list[int]]:
-    """Slicing-by-8 tables: ``[0]`` is the byte-wise table of the reflected polynomial,
-    ``[k]`` advances a byte through ``k`` more zero bytes."""
-    poly = int(f"{0xAD93D23594C935A9:064b}"[::-1], 2)  # the reflected polynomial
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ poly if crc & 1 else crc >> 1
-        table.append(crc)
-    tables = [table]
-    for _ in range(7):
-        tables.append([(crc >> 8) ^ table[crc & 0xFF] for crc in tables[-1]])
-    return tables
+_CRC64 = anycrc.Model("CRC64-REDIS")
 
 
-_T0, _T1, _T2, _T3, _T4, _T5, _T6, _T7 = _crc64_tables()
-_WORDS = sys.byteorder == "little"  # memoryview.cast("Q") reads native order
-
-
-def crc64(crc: int, data: bytes) -> int:
-    """Redis's CRC-64 of ``data`` continued from ``crc`` (0 to start; Redis ``crc64.c``).
-
-    Eight bytes a step (slicing-by-8) where the machine is little endian, then byte-wise:
-    about 20 MB/s in CPython, the reader's main cost on large files."""
-    t0 = _T0
-    whole = len(data) & ~7 if _WORDS else 0
-    if whole:
-        t1, t2, t3, t4, t5, t6, t7 = _T1, _T2, _T3, _T4, _T5, _T6, _T7
-        for word in memoryview(data)[:whole].cast("Q"):
-            crc ^= word
-            crc = (
-                t7[crc & 0xFF] ^ t6[(crc >> 8) & 0xFF] ^ t5[(crc >> 16) & 0xFF]
-                ^ t4[(crc >> 24) & 0xFF] ^ t3[(crc >> 32) & 0xFF] ^ t2[(crc >> 40) & 0xFF]
-                ^ t1[(crc >> 48) & 0xFF] ^ t0[crc >> 56]
-            )  # fmt: skip
-    for byte in data[whole:]:
-        crc = t0[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc
+def crc64(crc: int, data: bytes | memoryview) -> int:
+    """Redis's CRC-64 of ``data`` continued from ``crc`` (0 to start; Redis ``crc64.c``),
+    computed by anycrc's ``CRC64-REDIS`` model (several GB/s)."""
+    return int(_CRC64.calc(data, crc))
 
 
 class _KeyContext:

@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
-from moonish.cdc.merged import MergedBatch, Resolved
-from moonish.cdc.merged_read import MergedTail
+from moonish.cdc.merged import Resolved
 from moonish.cdc.token import Token
 from moonish.errors import (
     ConsumerLostError,
@@ -33,7 +31,8 @@ from moonish.errors import (
 )
 from moonish.log import consumers
 from moonish.log.consumers import Consumer
-from moonish.serve.chunks import Chunk, Filter, Framing, chunk_of, component
+from moonish.serve.chunks import Chunk, Filter, Framing, component
+from moonish.serve.resync import LogReader
 from moonish.serve.ring import Ring, covers
 from moonish.serve.timer import Timer
 
@@ -91,8 +90,7 @@ class Subscription:
         self._offset = 0
         self._on_ring = False
         self._in_step = False  # the token is the ring's at the cursor: shared bytes serve
-        self._log: MergedTail | None = None
-        self._log_items: Iterator[MergedBatch | Resolved] | None = None
+        self._log: LogReader | None = None
         self._marked_at = -1e18  # timer ms of the last marker
         self._marked_us = -1  # its watermark
         self._marker_done: Chunk | None = None  # the last chunk whose marker was looked at
@@ -106,8 +104,8 @@ class Subscription:
     async def close(self) -> None:
         """Release the log reader, if any. Idempotent."""
         if self._log is not None:
-            tail, self._log, self._log_items = self._log, None, None
-            await asyncio.to_thread(tail.close)
+            log, self._log = self._log, None
+            await log.close()
 
     async def next(
         self, max_rows: int | None, whole_batches: bool, until_ms: float | None
@@ -353,14 +351,10 @@ class Subscription:
     # -- the log ------------------------------------------------------------------------------
 
     async def _open_log(self) -> None:
-        hub, token, resolved = self.hub, self.token, self.resolved_ms
-
-        def opened() -> tuple[MergedTail, Iterator[MergedBatch | Resolved]]:
-            tail = MergedTail(hub.data_dir, token, resolved_ms=resolved)
-            return tail, tail.batches()
-
         self.hub.resyncs += 1
-        self._log, self._log_items = await asyncio.to_thread(opened)
+        self._log = await LogReader.open(
+            self.hub.data_dir, self.token, self.framing, self.resolved_ms
+        )
         self._chunk, self._offset, self._in_step = None, 0, True
 
     async def _from_log(self, max_rows: int | None, whole: bool) -> Delivery | None:
@@ -372,30 +366,23 @@ class Subscription:
                 if delivery is not None:
                     return delivery
                 continue
-            items = self._log_items
-            assert items is not None
+            log = self._log
+            assert log is not None
             try:
-                item = await asyncio.to_thread(next, items, None)
+                chunk = await log.next()
             except PositionNotRetainedError as error:
                 await self.close()
                 raise await self._as_consumer_error(error) from error
             except MoonishError:
                 await self.close()
                 raise
-            if item is None:
+            if chunk is None:
                 await self.close()
                 self._chunk, self._offset = None, 0
                 return None
-            if isinstance(item, Resolved):
-                chunk = Chunk(self.token, self.token, [], [], [], [], [])
-                chunk.resolved = item
-            else:
-                chunk = chunk_of(item, self.token)
-                if not chunk:
-                    self.token = item.token  # records a disabled stream skips
-                    continue
             self._chunk, self._offset = chunk, 0
             if not chunk:
+                self.token = chunk.after  # (past records a disabled stream skips)
                 delivery = self._take(max_rows, whole, from_ring=False)
                 if delivery is not None:
                     return delivery

@@ -233,7 +233,8 @@ async def _stream(
     unseen = False  # the position moved past filtered changes since the client saw one
     try:
         try:
-            next_beat = None if beat is None else timer.now_ms() + beat
+            written = timer.now_ms()  # when the feed last wrote
+            next_beat = None if beat is None else written + beat
             while left is None or left > 0:
                 until = next_beat if next_beat is not None else deadline
                 delivery = await subscription.next(left, True, until)
@@ -241,15 +242,16 @@ async def _stream(
                 if delivery is not None:
                     if delivery.data:
                         await response.write(delivery.data)
-                        if beat is not None:
-                            next_beat = now + beat
+                        written = now
                     unseen = delivery.moved or (unseen and not delivery.data)
                     if left is not None:
                         left -= delivery.rows
                     continue
-                if next_beat is not None and now >= next_beat:
-                    await response.write(framing.heartbeat(subscription.token, unseen))
-                    unseen, next_beat = False, now + beat  # type: ignore[operator]
+                if beat is not None and next_beat is not None and now >= next_beat:
+                    if now - written >= beat:  # idle for a whole heartbeat
+                        await response.write(framing.heartbeat(subscription.token, unseen))
+                        unseen, written = False, now
+                    next_beat = written + beat  # (moved once per heartbeat, not per write)
                 elif deadline is not None and now >= deadline:
                     break
             pending = await asyncio.to_thread(state.pending, subscription.token)

@@ -17,7 +17,6 @@ socket, whatever the subscribers do.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 from collections import deque
@@ -56,7 +55,7 @@ class Ring:
         self.error: MoonishError | None = None
         self.resolved: Resolved | None = None  # the newest marker
         self.appended = 0  # chunks appended (what a waiter compares)
-        self._waiters: list[asyncio.Event] = []
+        self._waiters: set[asyncio.Event] = set()
 
     def append(self, chunk: Chunk) -> None:
         """Add a chunk at the end, drop the oldest while over the byte limit, wake waiters."""
@@ -90,14 +89,13 @@ class Ring:
 
     def wait(self, event: asyncio.Event) -> None:
         """Set ``event`` at the next append (or failure)."""
-        self._waiters.append(event)
+        self._waiters.add(event)
 
     def unwait(self, event: asyncio.Event) -> None:
-        with contextlib.suppress(ValueError):
-            self._waiters.remove(event)
+        self._waiters.discard(event)
 
     def wake(self) -> None:
-        waiters, self._waiters = self._waiters, []
+        waiters, self._waiters = self._waiters, set()
         for event in waiters:
             event.set()
 

@@ -34,7 +34,7 @@ from moonish.log.consumers import Consumer
 from moonish.serve.chunks import Chunk, Filter, Framing, component
 from moonish.serve.resync import LogReader
 from moonish.serve.ring import Ring, covers
-from moonish.serve.timer import Timer
+from moonish.serve.timer import Handle, Timer
 
 
 class Hub(Protocol):
@@ -95,6 +95,9 @@ class Subscription:
         self._marked_us = -1  # its watermark
         self._marker_done: Chunk | None = None  # the last chunk whose marker was looked at
         self._met_error: MoonishError | None = None  # the ring's error this one read up to
+        self._event = asyncio.Event()  # set by the ring (an append) or the alarm
+        self._alarm: Handle | None = None
+        self._alarm_at: float | None = None
 
     @property
     def resyncing(self) -> bool:
@@ -102,7 +105,10 @@ class Subscription:
         return self._log is not None
 
     async def close(self) -> None:
-        """Release the log reader, if any. Idempotent."""
+        """Release the log reader, if any, and the alarm. Idempotent."""
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = self._alarm_at = None
         if self._log is not None:
             log, self._log = self._log, None
             await log.close()
@@ -196,20 +202,29 @@ class Subscription:
         )  # fmt: skip
 
     async def _wait(self, until_ms: float | None) -> bool:
-        """Wait for the ring to grow; False at ``until_ms``."""
+        """Wait for the ring to grow; False at ``until_ms``. The alarm for ``until_ms`` is
+        kept across waits (a feed's deadline changes once per heartbeat, not per write)."""
         timer = self.hub.timer
         if until_ms is not None and timer.now_ms() >= until_ms:
             return False
-        event = asyncio.Event()
+        event = self._event
+        event.clear()
         self.hub.ring.wait(event)
-        handle = timer.call_at(until_ms, event.set) if until_ms is not None else None
+        if until_ms != self._alarm_at:
+            if self._alarm is not None:
+                self._alarm.cancel()
+            self._alarm, self._alarm_at = None, until_ms
+            if until_ms is not None:
+                self._alarm = timer.call_at(until_ms, self._ring_alarm)
         try:
             await event.wait()
         finally:
             self.hub.ring.unwait(event)
-            if handle is not None:
-                handle.cancel()
         return until_ms is None or timer.now_ms() < until_ms or self._ready()
+
+    def _ring_alarm(self) -> None:
+        self._alarm, self._alarm_at = None, None
+        self._event.set()
 
     def _ready(self) -> bool:
         chunk = self._chunk

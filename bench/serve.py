@@ -44,6 +44,9 @@ LIVE_RATE = 10_000
 LIVE_SECONDS = 10
 SUBSCRIBERS = 100
 IDLE_POLLS = 1000
+RING_BYTES = 16 * 1024 * 1024
+"""The server's ring in these runs (default 64 MiB): full within the first seconds, so the
+RSS samples show memory with the ring at its bound."""
 WRITER = """
 import sys, time
 from moonish.log.records import KvCommand
@@ -73,7 +76,7 @@ def _server(data: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
 
     process = subprocess.Popen(
         [sys.executable, "-c", "from cli.main import entry; entry()", "serve", str(data),
-         "--port", "0", "--max-subscribers", "5000", *extra],
+         "--port", "0", "--max-subscribers", "5000", "--ring-bytes", str(RING_BYTES), *extra],
         stdout=subprocess.PIPE, preexec_fn=on_core_1, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert process.stdout is not None

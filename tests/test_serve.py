@@ -258,3 +258,14 @@ def test_headers_arrive_before_any_change_over_urllib(data: Path) -> None:
         with urllib.request.urlopen(url, timeout=5) as response:  # returns once headers are in
             assert response.status == 200
         assert time.monotonic() - started < 2
+
+
+def test_an_idle_server_does_not_poll_in_a_loop(data: Path) -> None:
+    """The shared reader's own reads (heartbeat.json, the directory listing) must not wake it
+    (watchdog reports opens): idle, it waits for a write or its resolved interval."""
+    with Running(data) as server:
+        time.sleep(0.5)
+        started = time.process_time()
+        time.sleep(2)
+        assert time.process_time() - started < 0.5  # was a whole core
+        assert request(f"{server.url}/v1/info")[0] == 200

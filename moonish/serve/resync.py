@@ -19,13 +19,13 @@ from moonish.serve.chunks import Chunk, Framing, chunk_of
 
 
 class LogReader:
-    """Rounds of the log after ``start`` as chunks, one read ahead.
+    """Rounds of the log after ``start`` as chunks, one read ahead (make one with
+    :meth:`open`).
 
     Args:
-        data_dir: the data directory.
-        start: the token to read after.
+        tail: a merged reader positioned at ``start``, not following.
+        start: the token it reads after.
         framing: the subscriber's framing (chunks are framed in the worker thread).
-        resolved_ms: resolved markers this often (empty chunks that carry them), or ``None``.
     """
 
     def __init__(self, tail: MergedTail, start: Token, framing: Framing) -> None:
@@ -39,7 +39,8 @@ class LogReader:
     async def open(
         cls, data_dir: str, start: Token, framing: Framing, resolved_ms: int | None
     ) -> LogReader:
-        """Open the reader (in a thread: it opens every shard's segment).
+        """Open the reader (in a thread: it opens every shard's segment); ``resolved_ms``:
+        resolved markers this often (empty chunks that carry them), or ``None``.
 
         Raises:
             InvalidArgumentError, PositionNotRetainedError: as

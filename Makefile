@@ -30,6 +30,9 @@ $(DEV): pyproject.toml | $(BIN)/python
 	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
 	command -v redis-server >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
+	@# The server tests (tests/test_serve*.py) use curl as a client and openssl for a certificate.
+	command -v curl >/dev/null && command -v openssl >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl openssl >/dev/null; }
 	@# The Spark tests start a local Spark: PySpark 4 needs Java 17 or later.
 	[ "$$($(JAVA_MAJOR))" -ge 17 ] 2>/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }

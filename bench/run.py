@@ -18,7 +18,9 @@
 7. retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
 8. kafka: events/s into a broker, per delivery mode, payload-only and --schemas (bench.kafka).
-9. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
+9. serve: the change feed server over loopback: catch-up against in-process reading, 100
+   live subscribers at 10K appends/s, a slow subscriber, 1,000 idle long-polls (bench.serve).
+10. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -44,6 +46,7 @@ from bench.capture import bench_capture
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
 from bench.retention import bench_consumer_list, bench_prune
+from bench.serve import bench_serve
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from moonish.cdc import shard_read
@@ -359,7 +362,9 @@ def main() -> None:
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
         ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
-        ("kafka", lambda: bench_kafka(DATA, AOF)), ("capture", lambda: bench_capture(DATA)),
+        ("kafka", lambda: bench_kafka(DATA, AOF)),
+        ("serve", lambda: bench_serve(DATA, AOF, READ_RECORDS)),
+        ("capture", lambda: bench_capture(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -18,6 +18,7 @@ from cli.cdc_read import read
 from cli.cdc_tail import tail
 from cli.consumer import consumer
 from cli.errors import CliError
+from cli.serve import serve
 from cli.spark_materialize import materialize, show
 from cli.wal_capture import capture_command
 from cli.wal_checkpoint import checkpoint
@@ -138,6 +139,7 @@ wal.add_command(repair)
 wal.add_command(retention)
 wal.add_command(prune)
 moonish.add_command(consumer)
+moonish.add_command(serve)
 spark.add_command(materialize)
 spark.add_command(show)
 

@@ -36,6 +36,10 @@ class _WatchdogNotices(logging.Filter):
 
 
 _NOTICES = _WatchdogNotices()
+_READS = frozenset({"opened", "closed_no_write"})
+"""Events a reader causes (watchdog 5 reports IN_OPEN and IN_CLOSE_NOWRITE): a follower's
+own poll opens heartbeat.json and lists the directory, so waking on them made every
+follower at the end of the log poll in a loop (a core's worth of CPU, idle)."""
 _SIGNALS: weakref.WeakSet[ChangeSignal] = weakref.WeakSet()
 
 
@@ -66,8 +70,9 @@ class ChangeSignal:
             event = self._event
 
             class Signal(FileSystemEventHandler):
-                def on_any_event(self, _: object) -> None:
-                    event.set()
+                def on_any_event(self, change: Any) -> None:
+                    if change.event_type not in _READS:
+                        event.set()
 
             for name in ("watchdog.observers.inotify", "watchdog.observers.inotify_c"):
                 logging.getLogger(name).addFilter(_NOTICES)  # idempotent

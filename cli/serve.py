@@ -1,0 +1,79 @@
+"""``moonish serve``: the change stream of a data directory over HTTP and WebSocket."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+import orjson
+
+from moonish.serve import Limits, ServeOptions, Server, load_token, run
+from moonish.serve.options import DEFAULT_HOST, DEFAULT_PORT
+
+_DEFAULTS = Limits()
+
+
+@click.command("serve")
+@click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
+@click.option(
+    "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+    help="TCP port (0: any free port; the first stdout line says which).",
+)  # fmt: skip
+@click.option(
+    "--token-file",
+    type=click.Path(exists=True, dir_okay=False),
+    help="A file holding the bearer token every request must carry (needed for any host but "
+    "a loopback address).",
+)
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
+@click.option(
+    "--max-subscribers", type=click.IntRange(1), default=_DEFAULTS.max_subscribers,
+    show_default=True, help="Open feeds at once (one more gets 429).",
+)  # fmt: skip
+@click.option(
+    "--max-request-bytes", type=click.IntRange(1), default=_DEFAULTS.max_request_bytes,
+    show_default=True, help="Largest request body or WebSocket message (413 / close 1009).",
+)  # fmt: skip
+@click.option(
+    "--idle-timeout-ms", type=click.IntRange(1), default=_DEFAULTS.idle_timeout_ms,
+    show_default=True, help="Close idle kept-alive connections and unanswered WebSockets.",
+)  # fmt: skip
+@click.option(
+    "--ring-bytes", type=click.IntRange(1), default=_DEFAULTS.ring_bytes, show_default=True,
+    help="Memory for the shared ring of recent changes.",
+)  # fmt: skip
+def serve(
+    data_dir: str, host: str, port: int, token_file: str | None, tls_cert: str | None,
+    tls_key: str | None, max_subscribers: int, max_request_bytes: int, idle_timeout_ms: int,
+    ring_bytes: int,
+) -> None:  # fmt: skip
+    """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
+    credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
+
+    Listens on 127.0.0.1 unless --host says otherwise, which needs --token-file. Prints
+    {"url": ..., "data_dir": ...} on stdout once listening; SIGINT or SIGTERM stops it
+    (exit 0).
+
+    Example:
+
+        moonish serve data --port 8470
+
+        curl -N 'http://127.0.0.1:8470/v1/changes?feed=continuous&since=now&heartbeat=5000'
+    """
+    limits = Limits(
+        max_subscribers=max_subscribers, max_request_bytes=max_request_bytes,
+        idle_timeout_ms=idle_timeout_ms, ring_bytes=ring_bytes,
+    )  # fmt: skip
+    token = None if token_file is None else load_token(token_file)
+    options = ServeOptions(
+        host=host, port=port, token=token, tls_cert=tls_cert, tls_key=tls_key, limits=limits
+    )
+
+    def ready(server: Server) -> None:
+        line = orjson.dumps({"url": server.url, "data_dir": data_dir})
+        sys.stdout.buffer.write(line + b"\n")
+        sys.stdout.flush()
+
+    run(data_dir, options, on_ready=ready)

@@ -1,0 +1,289 @@
+"""Runs of envelopes with the token after each, framed once for every reader that wants them.
+
+A :class:`Chunk` is what one round of a merged reader returned (moonish.cdc.merged_read): the
+envelope bytes in stream order, the token after each event (``seqs``, text), the token
+before and after the run, and the frames (for filters). Framing is built once per chunk
+and format and cached: every subscriber positioned exactly on the chunk writes the same
+bytes object (``Chunk.blob``), so an envelope is encoded and framed once however many
+subscribers receive it.
+
+Framing (docs/server.md, "Framing"):
+
+- rows (NDJSON: ``continuous``, ``longpoll``/``normal`` results, WebSocket binary frames):
+  ``{"seq":"<token after>","change":<envelope>}\\n`` per change;
+  ``{"resolved":{"ts_us","ts_ms","token"}}\\n`` per marker; ``{"last_seq":"<token>"}\\n``
+  for a position without a change (a filtered feed's heartbeat, the end of a feed).
+- SSE (``eventsource``): ``id: <token after>\\ndata: <envelope>\\n\\n`` per change;
+  ``event: resolved`` with ``id:`` and the marker as data; ``event: heartbeat`` with ``id:``
+  (the position) and empty data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
+
+from moonish.cdc.merged import MergedBatch, Resolved
+from moonish.cdc.token import Token
+from moonish.errors import InvalidArgumentError
+from moonish.log.format import RecordType
+from moonish.log.frames import Frame
+from moonish.log.records import PayloadError, change_key, decode_payload
+
+_LETTERS = "abcdefghijklmnopqrst"
+RECORD_TYPES = {kind.name.lower(): int(kind) for kind in RecordType}
+OPS = frozenset({"c", "u", "d", "r", "t", "m"})
+
+
+class Framing:
+    """How changes, markers and positions are written for one kind of feed."""
+
+    name = "rows"
+    LINE = b'{"seq":"%b","change":%b}\n'
+    """One change: its token after, its envelope."""
+
+    def line(self, seq: bytes, envelope: bytes) -> bytes:
+        return self.LINE % (seq, envelope)
+
+    def lines(self, seqs: list[bytes], envelopes: list[bytes]) -> list[bytes]:
+        line = self.LINE
+        return [line % pair for pair in zip(seqs, envelopes, strict=True)]
+
+    def marker(self, marker: Resolved) -> bytes:
+        return marker.to_json() + b"\n"
+
+    def position(self, token: Token) -> bytes:
+        """A position without a change (a filtered feed's heartbeat, the end of a feed)."""
+        return b'{"last_seq":"%b"}\n' % str(token).encode()
+
+    def heartbeat(self, token: Token, moved: bool) -> bytes:
+        """What keeps an idle feed open; carries the position if it moved unseen."""
+        return self.position(token) if moved else b"\n"
+
+
+class SseFraming(Framing):
+    """Server-sent events (WHATWG HTML, "Server-sent events"): the token is the event id."""
+
+    name = "sse"
+    LINE = b"id: %b\ndata: %b\n\n"
+
+    def marker(self, marker: Resolved) -> bytes:
+        return b"event: resolved\nid: %b\ndata: %b\n\n" % (
+            str(marker.token).encode(),
+            marker.to_json(),
+        )
+
+    def position(self, token: Token) -> bytes:
+        text = str(token).encode()
+        return b'event: last_seq\nid: %b\ndata: {"last_seq":"%b"}\n\n' % (text, text)
+
+    def heartbeat(self, token: Token, moved: bool) -> bytes:
+        return b"event: heartbeat\nid: %b\ndata: \n\n" % str(token).encode()
+
+
+ROWS = Framing()
+SSE = SseFraming()
+
+
+@dataclass(frozen=True, slots=True)
+class Filter:
+    """Which changes a feed delivers; the others still move its token.
+
+    Attributes:
+        dbs: Redis database numbers (``None``: any).
+        key_prefix: keys starting with these bytes (``None``: any; records without a key,
+            such as checkpoints, never match a prefix).
+        ops: Debezium ops (``c``, ``u``, ``d``, ``r``, ``t``, ``m``).
+        types: record types (``RecordType`` values).
+    """
+
+    dbs: frozenset[int] | None = None
+    key_prefix: bytes | None = None
+    ops: frozenset[str] | None = None
+    types: frozenset[int] | None = None
+
+    @property
+    def everything(self) -> bool:
+        return (
+            self.dbs is None
+            and self.key_prefix is None
+            and self.ops is None
+            and (self.types is None)
+        )
+
+    @classmethod
+    def parse(
+        cls, db: str | None, key_prefix: str | None, op: str | None, record_type: str | None
+    ) -> Filter:
+        """The filter of a request's ``db``, ``key_prefix``, ``op`` and ``type`` parameters
+        (comma-separated lists; the key prefix as UTF-8).
+
+        Raises:
+            InvalidArgumentError: a value that is not a db number, op or record type name.
+        """
+        dbs = None
+        if db is not None:
+            try:
+                dbs = frozenset(int(part) for part in db.split(","))
+            except ValueError:
+                raise InvalidArgumentError(
+                    f"db is a comma-separated list of numbers: {db!r}"
+                ) from None
+        ops = None if op is None else frozenset(op.split(","))
+        if ops is not None and not ops <= OPS:
+            raise InvalidArgumentError(f"op takes {','.join(sorted(OPS))}; got {op!r}")
+        types = None
+        if record_type is not None:
+            names = record_type.split(",")
+            unknown = [name for name in names if name not in RECORD_TYPES]
+            if unknown:
+                raise InvalidArgumentError(
+                    f"type takes {','.join(RECORD_TYPES)}; got {','.join(unknown)!r}"
+                )
+            types = frozenset(RECORD_TYPES[name] for name in names)
+        prefix = None if key_prefix is None else key_prefix.encode()
+        return cls(dbs, prefix, ops, types)
+
+    def select(self, frames: Sequence[Frame], ops: Sequence[str], lo: int, hi: int) -> list[int]:
+        """The indexes in ``[lo, hi)`` of the events this filter passes, ascending."""
+        keep = []
+        for i in range(lo, hi):
+            frame = frames[i]
+            if self.ops is not None and ops[i] not in self.ops:
+                continue
+            if self.types is not None and frame.record_type not in self.types:
+                continue
+            if self.dbs is not None or self.key_prefix is not None:
+                db, key = db_and_key(frame)
+                if self.dbs is not None and db not in self.dbs:
+                    continue
+                if self.key_prefix is not None and (
+                    key is None or not key.startswith(self.key_prefix)
+                ):
+                    continue
+            keep.append(i)
+        return keep
+
+
+def db_and_key(frame: Frame) -> tuple[int | None, bytes | None]:
+    """A record's Redis db and key: kv_change and kv records have both, a message its db,
+    other records neither."""
+    try:
+        if frame.record_type == RecordType.KV_CHANGE:
+            return change_key(frame.payload)
+        record = decode_payload(frame.record_type, frame.payload)
+    except PayloadError:
+        return None, None  # the encoder already accepted it; a filter does not judge it
+    db = getattr(record, "db", None)
+    argv = getattr(record, "argv", None)
+    key_pos = getattr(record, "key_pos", 0)
+    key = argv[key_pos] if argv is not None and 0 < key_pos < len(argv) else None
+    return db, key
+
+
+def component(lsn: int) -> str:
+    """One token component's text (moonish.cdc.token)."""
+    digits = str(lsn)
+    return _LETTERS[len(digits) - 1] + digits
+
+
+class Chunk:
+    """Events in stream order with the token after each (see the module docstring).
+
+    Attributes:
+        index: the ring position of the first event (set by the ring; 0 otherwise).
+        before, after: the tokens before the first and after the last event.
+        envelopes: envelope bytes per event.
+        seqs: the token after each event, as ASCII bytes.
+        indexes: each event's shard number (token component).
+        frames, ops: per event, as in :class:`~moonish.cdc.merged.MergedBatch`.
+        resolved: a marker that comes after the events, or ``None``.
+        nbytes: memory it may hold (envelopes, tokens, payloads and both framings).
+        next, evicted: the ring's link to the next chunk, and whether this one left the ring.
+    """
+
+    __slots__ = ("_blobs", "after", "before", "envelopes", "evicted", "frames", "index",
+                 "indexes", "nbytes", "next", "ops", "resolved", "seqs")  # fmt: skip
+
+    def __init__(
+        self, before: Token, after: Token, envelopes: list[bytes], seqs: list[bytes],
+        indexes: list[int], frames: list[Frame], ops: list[str],
+    ) -> None:  # fmt: skip
+        self.index = 0
+        self.before, self.after = before, after
+        self.envelopes, self.seqs, self.indexes = envelopes, seqs, indexes
+        self.frames, self.ops = frames, ops
+        self.resolved: Resolved | None = None
+        self.next: Chunk | None = None  # the ring's next chunk (cut when this one leaves)
+        self.evicted = False
+        self._blobs: dict[str, tuple[bytes, list[int]]] = {}
+        # envelopes, payloads, tokens, and both framings (built on first use) with offsets
+        size = 3 * sum(map(len, envelopes)) + sum(len(f.payload) for f in frames)
+        self.nbytes = 200 + size + (len(seqs) * (3 * len(seqs[0]) + 200) if seqs else 0)
+
+    def __len__(self) -> int:
+        return len(self.envelopes)
+
+    @property
+    def end(self) -> int:
+        return self.index + len(self.envelopes)
+
+    def blob(self, framing: Framing) -> tuple[bytes, list[int]]:
+        """Every event framed, as one bytes object, and the offset after each event."""
+        built = self._blobs.get(framing.name)
+        if built is None:
+            lines = framing.lines(self.seqs, self.envelopes)
+            blob = b"".join(lines)
+            built = self._blobs[framing.name] = (blob, list(accumulate(map(len, lines))))
+        return built
+
+    def framed(self, framing: Framing, lo: int, hi: int) -> bytes:
+        """Events ``[lo, hi)`` framed with their own tokens (one slice of the blob)."""
+        blob, ends = self.blob(framing)
+        if lo == 0 and hi == len(ends):
+            return blob
+        return blob[ends[lo - 1] if lo else 0 : ends[hi - 1]]
+
+    def framed_each(self, framing: Framing, keep: list[int]) -> list[bytes]:
+        """Events ``keep`` framed with their own tokens, one bytes object each."""
+        blob, ends = self.blob(framing)
+        return [blob[ends[i - 1] if i else 0 : ends[i]] for i in keep]
+
+    def token_at(self, offset: int) -> Token:
+        """The token before event ``offset`` of this chunk (``len(self)``: ``after``)."""
+        if offset == 0:
+            return self.before
+        if offset == len(self.envelopes):
+            return self.after
+        return Token.parse(self.seqs[offset - 1].decode())
+
+    def batch_end(self, offset: int) -> int:
+        """The offset after the atomic batch that event ``offset - 1`` belongs to."""
+        frames = self.frames
+        while offset < len(frames) and frames[offset].batch_index > 0:
+            offset += 1
+        return offset
+
+
+def chunk_of(batch: MergedBatch, before: Token) -> Chunk:
+    """``batch`` (read after ``before``) as a chunk, with the token after each event.
+
+    Cost: per event one tuple-free string join of the components (the changed one
+    re-formatted), no Token object.
+    """
+    indexes, frames = batch.indexes, batch.frames
+    positions = list(before.positions)
+    parts = [component(p) for p in positions]
+    prefix = f"m{len(parts)}."
+    seqs: list[bytes] = []
+    append, join = seqs.append, ".".join
+    for k, frame in zip(indexes, frames, strict=True):
+        lsn = frame.lsn
+        if lsn > positions[k]:
+            positions[k] = lsn
+            parts[k] = component(lsn)
+        append((prefix + join(parts)).encode())
+    if seqs:  # the last token also covers records after it that the stream skips
+        seqs[-1] = str(batch.token).encode()
+    return Chunk(before, batch.token, batch.envelopes, seqs, indexes, frames, batch.ops)

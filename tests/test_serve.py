@@ -1,0 +1,271 @@
+"""``moonish serve``: the feeds of /v1/changes over real HTTP clients (urllib, curl, raw
+sockets, aiohttp), heartbeats and timeouts on an injected clock, filters, resolved markers,
+errors and the 410 of a removed position."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import orjson
+import pytest
+
+from moonish.cdc.merged_read import read_merged
+from moonish.serve.timer import ManualTimer
+from tests.serve_util import Running, ndjson, request, rows_of
+from tests.test_merged import write_steps
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    write_steps(tmp_path / "data", 2, [(n % 2, 1 + 2 * (n % 5 == 0), 1) for n in range(30)])
+    return tmp_path / "data"
+
+
+def everything(data: Path) -> list[tuple[int, int]]:
+    result = read_merged(data, "earliest", 10_000)
+    return [(e.shard, e.lsn) for e in result.events]
+
+
+def test_normal_pages_through_everything_once_with_last_seq_and_pending(data: Path) -> None:
+    expected = everything(data)
+    with Running(data) as server:
+        seen, since = [], "earliest"
+        while True:
+            status, page = request(f"{server.url}/v1/changes?since={since}&limit=4")
+            assert status == 200
+            rows = [(r["change"]["source"]["shard"], r["change"]["source"]["lsn"])
+                    for r in page["results"]]  # fmt: skip
+            if not rows:
+                assert page["last_seq"] == since and page["pending"] == 0
+                break
+            assert page["results"][-1]["seq"] == page["last_seq"]
+            assert page["pending"] == len(expected) - len(seen) - len(rows)
+            seen += rows
+            since = page["last_seq"]
+        assert seen == expected
+
+
+def test_continuous_gives_every_change_then_last_seq_and_follows_new_ones(data: Path) -> None:
+    expected = everything(data)
+    with Running(data) as server:
+        lines = ndjson(f"{server.url}/v1/changes?feed=continuous&since=earliest&timeout=300")
+        assert rows_of(lines) == expected
+        assert lines[-1]["last_seq"] == lines[-2]["seq"] and lines[-1]["pending"] == 0
+        url = f"{server.url}/v1/changes?feed=continuous&since=now&limit=2&timeout=20000"
+        got: list[list[dict[str, object]]] = []
+        reader = threading.Thread(target=lambda: got.append(ndjson(url)))
+        reader.start()
+        time.sleep(0.5)
+        write_steps(data, 2, [(1, 3, 1)])  # an atomic batch, appended to shard 1
+        reader.join(20)
+        assert [r[0] for r in rows_of(got[0])] == [1, 1, 1]  # the limit never cuts a batch
+
+
+def test_longpoll_waits_for_a_change_and_times_out_on_the_injected_clock(data: Path) -> None:
+    timer = ManualTimer()
+    with Running(data, timer=timer) as server:
+        url = f"{server.url}/v1/changes?feed=longpoll&since=now&timeout=5000"
+        answers: list[tuple[int, object]] = []
+        waiter = threading.Thread(target=lambda: answers.append(request(url)))
+        waiter.start()
+        _until(lambda: timer.pending() == 1)
+        timer.advance(4999)
+        time.sleep(0.3)
+        assert not answers  # still waiting
+        timer.advance(1)
+        waiter.join(10)
+        status, body = answers[0]
+        assert status == 200 and body["results"] == [] and body["pending"] == 0  # type: ignore[index]
+        waiter = threading.Thread(target=lambda: answers.append(request(url)))
+        waiter.start()
+        _until(lambda: timer.pending() == 1)
+        write_steps(data, 2, [(1, 1, 1)])
+        waiter.join(10)
+        assert [r["change"]["source"]["shard"] for r in answers[1][1]["results"]] == [1]  # type: ignore[index]
+
+
+def test_heartbeats_keep_an_idle_feed_open_and_headers_go_out_at_once(data: Path) -> None:
+    timer = ManualTimer()
+    with Running(data, timer=timer) as server:
+        port = int(server.url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /v1/changes?feed=continuous&since=now&heartbeat=1000 HTTP/1.1\r\n"
+                         b"Host: x\r\n\r\n")  # fmt: skip
+            head = _read_until(sock, b"\r\n\r\n")  # before any heartbeat: the clock stands still
+            assert head.startswith(b"HTTP/1.1 200") and b"application/x-ndjson" in head
+            _until(lambda: timer.pending() == 1)
+            timer.advance(1000)
+            assert _read_until(sock, b"\n\r\n") == b"1\r\n\n\r\n"  # one chunk: a newline
+            for _ in range(3):  # heartbeat overrides timeout: no end after 60 s
+                _until(lambda: timer.pending() == 1)
+                timer.advance(30_000)
+                assert _read_until(sock, b"\n\r\n") == b"1\r\n\n\r\n"
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"GET /v1/changes?feed=eventsource&since=now&timeout=2000 HTTP/1.1\r\n"
+                         b"Host: x\r\n\r\n")  # fmt: skip
+            assert b"text/event-stream" in _read_until(sock, b"\r\n\r\n")
+            _until(lambda: timer.pending() == 1)
+            timer.advance(2000)
+            rest = _read_until(sock, b"0\r\n\r\n")
+            assert b"event: last_seq" in rest  # the timeout ends it with the position
+
+
+def test_eventsource_ids_are_tokens_and_last_event_id_resumes(data: Path) -> None:
+    expected = everything(data)
+    with Running(data) as server:
+        url = f"{server.url}/v1/changes?feed=eventsource&since=earliest&timeout=300"
+        text = subprocess.run(["curl", "-sN", url], capture_output=True, check=True).stdout
+        events = [block for block in text.split(b"\n\n") if block.startswith(b"id: ")]
+        ids = [block.split(b"\n")[0][4:].decode() for block in events]
+        assert len(ids) == len(expected) and ids == sorted(ids)
+        pick = ids[len(ids) // 3]
+        again = subprocess.run(
+            ["curl", "-sN", "-H", f"Last-Event-ID: {pick}", url.replace("earliest", "now")],
+            capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        rest = [orjson.loads(b.split(b"data: ", 1)[1]) for b in again.split(b"\n\n")
+                if b.startswith(b"id: ")]  # fmt: skip
+        assert [(e["source"]["shard"], e["source"]["lsn"]) for e in rest] == expected[
+            len(ids) // 3 + 1 :
+        ]
+
+
+def test_filters_pass_over_changes_but_move_the_position(data: Path) -> None:
+    with Running(data) as server:
+        base = f"{server.url}/v1/changes?since=earliest&limit=1000"
+        status, page = request(base + "&key_prefix=k1")
+        keys = [r["change"]["after"]["key"] for r in page["results"]]
+        assert keys and all(key.startswith("k1") for key in keys)
+        every = request(base)[1]
+        assert (
+            status == 200 and page["last_seq"] == every["last_seq"]
+        )  # the position passed the others too
+        assert request(base + "&db=1")[1]["results"] == []
+        assert request(base + "&op=d")[1]["results"] == []
+        assert len(request(base + "&type=kv")[1]["results"]) == len(every["results"])
+        lines = ndjson(f"{server.url}/v1/changes?feed=continuous&since=earliest&timeout=200"
+                       "&key_prefix=nothing")  # fmt: skip
+        assert lines == [{"last_seq": every["last_seq"], "pending": 0}]
+        assert request(base + "&type=bogus")[0] == 400
+        assert request(base + "&op=x")[0] == 400
+
+
+def test_resolved_markers_come_in_the_stream(data: Path) -> None:
+    with Running(data) as server:
+        lines = ndjson(
+            f"{server.url}/v1/changes?feed=continuous&since=earliest&resolved=10&timeout=1500"
+        )
+        markers = [line["resolved"] for line in lines if "resolved" in line]
+        assert markers and markers[-1]["token"] == lines[-1]["last_seq"]
+        change_times = [r["change"]["source"]["ts_us"] for r in lines if "change" in r]
+        assert markers[-1]["ts_us"] >= max(change_times)  # writers closed: every change before
+
+
+def test_errors_are_couchdb_shaped_with_machine_fields(data: Path) -> None:
+    with Running(data) as server:
+        status, body = request(f"{server.url}/v1/changes?since=m3.a0.a0.a0")
+        assert status == 400 and body["error"] == "bad_request" and "3 shards" in body["reason"]
+        assert request(f"{server.url}/v1/changes?since=m2.e99999.a0")[0] == 400  # past the end
+        assert request(f"{server.url}/v1/changes?bogus=1")[0] == 400
+        status, body = request(f"{server.url}/v1/changes?consumer=nobody")
+        assert (status, body["error"], body["consumer"]) == (404, "not_found", "nobody")
+        assert request(f"{server.url}/v1/nothing")[0] == 404
+        status, body = request(f"{server.url}/v1/info", method="POST", body={})
+        assert status == 405 and body["error"] == "method_not_allowed"
+
+
+def test_a_removed_position_is_410_with_the_oldest_token_and_the_gap(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    write_steps(data, 2, [(0, 1, 1)] * 40 + [(1, 1, 1)] * 3, segment_bytes=400)
+    shard0 = data / "shard-0"
+    first = sorted(shard0.glob("*.seg"))[0]
+    for path in [first, *shard0.glob(f"{first.stem}.idx")]:
+        path.unlink()
+    with Running(data) as server:
+        status, body = request(f"{server.url}/v1/changes?since=m2.a0.a0")
+        assert status == 410 and body["error"] == "not_retained"
+        assert body["gone"] > 0 and body["oldest_token"].startswith("m2.")
+        status, page = request(f"{server.url}/v1/changes?since={body['oldest_token']}&limit=1000")
+        assert status == 200 and len(page["results"]) == 43 - body["gone"]
+
+
+def test_info_lists_shards_tokens_consumers_and_the_ring(data: Path) -> None:
+    with Running(data) as server:
+        assert (
+            request(f"{server.url}/v1/consumers", "POST", {"name": "c", "from": "earliest"})[0]
+            == 201
+        )
+        status, info = request(f"{server.url}/v1/info")
+        assert status == 200 and len(info["shards"]) == 2
+        assert info["earliest"] == "m2.a0.a0" and info["now"] == everything_token(data)
+        assert [c["name"] for c in info["consumers"]] == ["c"]
+        assert info["server"]["ring"]["last_token"] == info["now"]
+
+
+def everything_token(data: Path) -> str:
+    return str(read_merged(data, "earliest", 10_000).token)
+
+
+def test_consumers_over_http_create_list_ack_seek_drop(data: Path) -> None:
+    with Running(data) as server:
+        url = f"{server.url}/v1/consumers"
+        status, made = request(url, "POST", {"name": "billing", "from": "earliest"})
+        assert status == 201 and made["token"] == "m2.a0.a0"
+        assert request(url, "POST", {"name": "billing"})[0] == 409
+        _, page = request(f"{server.url}/v1/changes?consumer=billing&limit=5")
+        status, acked = request(f"{url}/billing/ack", "POST", {"token": page["last_seq"]})
+        assert status == 200 and acked["token"] == page["last_seq"]
+        _, again = request(f"{server.url}/v1/changes?consumer=billing&limit=5")
+        assert again["results"][0]["seq"] > page["last_seq"]
+        _, table = request(url)
+        assert table["consumers"][0]["lag_records"] > 0
+        assert request(f"{url}/billing/seek", "POST", {"position": "now"})[1]["token"] == (
+            everything_token(data)
+        )
+        assert request(f"{url}/billing")[1]["lag_records"] == 0
+        assert request(f"{url}/billing", "DELETE")[1] == {"name": "billing", "dropped": True}
+        assert request(f"{url}/billing")[0] == 404
+        assert request(f"{url}/bad%20name!/ack", "POST", {"token": "now"})[0] == 400
+
+
+def _until(check: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.01)
+
+
+def _read_until(sock: socket.socket, end: bytes) -> bytes:
+    got = b""
+    while not got.endswith(end):
+        chunk = sock.recv(1)
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+def test_headers_arrive_before_any_change_over_urllib(data: Path) -> None:
+    with Running(data) as server:
+        started = time.monotonic()
+        url = f"{server.url}/v1/changes?feed=continuous&since=now&heartbeat=60000"
+        with urllib.request.urlopen(url, timeout=5) as response:  # returns once headers are in
+            assert response.status == 200
+        assert time.monotonic() - started < 2
+
+
+def test_an_idle_server_does_not_poll_in_a_loop(data: Path) -> None:
+    """The shared reader's own reads (heartbeat.json, the directory listing) must not wake it
+    (watchdog reports opens): idle, it waits for a write or its resolved interval."""
+    with Running(data) as server:
+        time.sleep(0.5)
+        started = time.process_time()
+        time.sleep(2)
+        assert time.process_time() - started < 0.5  # was a whole core
+        assert request(f"{server.url}/v1/info")[0] == 200

@@ -33,6 +33,9 @@ $(DEV): pyproject.toml | $(BIN)/python
 	@# The server tests (tests/test_serve*.py) use curl as a client and openssl for a certificate.
 	command -v curl >/dev/null && command -v openssl >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl openssl >/dev/null; }
+	@# The status page test (tests/test_status_page.py) drives a headless chromium over CDP.
+	command -v chromium >/dev/null || { apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@# The Spark tests start a local Spark: PySpark 4 needs Java 17 or later.
 	[ "$$($(JAVA_MAJOR))" -ge 17 ] 2>/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null; }

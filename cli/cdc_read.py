@@ -8,6 +8,7 @@ import click
 
 import moonish.cdc.api
 import moonish.cdc.shard_read
+from cli import remote
 from cli.params import write_position
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.merged_read import MergedResult
@@ -15,7 +16,7 @@ from moonish.cdc.merged_read import MergedResult
 
 # A negative POSITION ("-1") must reach the cursor check and get its message, not "no such option".
 @click.command("read", context_settings={"ignore_unknown_options": True})
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("path", type=remote.DATA_PATH)
 @click.argument("position", required=False)
 @click.option(
     "--limit",
@@ -44,9 +45,11 @@ from moonish.cdc.merged_read import MergedResult
     is_flag=True,
     help="Also print Debezium BEGIN/END records around atomic batches.",
 )
+@remote.remote_options
 def read(
     path: str, position: str | None, limit: int, name: str, consumer: str | None, ack: bool,
-    cursor_file: str | None, snapshot: bool, transactions: bool,
+    cursor_file: str | None, snapshot: bool, transactions: bool, token_file: str | None,
+    cacert: str | None,
 ) -> None:  # fmt: skip
     """Print the next cursor (or token), then up to LIMIT envelopes after POSITION, one per line.
 
@@ -56,6 +59,9 @@ def read(
     read as one stream in commit-time order and POSITION is a token (m4.d1234.b12.a0.e999),
     `earliest` or `now`. The first line is the position to pass back to continue; when
     nothing is new it equals POSITION and no envelope follows.
+
+    PATH may also be a server's URL (`moonish serve`): the same output, read over HTTP
+    (--token-file for its bearer token, --cacert for a self-signed certificate).
 
     With --consumer, POSITION is the consumer's confirmed position; --ack confirms the
     printed envelopes once they are written (without it, reading again gives them again:
@@ -68,11 +74,21 @@ def read(
         moonish cdc read data earliest --limit 100 --cursor-file pos | jq .op
 
         moonish cdc read data --consumer billing --ack
+
+        moonish cdc read http://127.0.0.1:8470 m2.b12.a7 --limit 100
     """
     if ack and consumer is None:
         raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
     if position is None and not snapshot and consumer is None:
         raise click.UsageError("Missing argument 'POSITION'.")
+    client = remote.connect(path, token_file, cacert, ("name", "snapshot", "transactions"))
+    if client is not None:
+        with client:
+            got = client.read(position, limit, consumer=consumer)
+            _print(str(got.token), got.events.envelopes, cursor_file)
+            if ack and consumer is not None:
+                client.ack(consumer, got.token)
+        return
     if position is not None and not moonish.cdc.api.merged(path, position, consumer):
         _check_cursor(position)
     result = moonish.cdc.api.read(
@@ -80,17 +96,23 @@ def read(
         transactions=transactions,
     )  # fmt: skip
     where = str(result.token if isinstance(result, MergedResult) else result.cursor)
+    _print(where, result.events.envelopes, cursor_file)
+    if ack and consumer is not None and isinstance(result, MergedResult):
+        moonish.cdc.api.ack(path, consumer, result.token)
+
+
+def _print(where: str, envelopes: list[bytes], cursor_file: str | None) -> None:
+    """The position (first line, or to ``cursor_file`` once the envelopes are out), then the
+    envelopes, one per line."""
     out = sys.stdout.buffer
     if cursor_file is None:
         out.write(f"{where}\n".encode())
-    if result.events:
-        out.write(b"\n".join(result.events.envelopes))
+    if envelopes:
+        out.write(b"\n".join(envelopes))
         out.write(b"\n")
     out.flush()
     if cursor_file is not None:
         write_position(cursor_file, where)
-    if ack and consumer is not None and isinstance(result, MergedResult):
-        moonish.cdc.api.ack(path, consumer, result.token)
 
 
 def _check_cursor(position: str) -> None:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import click
 
 import moonish.cdc.api
+from cli import remote
 from cli.params import LSN, write_position
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.merged import Resolved
@@ -14,7 +17,7 @@ from moonish.cdc.merged_read import MergedTail
 
 
 @click.command("tail")
-@click.argument("path", type=click.Path(exists=True, file_okay=False))
+@click.argument("path", type=remote.DATA_PATH)
 @click.option(
     "--from-lsn",
     type=LSN,
@@ -50,10 +53,11 @@ from moonish.cdc.merged_read import MergedTail
 )
 @click.option("--snapshot", is_flag=True, help='Start with the newest snapshot\'s keys (op "r").')
 @click.option("--transactions", is_flag=True, help="Also print BEGIN/END records.")
+@remote.remote_options
 def tail(
     path: str, from_lsn: Cursor | None, from_token: str | None, consumer: str | None, ack: bool,
     follow: bool, name: str, poll_ms: int, resolved_ms: int | None, cursor_file: str | None,
-    snapshot: bool, transactions: bool,
+    snapshot: bool, transactions: bool, token_file: str | None, cacert: str | None,
 ) -> None:  # fmt: skip
     """Print envelopes as NDJSON: one shard in LSN order, or a data directory's shards merged
     in commit-time order.
@@ -63,6 +67,10 @@ def tail(
     which exits with status 0 after flushing what was printed. A position that retention
     removed ends the stream with exit 3 (it never stalls).
 
+    PATH may also be a server's URL (`moonish serve`): the same output over HTTP; with
+    --follow a dropped connection or a restarted server is reconnected to, from the last
+    change printed (nothing missed, nothing twice). --resolved-ms needs --follow there.
+
     Example:
 
         moonish cdc tail data/shard-0 --from-lsn 100 --follow
@@ -70,29 +78,54 @@ def tail(
         moonish cdc tail data --from now --follow --resolved-ms 1000
 
         moonish cdc tail data --consumer billing --ack --follow
+
+        moonish cdc tail https://cdc.example:8470 --from now --follow --token-file token
     """
     if ack and consumer is None:
         raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
     if from_lsn is not None and (from_token is not None or consumer is not None):
         raise click.UsageError("--from-lsn reads one shard: not with --from or --consumer.")
+    local_only = ("from_lsn", "name", "poll_ms", "snapshot", "transactions")
+    client = remote.connect(path, token_file, cacert, local_only)
+    if client is not None:
+        with client, client.tail(
+            from_token, consumer=consumer, follow=follow, resolved_ms=resolved_ms
+        ) as remote_stream:  # fmt: skip
+            _print(remote_stream, lambda: str(remote_stream.token), cursor_file,
+                   None if not ack or consumer is None
+                   else lambda where: client.ack(consumer, where))  # fmt: skip
+        return
     position = from_token if from_token is not None else from_lsn
-    out = sys.stdout.buffer
     with moonish.cdc.api.tail(
         path, position, consumer=consumer, follow=follow, name=name, fallback_poll_ms=poll_ms,
         snapshot=snapshot, transactions=transactions, resolved_ms=resolved_ms,
     ) as stream:  # fmt: skip
-        try:
-            for batch in stream.batches():
-                if isinstance(batch, Resolved):
-                    out.write(batch.to_json() + b"\n")
-                elif batch.envelopes:  # (empty: past records of a disabled stream)
-                    out.write(b"\n".join(batch.envelopes))
-                    out.write(b"\n")
-                out.flush()
-                where = str(stream.token if isinstance(stream, MergedTail) else stream.cursor)
-                if cursor_file is not None:
-                    write_position(cursor_file, where)
-                if ack and consumer is not None:
-                    moonish.cdc.api.ack(path, consumer, where)
-        except KeyboardInterrupt:
+        _print(
+            stream, lambda: str(stream.token if isinstance(stream, MergedTail) else stream.cursor),
+            cursor_file, None if not ack or consumer is None
+            else lambda where: moonish.cdc.api.ack(path, consumer, where),
+        )  # fmt: skip
+
+
+def _print(
+    stream: Any, where: Callable[[], str], cursor_file: str | None,
+    ack: Callable[[str], object] | None,
+) -> None:  # fmt: skip
+    """Print each batch (envelopes, or a marker), then write and ack its position; Ctrl-C
+    ends it after flushing what was printed."""
+    out = sys.stdout.buffer
+    try:
+        for batch in stream.batches():
+            if isinstance(batch, Resolved):
+                out.write(batch.to_json() + b"\n")
+            elif batch.envelopes:  # (empty: past records of a disabled stream)
+                out.write(b"\n".join(batch.envelopes))
+                out.write(b"\n")
             out.flush()
+            position = where()
+            if cursor_file is not None:
+                write_position(cursor_file, position)
+            if ack is not None:
+                ack(position)
+    except KeyboardInterrupt:
+        out.flush()

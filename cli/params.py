@@ -63,6 +63,11 @@ def shard_options(command: Callable[..., Any]) -> Callable[..., Any]:
                      help="Rotate to a new segment before one would grow past this many "
                      "bytes (a batch larger than this gets a segment of its own)."),
     ]  # fmt: skip
+    return stack(command, options)
+
+
+def stack(command: Callable[..., Any], options: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """Apply click options to ``command`` so that ``--help`` lists them in this order."""
     for option in reversed(options):
         command = option(command)
     return command

@@ -3,7 +3,8 @@
 The public API: :func:`read` (one batch: from a shard's LSN :class:`Cursor`, or merged over a
 data directory's shards from a :class:`Token` or a named consumer), :func:`tail` (an
 iterator, optionally following the log, with :class:`Resolved` watermarks), :func:`ack`
-(confirm a consumer's position; ``moonish.consumers`` manages them), :func:`info`; every
+(confirm a consumer's position; ``moonish.consumers`` manages them), :func:`info`;
+:func:`connect` (the same reads from a ``moonish serve`` server, moonish.remote); every
 error is a :class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
 c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
 ``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; operator repairs:
@@ -36,6 +37,7 @@ from moonish.errors import (
 )
 from moonish.log import consumers
 from moonish.log.records import ViewType
+from moonish.remote import connect
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ExecResult, ShardOptions, ShardWriter
 
@@ -69,6 +71,7 @@ __all__ = [
     "WriterLockedError",
     "__version__",
     "ack",
+    "connect",
     "consumers",
     "info",
     "read",

@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from moonish.errors import MoonishError
-from moonish.serve import admin, feeds, websocket
+from moonish.serve import admin, feeds, status, websocket
 from moonish.serve.errors import (
     NotFoundError,
     RequestTooLargeError,
@@ -121,6 +121,7 @@ def make_app(state: ServerState) -> web.Application:
 
         return run
 
+    app.router.add_get("/", bound(status.page))
     app.router.add_get("/v1/info", bound(admin.info))
     app.router.add_get("/v1/changes", bound(feeds.changes))
     app.router.add_get("/v1/ws", bound(websocket.websocket))

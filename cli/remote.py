@@ -1,0 +1,67 @@
+"""What ``cdc read`` and ``cdc tail`` share to read a server (``moonish serve``) by URL
+instead of a data directory: the PATH type, ``--token-file``/``--cacert``, and the options
+that only make sense on the machine that holds the log."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+import moonish
+from cli.params import stack
+from moonish.remote import ClientOptions, is_url, read_token_file
+
+
+class DataPath(click.ParamType):  # type: ignore[type-arg]
+    """A shard or data directory that exists, or a server's ``http(s)://`` URL."""
+
+    name = "path_or_url"
+    _directory = click.Path(exists=True, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        if isinstance(value, str) and is_url(value):
+            return value
+        return str(self._directory.convert(value, param, ctx))
+
+
+DATA_PATH = DataPath()
+
+
+def remote_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--token-file`` and ``--cacert``, for a PATH that is a URL."""
+    options = [
+        click.option("--token-file", type=click.Path(exists=True, dir_okay=False),
+                     help="With a URL: a file whose first line is the server's bearer token."),
+        click.option("--cacert", type=click.Path(exists=True, dir_okay=False),
+                     help="With an https URL: PEM certificates to trust (a self-signed "
+                     "server's)."),
+    ]  # fmt: skip
+    return stack(command, options)
+
+
+def connect(
+    path: str, token_file: str | None, cacert: str | None, local_only: tuple[str, ...]
+) -> moonish.remote.Client | None:
+    """A client when PATH is a URL (``None`` for a directory).
+
+    Raises:
+        click.UsageError: an option that reads the log itself (``local_only``, given on the
+            command line) with a URL, or ``--token-file``/``--cacert`` without one.
+        InvalidArgumentError: a bad URL, token file or certificate file.
+    """
+    ctx = click.get_current_context()
+    if not is_url(path):
+        for name in ("token_file", "cacert"):
+            if ctx.params.get(name) is not None:
+                raise click.UsageError(f"--{name.replace('_', '-')} goes with a server URL.")
+        return None
+    for name in local_only:
+        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
+                                              ParameterSource.ENVIRONMENT):  # fmt: skip
+            option = "--" + name.replace("_", "-")
+            raise click.UsageError(f"{option} reads a log on this machine, not with a URL.")
+    token = None if token_file is None else read_token_file(token_file)
+    return moonish.connect(path, token, ClientOptions(cafile=cacert))

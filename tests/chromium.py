@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
+import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -54,7 +57,15 @@ class Browser:
              "--remote-debugging-port=0", f"--user-data-dir={self.profile}",
              f"--window-size={self.size[0]},{self.size[1]}", "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its own process group: stopped with all its children
         )  # fmt: skip
+        try:
+            return await self._connect()
+        except BaseException:
+            await self.__aexit__(None, None, None)
+            raise
+
+    async def _connect(self) -> Browser:
         port, path = await self._active_port()
         self.session = aiohttp.ClientSession()
         self.ws = await self.session.ws_connect(f"ws://127.0.0.1:{port}{path}", max_msg_size=0)
@@ -84,12 +95,13 @@ class Browser:
         if self.session is not None:
             await self.session.close()
         if self.process is not None:
-            self.process.terminate()
-            try:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(10)
+            with contextlib.suppress(ProcessLookupError):  # renderers and zygotes too
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
 
     async def _active_port(self) -> tuple[int, str]:
         marker = self.profile / "DevToolsActivePort"

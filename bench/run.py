@@ -18,6 +18,8 @@
 7. retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
 8. kafka: events/s into a broker, per delivery mode, payload-only and --schemas (bench.kafka).
+9. import: ``moonish wal import-aof`` of a large AOF written by redis-server (NEW_AND_OLD_IMAGES,
+   --shards 1 and 4) against redis-server's own load time of the same file (bench.importer).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -39,6 +41,7 @@ from pathlib import Path
 import crc32c
 import orjson
 
+from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
 from bench.retention import bench_consumer_list, bench_prune
@@ -357,7 +360,7 @@ def main() -> None:
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
         ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
-        ("kafka", lambda: bench_kafka(DATA, AOF)),
+        ("kafka", lambda: bench_kafka(DATA, AOF)), ("import", lambda: bench_import(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -1,0 +1,145 @@
+"""Benchmark of ``moonish wal import-aof`` against redis-server loading the same AOF (issue 11
+§5: ``python -m bench.run import``).
+
+The AOF: several hundred thousand commands written by a real redis-server
+(bench.aof_workload: the mix of the real fixture, ``aof-use-rdb-preamble no``), built once
+into ``bench-data/import-aof-<commands>``. Each round, in a shuffled order:
+
+- **redis-server** (pinned to core 0 like the benchmark process) starts with ``appendonly
+  yes`` on a fresh copy of the ``appendonlydir`` (copying not timed). Two figures: Redis's own
+  load time, from its log line ``DB loaded from append only file: <s> seconds`` (what
+  ``loadDataFromDisk`` measures around the load: the figure compared), and the wall time from
+  ``exec`` to the first ``+PONG`` (Redis answers ``-LOADING`` until the load is done), which
+  adds the process's start.
+- **moonish** ``import_aof`` in this process (pinned to one core by bench.run) into a new data
+  directory, NEW_AND_OLD_IMAGES, the import's default durability (appends unsynced, every
+  shard fdatasynced when the import closes it: ``moonish wal import-aof`` as a user runs it),
+  with ``--shards 1`` and ``--shards 4``. The time covers opening the shards, the replay, the
+  final expiry pass, the syncs and closing: everything but Python's start and imports.
+
+One untimed warm-up round first (page cache, allocator arenas). The report gives medians of
+the rounds and the median of the per-round ratios moonish time / Redis's load time.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from bench.aof_workload import build_aof, free_port, redis_args, wait_ping
+from moonish.log.records import ViewType
+from moonish.redis.importer import import_aof
+from moonish.state.config import StreamConfig
+
+COMMANDS = 600_000
+ROUNDS = 5
+_LOADED = re.compile(rb"DB loaded from append only file: ([0-9.]+) seconds")
+
+
+def redis_load(aof: Path, scratch: Path) -> tuple[float, float]:
+    """(Redis's own load time, wall time to the first PONG), seconds, of redis-server loading
+    a copy of ``aof``."""
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True)
+    shutil.copytree(aof, scratch / "appendonlydir")
+    port = free_port()
+    args = redis_args(scratch, port)
+    began = time.perf_counter()
+    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               preexec_fn=lambda: os.sched_setaffinity(0, {0}))  # fmt: skip
+    try:
+        wait_ping(port, process)
+        wall = time.perf_counter() - began
+    finally:
+        process.terminate()
+        output, _ = process.communicate(timeout=60)
+    shutil.rmtree(scratch)
+    found = _LOADED.search(output)
+    assert found, output[-2000:]
+    return float(found.group(1)), wall
+
+
+def moonish_import(aof: Path, out: Path, shards: int) -> tuple[float, int, int]:
+    """(seconds, commands, records) of importing ``aof`` into a new ``out``."""
+    shutil.rmtree(out, ignore_errors=True)
+    gc.collect()
+    began = time.perf_counter()
+    report = import_aof(aof, out, shards, stream=StreamConfig(ViewType.NEW_AND_OLD_IMAGES))
+    seconds = time.perf_counter() - began
+    shutil.rmtree(out)
+    return seconds, report.commands, report.records
+
+
+def bench_import(data: Path, commands: int = COMMANDS, rounds: int = ROUNDS) -> list[str]:
+    aof = build_aof(data / f"import-aof-{commands}", commands)
+    size = sum(path.stat().st_size for path in aof.iterdir())
+    variants: dict[str, Callable[[], float]] = {}
+    counts: dict[str, tuple[int, int]] = {}
+    redis_own: list[float] = []
+    redis_wall: list[float] = []
+
+    def redis() -> float:
+        own, wall = redis_load(aof, data / "import-redis")
+        redis_own.append(own)
+        redis_wall.append(wall)
+        return own
+
+    variants["redis-server"] = redis
+    for shards in (1, 4):
+
+        def moonish(shards: int = shards) -> float:
+            seconds, done, records = moonish_import(aof, data / "import-out", shards)
+            counts[f"moonish --shards {shards}"] = (done, records)
+            return seconds
+
+        variants[f"moonish --shards {shards}"] = moonish
+    for measure in variants.values():  # warm-up, not timed
+        measure()
+    redis_own.clear()
+    redis_wall.clear()
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    order = list(variants)
+    for round_number in range(rounds):
+        random.Random(round_number).shuffle(order)
+        for name in order:
+            times[name].append(variants[name]())
+    done = counts["moonish --shards 1"][0]
+    redis_s = statistics.median(redis_own)
+    lines = [
+        f"AOF: {done:,} commands ({size / 2**20:,.1f} MiB; redis-server "
+        f"{_redis_version()}, aof-use-rdb-preamble no), {rounds} rounds, order shuffled per "
+        "round, everything pinned to core 0",
+        f"redis-server load (its log line): median {redis_s:.3f} s = {done / redis_s:,.0f} "
+        f"commands/s (rounds {_list(redis_own)}); exec to first PONG: median "
+        f"{statistics.median(redis_wall):.3f} s",
+    ]
+    for name in variants:
+        if name == "redis-server":
+            continue
+        seconds = statistics.median(times[name])
+        ratios = [ours / theirs for ours, theirs in zip(times[name], redis_own, strict=True)]
+        lines.append(
+            f"{name} (NEW_AND_OLD_IMAGES, {counts[name][1]:,} records): median {seconds:.2f} s"
+            f" = **{done / seconds:,.0f} commands/s** (rounds {_list(times[name])}); "
+            f"time / redis-server's load: median {statistics.median(ratios):.1f}x "
+            f"(rounds {min(ratios):.1f}..{max(ratios):.1f})"
+        )
+    return lines
+
+
+def _list(values: list[float]) -> str:
+    return ", ".join(f"{value:.3f}" for value in values)
+
+
+def _redis_version() -> str:
+    out = subprocess.run(["redis-server", "--version"], capture_output=True, check=True)
+    found = re.search(rb"v=([0-9.]+)", out.stdout)
+    return found.group(1).decode() if found else "?"

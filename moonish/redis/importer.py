@@ -60,6 +60,10 @@ from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 
+WRITE_BUFFER_BYTES = 256 * 1024
+"""Each shard's appends are gathered up to this many bytes and written together (each still
+with its own frames and source position: a kill cuts the log at an append's end)."""
+
 Resume = tuple[int, int]
 """Where a shard stands in the manifest's files: (file index, byte offset); (-1, 0): nowhere."""
 
@@ -165,7 +169,8 @@ def import_aof(
             import created removed.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
-    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER,
+                        write_buffer_bytes=WRITE_BUFFER_BYTES)  # fmt: skip
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
     report = ImportReport(per_shard=[0] * shards)

@@ -115,7 +115,10 @@ class Router:
             if not records and shard in self._involved:
                 records = [position_marker(position)]  # its position must move past it
             self.append(shard, records, transaction or len(records) > 1, now_us, position)
-        self._involved.clear()
+        if self._involved:  # written together, as if unbuffered: a kill between them is rare
+            for shard in sorted(self._involved):
+                self.writers[shard].flush()
+            self._involved.clear()
 
     def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
         """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument

@@ -327,14 +327,16 @@ class ShardWriter:
         """
         if not records:
             return []
-        if source:
-            records = list(records)
-            records[-1] = dataclasses.replace(records[-1], source=source)
+        stored = source or None  # None: the last record keeps its own
         try:
             if atomic:
-                lsns = self._log.append_batch(records, commit_us)
+                lsns = self._log.append_batch(records, commit_us, source=stored)
+            elif len(records) == 1:
+                lsns = [self._log.append(records[0], commit_us, source=stored)]
             else:
-                lsns = [self._log.append(record, commit_us) for record in records]
+                append, last = self._log.append, records[-1]
+                lsns = [append(record, commit_us) for record in records[:-1]]
+                lsns.append(append(last, commit_us, source=stored))
         except (UnavailableError, OSError) as error:
             self._broken = error
             raise
@@ -428,6 +430,10 @@ class ShardWriter:
 
     def sync(self) -> None:
         self._log.sync()
+
+    def flush(self) -> None:
+        """Write the appends the log gathered (``WriterOptions.write_buffer_bytes``)."""
+        self._log.flush()
 
     def close(self) -> None:
         """Stop the sweep thread and close the log. Idempotent."""

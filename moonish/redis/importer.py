@@ -50,7 +50,7 @@ from typing import Any
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
+from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError
 from moonish.redis.import_checks import check_import
 from moonish.redis.import_shards import OpenShards, open_shards, source_shards
 from moonish.redis.rdb_load import read_contents
@@ -231,7 +231,7 @@ def _resync(
                 _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
                              clock, last=index == len(paths) - 1)  # fmt: skip
             final = router.position = scratch_router.position
-            _count(router, scratch_router)
+            router.add_counts(scratch_router)
             for shard, writer in enumerate(opened.writers):
                 set_libraries(writer, list(scratch.writers[shard].libraries.values()))
                 keyspace = scratch.writers[shard].keyspace
@@ -244,12 +244,6 @@ def _resync(
                 writer.close()
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
-
-
-def _count(router: Router, scratch: Router) -> None:
-    router.commands += scratch.commands
-    router.per_command += scratch.per_command
-    router.skipped += scratch.skipped
 
 
 def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
@@ -299,33 +293,35 @@ def _replay_file(
         return
     name = os.path.basename(path)
     commands = AofCommands(path)
+    positions = _FilePositions(router, resume, index, name)
     db = 0
     transaction: list[Entry] | None = None
     transaction_offset = 0
     done = 0
-    for offset, argv in commands:
+    apply = router.apply
+    for offset, end, argv in commands.spans():
         if progress is not None and offset - done >= 1 << 16:
             progress(offset - done)
             done = offset
         command = argv[0].upper()
-        if command == b"SELECT":
+        if command not in _CONTROL:
+            if transaction is not None:
+                transaction.append((db, argv, offset))
+            elif positions.due(end):
+                apply([(db, argv, offset)], False, path)
+        elif command == b"SELECT":
             db = _select(argv, path, offset)
         elif command == b"MULTI":
             if transaction is not None:
                 raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
             transaction, transaction_offset = [], offset
-        elif command == b"EXEC":
+        else:  # EXEC
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            end = offset + resp_bytes(argv)
-            if _position(router, resume, index, name, end):
-                router.apply(transaction, True, path)
+            if positions.due(end):
+                apply(transaction, True, path)
                 report.transactions += 1
             transaction = None
-        elif transaction is not None:
-            transaction.append((db, argv, offset))
-        elif _position(router, resume, index, name, offset + resp_bytes(argv)):
-            router.apply([(db, argv, offset)], False, path)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -343,14 +339,35 @@ def _replay_file(
     report.position = describe({"aof": name, "offset": commands.trailing_offset})
 
 
-def _position(router: Router, resume: list[Resume], index: int, name: str, end: int) -> bool:
-    """Set the router's position to ``end`` of file ``name`` and its skips; whether any
-    shard still has to apply the command that ends there."""
-    point = (index, end)
-    skip = [done >= point for done in resume]
-    router.skip = skip
-    router.position = encode_position({"aof": name, "offset": end})
-    return not all(skip)
+_CONTROL = frozenset({b"SELECT", b"MULTI", b"EXEC"})
+
+
+class _FilePositions:
+    """The router's position and skips for the commands of file ``name`` (``index`` in the
+    manifest's order), per shard ``resume`` point."""
+
+    def __init__(self, router: Router, resume: list[Resume], index: int, name: str) -> None:
+        self.router, self.resume, self.index = router, resume, index
+        self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
+        self.fixed = [point[0] > index for point in resume]  # past the file, or before it
+        self.varying = [shard for shard, point in enumerate(resume) if point[0] == index]
+        self.all_done = all(self.fixed)
+
+    def due(self, end: int) -> bool:
+        """Set the router's position to ``end`` of the file (the stored form of
+        ``encode_position({"aof": name, "offset": end})``) and its skips; whether any shard
+        still has to apply the command that ends there."""
+        router = self.router
+        router.position = self.prefix + b"%d}" % end
+        if not self.varying:
+            router.skip = self.fixed
+            return not self.all_done
+        skip = self.fixed.copy()
+        point = (self.index, end)
+        for shard in self.varying:
+            skip[shard] = self.resume[shard] >= point
+        router.skip = skip
+        return not all(skip)
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

@@ -32,7 +32,7 @@ from moonish.redis.aof import resp_command
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.slots import shard_of_key
 from moonish.state.cmd_sort import reads_patterns
-from moonish.state.execute import SCRIPTS, execute, keys_of
+from moonish.state.execute import COMMANDS, SCRIPTS, execute, keys_of
 from moonish.state.shard import Prepared, ShardWriter
 
 SKIPPED_PREFIX = "moonish.skipped"
@@ -66,7 +66,8 @@ class Router:
         self.clock = clock
         self.skip_unsupported = skip_unsupported
         self.commands = 0
-        self.per_command: Counter[str] = Counter()
+        self._names: Counter[bytes] = Counter()  # commands applied, by name as received
+        self._single: dict[bytes, bool] = {}  # upper-case name: its only key is argv[1]
         self.skipped: Counter[str] = Counter()
         self.records = [0] * len(writers)
         self.first_lsn: list[int | None] = [None] * len(writers)
@@ -85,7 +86,7 @@ class Router:
             ResumeError: a command across shards applied in some of them only.
         """
         now_us = self.clock.now_us()
-        per_shard: list[list[KvChange | Message]] = [[] for _ in self.writers]
+        per_shard: dict[int, list[KvChange | Message]] = {}
         for db, argv, offset in entries:
             try:  # an unsupported command raises before any shard ran it
                 results = self._run(db, argv, now_us)
@@ -104,30 +105,53 @@ class Router:
             except CommandError as exc:
                 raise CommandError(exc.message, path=path, offset=offset) from None
             self.commands += 1
-            self.per_command[argv[0].upper().decode(errors="replace")] += 1
-            for shard, prepared in results:
-                if isinstance(prepared.reply, CommandError):
-                    raise CommandError(prepared.reply.message, path=path, offset=offset)
-                self.append(shard, prepared.expired, False, now_us, b"")
-                per_shard[shard] += prepared.records
-        position = self.position
-        for shard, records in enumerate(per_shard):
-            if not records and shard in self._involved:
-                records = [position_marker(position)]  # its position must move past it
-            self.append(shard, records, transaction or len(records) > 1, now_us, position)
-        if self._involved:  # written together, as if unbuffered: a kill between them is rare
-            for shard in sorted(self._involved):
+            self._names[argv[0]] += 1
+            for shard, (reply, expired, records) in results:
+                if isinstance(reply, CommandError):
+                    raise CommandError(reply.message, path=path, offset=offset)
+                if expired:
+                    self.append(shard, expired, False, now_us, b"")
+                if records:
+                    if shard in per_shard:
+                        per_shard[shard] += records
+                    else:
+                        per_shard[shard] = records
+        involved = self._involved
+        for shard in involved:
+            if shard not in per_shard:  # its position must move past the command
+                per_shard[shard] = [position_marker(self.position)]
+        for shard in sorted(per_shard) if len(per_shard) > 1 else per_shard:
+            records = per_shard[shard]
+            self.append(shard, records, transaction or len(records) > 1, now_us, self.position)
+        if involved:  # written together, as if unbuffered: a kill between them is rare
+            for shard in sorted(involved):
                 self.writers[shard].flush()
-            self._involved.clear()
+            involved.clear()
 
-    def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
+    @property
+    def per_command(self) -> Counter[str]:
+        """Commands applied, by upper-case name."""
+        counts: Counter[str] = Counter()
+        for name, count in self._names.items():
+            counts[name.upper().decode(errors="replace")] += count
+        return counts
+
+    def add_counts(self, other: Router) -> None:
+        """Count ``other``'s commands (applied and skipped) as this router's too."""
+        self.commands += other.commands
+        self._names += other._names
+        self.skipped += other.skipped
+
+    def _skip(
+        self, db: int, argv: list[bytes], per_shard: dict[int, list[KvChange | Message]]
+    ) -> None:
         """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument
         (every shard when it has none, or is a keyless command's: FUNCTION KILL)."""
         message = Message(SKIPPED_PREFIX, resp_command(argv), db)
         count = len(self.writers)
         keyed = len(argv) > 1 and argv[0].upper() not in KEYLESS
         for shard in [shard_of_key(argv[1], count)] if keyed else range(count):
-            per_shard[shard].append(message)
+            per_shard.setdefault(shard, []).append(message)
         self.skipped[argv[0].upper().decode(errors="replace")] += 1
 
     def appender(self, shard: int) -> Callable[[list[KvChange], bytes], None]:
@@ -155,8 +179,22 @@ class Router:
         self.records[shard] += len(lsns)
 
     def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
-        shards = len(self.writers)
+        writers, skip = self.writers, self.skip
+        shards = len(writers)
+        if shards == 1:  # every key, and every keyless command, is shard 0's
+            return [] if skip[0] else [(0, writers[0].prepare(db, argv, now_us, loading=True))]
         name = argv[0].upper()
+        single = self._single.get(name)
+        if single is None:
+            found = COMMANDS.get(name)
+            if found is not None:  # (an unknown command raises below, in keys_of)
+                single = name not in KEYLESS and name != b"SORT" and found[1] == [1]
+                self._single[name] = single
+        if single and len(argv) > 1:  # most commands: the shard of argv[1]
+            shard = shard_of_key(argv[1], shards)
+            if skip[shard]:
+                return []
+            return [(shard, writers[shard].prepare(db, argv, now_us, loading=True))]
         if name in KEYLESS:
             parts = [(shard, argv) for shard in range(shards)]
         else:

@@ -51,6 +51,9 @@ from moonish.log.format import RecordType
 
 _U32 = struct.Struct("<I")
 _U32_PACK = _U32.pack
+_SMALL = 4096
+_U32_SMALL = tuple(_U32_PACK(n) for n in range(_SMALL))
+"""``_U32_SMALL[n]`` is ``_U32.pack(n)``, for the lengths of most fields."""
 KV_HEAD = struct.Struct(
     "<"
     "H"  # db: Redis database index
@@ -302,13 +305,17 @@ def encode_payload(record: Record, source: bytes | None = None) -> tuple[RecordT
             (CHANGE_EXPIRED if expired else 0) | (CHANGE_LOADING if loading else 0)
             | (CHANGE_SOURCE if source else 0) | (_ROW_FLAGS[row] if row else 0)
         )  # fmt: skip
+        small, pack = _U32_SMALL, _U32_PACK  # a table lookup is faster than a pack call
+        k, b, a = len(key), len(before), len(after)
         parts = [
             _CHANGE_HEAD_AND_SIZE(ord(op), flags, view, replay, db, 0, len(command)), command,
-            _U32_PACK(len(key)), key, _U32_PACK(len(before)), before, _U32_PACK(len(after)),
-            after, _U32_PACK(len(state)), state, _U32_PACK(len(argv)),
+            small[k] if k < _SMALL else pack(k), key, small[b] if b < _SMALL else pack(b),
+            before, small[a] if a < _SMALL else pack(a), after, pack(len(state)), state,
+            pack(len(argv)),
         ]  # fmt: skip
         for arg in argv:
-            parts += (_U32_PACK(len(arg)), arg)
+            k = len(arg)
+            parts += (small[k] if k < _SMALL else pack(k), arg)
         if source:
             parts += (_U32_PACK(len(source)), source)
         return RecordType.KV_CHANGE, b"".join(parts)

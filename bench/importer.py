@@ -14,8 +14,9 @@ into ``bench-data/import-aof-<commands>``. Each round, in a shuffled order:
 - **moonish** ``import_aof`` in this process (pinned to one core by bench.run) into a new data
   directory, NEW_AND_OLD_IMAGES, the import's default durability (appends unsynced, every
   shard fdatasynced when the import closes it: ``moonish wal import-aof`` as a user runs it),
-  with ``--shards 1`` and ``--shards 4``. The time covers opening the shards, the replay, the
-  final expiry pass, the syncs and closing: everything but Python's start and imports.
+  with ``--shards 1`` and ``--shards 4``, and ``--shards 4 --processes 2`` (moonish.redis.parallel:
+  its workers may use both cores). The time covers opening the shards, the replay, the final
+  expiry pass, the syncs and closing: everything but Python's start and imports.
 
 One untimed warm-up round first (page cache, allocator arenas). The report gives medians of
 the rounds and the median of the per-round ratios moonish time / Redis's load time.
@@ -67,13 +68,21 @@ def redis_load(aof: Path, scratch: Path) -> tuple[float, float]:
     return float(found.group(1)), wall
 
 
-def moonish_import(aof: Path, out: Path, shards: int) -> tuple[float, int, int]:
-    """(seconds, commands, records) of importing ``aof`` into a new ``out``."""
+def moonish_import(aof: Path, out: Path, shards: int, processes: int = 1) -> tuple[float, int, int]:
+    """(seconds, commands, records) of importing ``aof`` into a new ``out``; with
+    ``processes`` > 1 the workers may use every core (this process is pinned to one)."""
     shutil.rmtree(out, ignore_errors=True)
     gc.collect()
-    began = time.perf_counter()
-    report = import_aof(aof, out, shards, stream=StreamConfig(ViewType.NEW_AND_OLD_IMAGES))
-    seconds = time.perf_counter() - began
+    pinned = os.sched_getaffinity(0)
+    if processes > 1:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the forked workers inherit it
+    try:
+        began = time.perf_counter()
+        report = import_aof(aof, out, shards, stream=StreamConfig(ViewType.NEW_AND_OLD_IMAGES),
+                            processes=processes)  # fmt: skip
+        seconds = time.perf_counter() - began
+    finally:
+        os.sched_setaffinity(0, pinned)
     shutil.rmtree(out)
     return seconds, report.commands, report.records
 
@@ -93,14 +102,15 @@ def bench_import(data: Path, commands: int = COMMANDS, rounds: int = ROUNDS) -> 
         return own
 
     variants["redis-server"] = redis
-    for shards in (1, 4):
+    for shards, processes in ((1, 1), (4, 1), (4, 2)):
+        name = f"moonish --shards {shards}" + (f" --processes {processes}" if processes > 1 else "")
 
-        def moonish(shards: int = shards) -> float:
-            seconds, done, records = moonish_import(aof, data / "import-out", shards)
-            counts[f"moonish --shards {shards}"] = (done, records)
+        def moonish(shards: int = shards, processes: int = processes, name: str = name) -> float:
+            seconds, done, records = moonish_import(aof, data / "import-out", shards, processes)
+            counts[name] = (done, records)
             return seconds
 
-        variants[f"moonish --shards {shards}"] = moonish
+        variants[name] = moonish
     for measure in variants.values():  # warm-up, not timed
         measure()
     redis_own.clear()
@@ -132,6 +142,13 @@ def bench_import(data: Path, commands: int = COMMANDS, rounds: int = ROUNDS) -> 
             f"time / redis-server's load: median {statistics.median(ratios):.1f}x "
             f"(rounds {min(ratios):.1f}..{max(ratios):.1f})"
         )
+    one, two = times["moonish --shards 4"], times["moonish --shards 4 --processes 2"]
+    speedups = [a / b for a, b in zip(one, two, strict=True)]
+    lines.append(
+        f"--processes 2 against one process (--shards 4, same round): median speed-up "
+        f"{statistics.median(speedups):.2f}x (rounds {min(speedups):.2f}..{max(speedups):.2f}; "
+        f"the workers may use both cores, which other work shares)"
+    )
     return lines
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from moonish.clock import Clock
 from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
@@ -47,6 +48,19 @@ class ResumeError(CorruptionError):
     its appends): the import cannot continue exactly once."""
 
 
+class Exchange(Protocol):
+    """How a parallel import's worker runs a command across shards some of which another
+    worker writes (moonish.redis.parallel)."""
+
+    def owns_all(self, shards: list[int]) -> bool:
+        """Whether this process writes every one of ``shards``."""
+
+    def across(
+        self, router: Router, db: int, argv: list[bytes], now_us: int, shards: list[int]
+    ) -> list[tuple[int, Prepared]]:
+        """Run the command with the other workers; this process's shards' results."""
+
+
 class Router:
     """Runs commands on the shards' keyspaces and appends their records.
 
@@ -60,9 +74,11 @@ class Router:
     """
 
     def __init__(
-        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False
-    ) -> None:
+        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False,
+        exchange: Exchange | None = None,
+    ) -> None:  # fmt: skip
         self.writers = writers
+        self.exchange = exchange
         self.clock = clock
         self.skip_unsupported = skip_unsupported
         self.commands = 0
@@ -232,6 +248,9 @@ class Router:
         Raises:
             ResumeError: some of ``shards`` already hold its records and others do not.
         """
+        if self.exchange is not None and not self.exchange.owns_all(shards):
+            self._involved.update(shards)
+            return self.exchange.across(self, db, argv, now_us, shards)
         done = [shard for shard in shards if self.skip[shard]]
         if done:
             if len(done) == len(shards):
@@ -243,8 +262,16 @@ class Router:
                 "completed exactly once: import into a new data directory"
             )
         self._involved.update(shards)  # each stores the position, with records or without
-        count = len(self.writers)
-        writers = self.writers
+        return self.run_across(db, argv, now_us, shards, self.writers)
+
+    def run_across(
+        self, db: int, argv: list[bytes], now_us: int, shards: list[int],
+        writers: list[ShardWriter],
+    ) -> list[tuple[int, Prepared]]:  # fmt: skip
+        """Run a command across ``shards`` on the keyspaces of ``writers`` (one per shard; a
+        parallel import's worker passes stand-ins for other workers' shards); each shard's
+        records (``Replay.STATE``) and the reply."""
+        count = len(writers)
 
         def route(key: bytes) -> int:
             return shard_of_key(key, count)

@@ -34,7 +34,7 @@ from moonish.errors import (
     MoonishError,
     UnavailableError,
 )
-from moonish.fileio import fsync_dir
+from moonish.fileio import fsync_dir, write_all
 from moonish.log.control import Control, store_control
 from moonish.log.format import (
     FLAG_BATCH,
@@ -42,7 +42,7 @@ from moonish.log.format import (
     INDEX_ENTRY,
     SEGMENT_HEADER_BYTES,
 )
-from moonish.log.frames import Frame, encode_frame
+from moonish.log.frames import Frame, encode_records
 from moonish.log.heartbeat import (
     ClosedTime,
     closed_floor_us,
@@ -57,7 +57,7 @@ from moonish.log.options import (
     Recovery,
     WriterOptions,
 )
-from moonish.log.records import Record, encode_payload
+from moonish.log.records import Record
 from moonish.log.recovery import find_log_end
 from moonish.log.segment import (
     encode_segment_header,
@@ -74,13 +74,6 @@ __all__ = [  # the options live in moonish.log.options; importers use them from 
     "WalWriter",
     "WriterOptions",
 ]
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 class WalWriter:
@@ -201,7 +194,7 @@ class WalWriter:
         header = encode_segment_header(self.shard_id, base_lsn, self._clock.now_us())
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, header)
+            write_all(fd, header)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -279,17 +272,7 @@ class WalWriter:
             self._check_usable()
             commit_us = max(commit_us, self._last_commit_us)  # never decreases in a shard
             first = self._next_lsn
-            if count == 1:
-                data = encode_frame(first, *encode_payload(records[0], source), commit_us, 0, 1,
-                                    flags)  # fmt: skip
-            else:
-                last, frames = count - 1, []
-                for i, record in enumerate(records):
-                    kind, payload = encode_payload(record, source if i == last else None)
-                    frames.append(
-                        encode_frame(first + i, kind, payload, commit_us, i, count, flags)
-                    )
-                data = b"".join(frames)
+            data = encode_records(records, first, commit_us, flags, source)
             size = self._size
             if size > SEGMENT_HEADER_BYTES and size + len(data) > self.options.segment_bytes:
                 self._rotate()  # the new segment's base is ``first``: the frames stay valid
@@ -300,7 +283,7 @@ class WalWriter:
                 self._pending_bytes += len(data)
             else:
                 try:
-                    _write_all(self._fd, data)
+                    write_all(self._fd, data)
                 except OSError as error:
                     self._undo_write(self._fd, size, error, "segment")
                     raise UnavailableError(
@@ -314,8 +297,10 @@ class WalWriter:
             self._next_lsn = first + count
             self._last_commit_us, self._busy = commit_us, True
             if size - self._last_indexed >= self.options.index_interval_bytes:
-                self._last_indexed = size
-                self._index(INDEX_ENTRY.pack(first, size))
+                previous, self._last_indexed = self._last_indexed, size
+                self._pending_index.append(INDEX_ENTRY.pack(first, size))
+                if not gather and not self._flush():  # the entry (the frames are written)
+                    self._last_indexed = previous  # dropped: the next append tries again
             if gather:
                 if self._pending_bytes >= gather:
                     self._flush()
@@ -324,16 +309,6 @@ class WalWriter:
             else:
                 self._dirty = True
         return list(range(first, first + count))
-
-    def _index(self, entry: bytes) -> None:
-        """Add an index entry: at once, or after the gathered appends it points into."""
-        if self.options.write_buffer_bytes:
-            self._pending_index.append(entry)
-            return
-        try:
-            _write_all(self._index_fd, entry)
-        except OSError as error:  # the index is advisory: drop the entry, not the log
-            self._undo_write(self._index_fd, None, error, "index")
 
     def flush(self) -> None:
         """Write the appends gathered in memory (``WriterOptions.write_buffer_bytes``), so
@@ -346,17 +321,19 @@ class WalWriter:
             self._check_usable()
             self._flush()
 
-    def _flush(self) -> None:
+    def _flush(self) -> bool:
         """Write the gathered appends with one ``write``, then their index entries (lock
-        held). The appends were acknowledged already, so a failed write stops the writer
-        for good (what it left is a torn tail the next writer cuts)."""
+        held); whether the entries were written (the index is advisory: a failed write
+        drops them, not the log). The appends were acknowledged already, so a failed write
+        of them stops the writer for good (what it left is a torn tail the next writer
+        cuts)."""
         pending = self._pending
         if pending:
             data = b"".join(pending)
             pending.clear()
             self._pending_bytes = 0
             try:
-                _write_all(self._fd, data)
+                write_all(self._fd, data)
             except OSError as error:
                 self._fail(f"a write of {len(data)} bytes of appended records failed "
                            f"({error.strerror})", error)  # fmt: skip
@@ -365,9 +342,11 @@ class WalWriter:
             entries = b"".join(self._pending_index)
             self._pending_index.clear()
             try:
-                _write_all(self._index_fd, entries)
+                write_all(self._index_fd, entries)
             except OSError as error:
                 self._undo_write(self._index_fd, None, error, "index")
+                return False
+        return True
 
     def _segment_path(self) -> str:
         return segment_path(self.shard_dir, self._base_lsn)

@@ -143,7 +143,7 @@ def bench_import(data: Path, commands: int = COMMANDS, rounds: int = ROUNDS) -> 
     lines = [
         f"AOF: {done:,} commands ({size / 2**20:,.1f} MiB; redis-server "
         f"{_redis_version()}, aof-use-rdb-preamble no), {rounds} rounds, order shuffled per "
-        "round, everything pinned to core 0",
+        "round, pinned to core 0 (but the --processes workers)",
         f"redis-server load (its log line): median {redis_s:.3f} s = {done / redis_s:,.0f} "
         f"commands/s (rounds {_list(redis_own)}); exec to first PONG: median "
         f"{statistics.median(redis_wall):.3f} s; CPU time to then: median "

@@ -20,7 +20,9 @@
 8. kafka: events/s into a broker, per delivery mode, payload-only and --schemas (bench.kafka).
 9. serve: the change feed server over loopback: catch-up against in-process reading, 100
    live subscribers at 10K appends/s, a slow subscriber, 1,000 idle long-polls (bench.serve).
-10. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
+10. import: ``moonish wal import-aof`` of a large AOF written by redis-server (NEW_AND_OLD_IMAGES,
+    --shards 1 and 4) against redis-server's own load time of the same file (bench.importer).
+11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -43,6 +45,7 @@ import crc32c
 import orjson
 
 from bench.capture import bench_capture
+from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
 from bench.retention import bench_consumer_list, bench_prune
@@ -364,7 +367,7 @@ def main() -> None:
         ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
         ("kafka", lambda: bench_kafka(DATA, AOF)),
         ("serve", lambda: bench_serve(DATA, AOF, READ_RECORDS)),
-        ("capture", lambda: bench_capture(DATA)),
+        ("import", lambda: bench_import(DATA)), ("capture", lambda: bench_capture(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -22,9 +22,19 @@ from cli.params import shard_options
     "message record (the command as RESP) instead of failing; the summary counts them by "
     "name. Scripts (EVAL, FCALL) are refused still.",
 )
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="A first import (every shard empty) runs in up to this many processes, each "
+    "writing its share of the shards, to use several cores; a rerun, or an AOF holding SORT, "
+    "runs in one. If a command is refused, the other processes' shards may have gone past "
+    "it: fix it without changing its keys, or import into a new directory.",
+)
 def import_aof_command(
     appendonlydir: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int, skip_unsupported: bool,
+    segment_bytes: int, skip_unsupported: bool, processes: int,
 ) -> None:  # fmt: skip
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -55,6 +65,8 @@ def import_aof_command(
         moonish wal import-aof appendonlydir data --shards 4 --segment-bytes 16777216
 
         moonish wal import-aof appendonlydir data --shards 4 --skip-unsupported
+
+        moonish wal import-aof appendonlydir data --shards 4 --processes 2
     """
     from moonish.redis.import_checks import check_import
     from moonish.redis.importer import import_aof
@@ -68,6 +80,7 @@ def import_aof_command(
         report = import_aof(
             appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
             segment_bytes=segment_bytes, skip_unsupported=skip_unsupported,
+            processes=processes,
         )  # fmt: skip
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)

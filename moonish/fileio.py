@@ -13,6 +13,14 @@ import orjson
 from moonish.errors import CorruptionError, UnsupportedFormatError
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """``os.write`` until all of ``data`` is written (a write may take only part of it)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
 def fsync_dir(path: str) -> None:
     """Make a rename or a new file in directory ``path`` durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import re
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -41,6 +42,7 @@ from moonish.log.format import (
     MAX_PAYLOAD_BYTES,
     V1_BODY_MIN_BYTES,
 )
+from moonish.log.records import Record, encode_payload
 
 ZERO_FILL_ALIGN_BYTES = 512
 """Zero-filled tails start at the committed end or at a multiple of this file offset (a
@@ -148,6 +150,27 @@ def encode_frame(
     fields = _FIELDS(len(payload), lsn, record_type, flags, 0, batch_index, batch_size, commit_us)
     head = _CRC(_crc(fields)) + fields
     return b"".join((head, payload, _CRC(_crc(payload, _crc(head)))))
+
+
+def encode_records(
+    records: Sequence[Record], first_lsn: int, commit_us: int, flags: int,
+    source: bytes | None = None,
+) -> bytes:  # fmt: skip
+    """The frames of ``records`` appended together at ``first_lsn`` (one a batch position,
+    ``batch_size`` their count), ``source`` stored on the last one (``encode_payload``).
+
+    Raises:
+        ValueError: a record cannot be encoded, or a payload exceeds 512 MiB.
+    """
+    count = len(records)
+    if count == 1:
+        return encode_frame(first_lsn, *encode_payload(records[0], source), commit_us, 0, 1,
+                            flags)  # fmt: skip
+    last, frames = count - 1, []
+    for i, record in enumerate(records):
+        kind, payload = encode_payload(record, source if i == last else None)
+        frames.append(encode_frame(first_lsn + i, kind, payload, commit_us, i, count, flags))
+    return b"".join(frames)
 
 
 def header_checksum_holds(data: bytes | memoryview, pos: int) -> bool:

@@ -39,6 +39,14 @@ class WriterOptions:
         on_rotate: called with the new segment's base LSN after each rotation, with the
             writer's lock held: it must be quick, must not raise and must not call the writer
             (``ShardWriter`` notes it and applies retention after the append returns).
+        write_buffer_bytes: 0: each append is written (one ``write``) before it returns.
+            Above 0: appends are gathered in memory and written together, by one ``write``,
+            once this many bytes are pending, and by ``flush``, ``sync``, a heartbeat, a
+            rotation and ``close``; readers see them then. Each append's frames are the
+            same either way, so a crash in the middle leaves a torn tail cut at an append's
+            end (what an import needs: many small appends, none of which has to be visible
+            at once). A failed write of gathered appends stops the writer. Not with
+            ``FsyncPolicy.ALWAYS``.
     """
 
     shard_id: int | None = None
@@ -48,6 +56,7 @@ class WriterOptions:
     index_interval_bytes: int = DEFAULT_INDEX_INTERVAL_BYTES
     heartbeat_ms: int | None = 1000
     on_rotate: Callable[[int], None] | None = None
+    write_buffer_bytes: int = 0
 
     def __post_init__(self) -> None:
         if self.segment_bytes <= SEGMENT_HEADER_BYTES:
@@ -56,6 +65,12 @@ class WriterOptions:
             raise InvalidArgumentError("fsync_interval_ms and index_interval_bytes must be > 0")
         if self.heartbeat_ms is not None and self.heartbeat_ms <= 0:
             raise InvalidArgumentError(f"heartbeat_ms must be > 0, got {self.heartbeat_ms}")
+        if self.write_buffer_bytes < 0 or (
+            self.write_buffer_bytes and self.fsync is FsyncPolicy.ALWAYS
+        ):
+            raise InvalidArgumentError(
+                "write_buffer_bytes must be >= 0, and 0 with FsyncPolicy.ALWAYS"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,7 @@ from moonish.log.format import (
     parse_segment_name,
     segment_name,
 )
-from moonish.log.frames import header_checksum_holds
+from moonish.log.frames import Frame, header_checksum_holds
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,3 +252,36 @@ def index_hint(fd: int, trailer: bool, shard_dir: str, base: int, target: int) -
             ):
                 return offset, lsn
     return SEGMENT_HEADER_BYTES, base
+
+
+def reopen_index(
+    shard_dir: str, base: int, frames: list[Frame], interval_bytes: int
+) -> tuple[int, int | None, bool]:
+    """Open the index of the newest segment ``base`` (whose committed ``frames`` a writer's
+    recovery found) for appends, keeping the entries that point at a committed frame that
+    starts a batch; rebuilt from the frames, one entry per ``interval_bytes``, if any other
+    entry is there (an entry into a cut tail is expected; a wrong one means the index file
+    was damaged, and the index is derived data: Kafka rebuilds a damaged index the same way).
+
+    Returns:
+        ``(descriptor, offset of the last entry or None, whether it was rebuilt)``.
+    """
+    path = index_path(shard_dir, base)
+    entries = read_index(path)
+    starts = {(frame.lsn, frame.offset) for frame in frames if frame.batch_index == 0}
+    end = frames[-1].offset if frames else SEGMENT_HEADER_BYTES
+    while entries and entries[-1] not in starts and entries[-1][1] > end:
+        entries.pop()  # the last entries may point into the tail just cut
+    keep = [entry for entry in entries if entry in starts]
+    wrong = len(keep) != len(entries)
+    if wrong:
+        keep, last = [], -interval_bytes
+        for frame in frames:
+            if frame.batch_index == 0 and frame.offset - last >= interval_bytes:
+                keep.append((frame.lsn, frame.offset))
+                last = frame.offset
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+    os.pwrite(fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in keep), 0)
+    os.ftruncate(fd, len(keep) * INDEX_ENTRY.size)
+    os.lseek(fd, 0, os.SEEK_END)
+    return fd, keep[-1][1] if keep else None, wrong

@@ -34,7 +34,7 @@ from moonish.errors import (
     MoonishError,
     UnavailableError,
 )
-from moonish.fileio import fsync_dir
+from moonish.fileio import fsync_dir, write_all
 from moonish.log.control import Control, store_control
 from moonish.log.format import (
     FLAG_BATCH,
@@ -42,7 +42,7 @@ from moonish.log.format import (
     INDEX_ENTRY,
     SEGMENT_HEADER_BYTES,
 )
-from moonish.log.frames import Frame, encode_frame
+from moonish.log.frames import Frame, encode_records
 from moonish.log.heartbeat import (
     ClosedTime,
     closed_floor_us,
@@ -57,12 +57,12 @@ from moonish.log.options import (
     Recovery,
     WriterOptions,
 )
-from moonish.log.records import Record, encode_payload
+from moonish.log.records import Record
 from moonish.log.recovery import find_log_end
 from moonish.log.segment import (
     encode_segment_header,
     index_path,
-    read_index,
+    reopen_index,
     segment_path,
 )
 
@@ -74,13 +74,6 @@ __all__ = [  # the options live in moonish.log.options; importers use them from 
     "WalWriter",
     "WriterOptions",
 ]
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 class WalWriter:
@@ -113,6 +106,9 @@ class WalWriter:
         """Whether opening found the newest segment's index damaged and rebuilt it."""
         self._index_fd = -1
         self._failed: UnavailableError | None = None
+        self._pending: list[bytes] = []  # appends gathered (WriterOptions.write_buffer_bytes)
+        self._pending_bytes = 0
+        self._pending_index: list[bytes] = []  # their index entries
         os.makedirs(self.shard_dir, exist_ok=True)
         self._lock_fd = lock_shard(self.shard_dir)
         try:
@@ -185,32 +181,12 @@ class WalWriter:
         return recovery
 
     def _recover_index(self, base: int, frames: list[Frame]) -> None:
-        """Keep the index entries of the newest segment that point at a committed frame that
-        starts a batch; rebuild the index from the frames if any other entry is there (an
-        entry into a cut tail is expected; a wrong one means the index file was damaged, and
-        the index is derived data: Kafka rebuilds a damaged index the same way). Leaves the
-        index open for appends (``_index_fd``)."""
-        path = index_path(self.shard_dir, base)
-        entries = read_index(path)
-        starts = {(frame.lsn, frame.offset) for frame in frames if frame.batch_index == 0}
-        end = frames[-1].offset if frames else SEGMENT_HEADER_BYTES
-        while entries and entries[-1] not in starts and entries[-1][1] > end:
-            entries.pop()  # the last entries may point into the tail just cut
-        keep = [entry for entry in entries if entry in starts]
-        wrong = len(keep) != len(entries)
-        if wrong:
-            interval = self.options.index_interval_bytes
-            keep, last = [], -interval
-            for frame in frames:
-                if frame.batch_index == 0 and frame.offset - last >= interval:
-                    keep.append((frame.lsn, frame.offset))
-                    last = frame.offset
-        self.index_rebuilt = wrong
-        self._index_fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
-        os.pwrite(self._index_fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in keep), 0)
-        os.ftruncate(self._index_fd, len(keep) * INDEX_ENTRY.size)
-        os.lseek(self._index_fd, 0, os.SEEK_END)
-        self._last_indexed = keep[-1][1] if keep else -self.options.index_interval_bytes
+        """Reopen the newest segment's index for appends (``reopen_index``)."""
+        interval = self.options.index_interval_bytes
+        self._index_fd, last, self.index_rebuilt = reopen_index(
+            self.shard_dir, base, frames, interval
+        )
+        self._last_indexed = last if last is not None else -interval
 
     def _create_segment(self, base_lsn: int) -> None:
         path = segment_path(self.shard_dir, base_lsn)
@@ -218,7 +194,7 @@ class WalWriter:
         header = encode_segment_header(self.shard_id, base_lsn, self._clock.now_us())
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
-            _write_all(fd, header)
+            write_all(fd, header)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -245,22 +221,30 @@ class WalWriter:
         """The LSN the next appended record will get."""
         return self._next_lsn
 
-    def append(self, record: Record, commit_us: int | None = None) -> int:
+    def append(
+        self, record: Record, commit_us: int | None = None, *, source: bytes | None = None
+    ) -> int:
         """Append one record on its own; returns its LSN. ``commit_us`` (µs since the Unix
-        epoch) defaults to the clock's time.
+        epoch) defaults to the clock's time. ``source``: a source position to store on the
+        record (a kv_change or a message) instead of its own.
 
         Raises:
             ValueError: the record cannot be encoded (see ``encode_payload``).
             InvalidArgumentError: the writer is closed.
             UnavailableError: the write failed and was undone (nothing appended: retry when
                 the disk has room), or the writer stopped for good (a write that could not be
-                undone, a failed fdatasync, rotation; close it and open a new writer).
+                undone, a failed fdatasync, rotation, a failed write of gathered appends;
+                close it and open a new writer).
         """
-        return self._append((record,), 0, commit_us)[0]
+        return self._append((record,), 0, commit_us, source)[0]
 
-    def append_batch(self, records: Sequence[Record], commit_us: int | None = None) -> list[int]:
+    def append_batch(
+        self, records: Sequence[Record], commit_us: int | None = None, *,
+        source: bytes | None = None,
+    ) -> list[int]:  # fmt: skip
         """Append records as one atomic batch (all visible to readers, or none), committed at
-        ``commit_us`` (default: the clock's time).
+        ``commit_us`` (default: the clock's time); ``source`` as for :meth:`append`, on the
+        last record.
 
         Every record carries ``FLAG_BATCH``, so even a batch of one is reported as a
         transaction (Debezium's ``transaction`` block) by readers.
@@ -273,11 +257,12 @@ class WalWriter:
             InvalidArgumentError: the writer is closed.
             UnavailableError: as :meth:`append`; a batch is undone whole.
         """
-        return self._append(records, FLAG_BATCH, commit_us)
+        return self._append(records, FLAG_BATCH, commit_us, source)
 
     def _append(
-        self, records: Sequence[Record], flags: int, commit_us: int | None = None
-    ) -> list[int]:
+        self, records: Sequence[Record], flags: int, commit_us: int | None = None,
+        source: bytes | None = None,
+    ) -> list[int]:  # fmt: skip
         if not records:
             raise ValueError("an atomic batch needs at least one record")
         if commit_us is None:
@@ -287,42 +272,81 @@ class WalWriter:
             self._check_usable()
             commit_us = max(commit_us, self._last_commit_us)  # never decreases in a shard
             first = self._next_lsn
-            data = b"".join(
-                encode_frame(first + i, *encode_payload(record), commit_us, i, count, flags)
-                for i, record in enumerate(records)
-            )
-            if (
-                self._size > SEGMENT_HEADER_BYTES
-                and self._size + len(data) > self.options.segment_bytes
-            ):
+            data = encode_records(records, first, commit_us, flags, source)
+            size = self._size
+            if size > SEGMENT_HEADER_BYTES and size + len(data) > self.options.segment_bytes:
                 self._rotate()  # the new segment's base is ``first``: the frames stay valid
-            offset = self._size
-            try:
-                _write_all(self._fd, data)
-            except OSError as error:
-                self._undo_write(self._fd, self._size, error, "segment")
-                raise UnavailableError(
-                    f"the append of LSN {first} failed ({error.strerror}); it was undone and "
-                    "nothing was appended",
-                    path=self._segment_path(),
-                    offset=offset,
-                    lsn=first,
-                ) from error
-            self._size += len(data)
+                size = self._size
+            gather = self.options.write_buffer_bytes
+            if gather:
+                self._pending.append(data)
+                self._pending_bytes += len(data)
+            else:
+                try:
+                    write_all(self._fd, data)
+                except OSError as error:
+                    self._undo_write(self._fd, size, error, "segment")
+                    raise UnavailableError(
+                        f"the append of LSN {first} failed ({error.strerror}); it was undone "
+                        "and nothing was appended",
+                        path=self._segment_path(),
+                        offset=size,
+                        lsn=first,
+                    ) from error
+            self._size = size + len(data)
             self._next_lsn = first + count
             self._last_commit_us, self._busy = commit_us, True
-            if offset - self._last_indexed >= self.options.index_interval_bytes:
-                entry = INDEX_ENTRY.pack(first, offset)
-                try:
-                    _write_all(self._index_fd, entry)
-                    self._last_indexed = offset
-                except OSError as error:  # the index is advisory: drop the entry, not the log
-                    self._undo_write(self._index_fd, None, error, "index")
-            if self.options.fsync is FsyncPolicy.ALWAYS:
+            if size - self._last_indexed >= self.options.index_interval_bytes:
+                previous, self._last_indexed = self._last_indexed, size
+                self._pending_index.append(INDEX_ENTRY.pack(first, size))
+                if not gather and not self._flush():  # the entry (the frames are written)
+                    self._last_indexed = previous  # dropped: the next append tries again
+            if gather:
+                if self._pending_bytes >= gather:
+                    self._flush()
+            elif self.options.fsync is FsyncPolicy.ALWAYS:
                 self._fdatasync(self._fd, first + count - 1)
             else:
                 self._dirty = True
         return list(range(first, first + count))
+
+    def flush(self) -> None:
+        """Write the appends gathered in memory (``WriterOptions.write_buffer_bytes``), so
+        readers see them; a no-op without gathering.
+
+        Raises:
+            UnavailableError: the writer stopped (an earlier failure, or this write).
+        """
+        with self._lock:
+            self._check_usable()
+            self._flush()
+
+    def _flush(self) -> bool:
+        """Write the gathered appends with one ``write``, then their index entries (lock
+        held); whether the entries were written (the index is advisory: a failed write
+        drops them, not the log). The appends were acknowledged already, so a failed write
+        of them stops the writer for good (what it left is a torn tail the next writer
+        cuts)."""
+        pending = self._pending
+        if pending:
+            data = b"".join(pending)
+            pending.clear()
+            self._pending_bytes = 0
+            try:
+                write_all(self._fd, data)
+            except OSError as error:
+                self._fail(f"a write of {len(data)} bytes of appended records failed "
+                           f"({error.strerror})", error)  # fmt: skip
+            self._dirty = True
+        if self._pending_index:
+            entries = b"".join(self._pending_index)
+            self._pending_index.clear()
+            try:
+                write_all(self._index_fd, entries)
+            except OSError as error:
+                self._undo_write(self._index_fd, None, error, "index")
+                return False
+        return True
 
     def _segment_path(self) -> str:
         return segment_path(self.shard_dir, self._base_lsn)
@@ -367,6 +391,7 @@ class WalWriter:
             raise InvalidArgumentError("the writer is closed", path=self.shard_dir)
 
     def _rotate(self) -> None:
+        self._flush()
         if self.options.fsync is not FsyncPolicy.NEVER:
             self._fdatasync(self._fd, self._next_lsn - 1)
         fd, index_fd = self._fd, self._index_fd
@@ -391,6 +416,7 @@ class WalWriter:
         """
         with self._lock:
             self._check_usable()
+            self._flush()
             self._fdatasync(self._fd, self._next_lsn - 1)
             self._dirty = False
 
@@ -409,6 +435,7 @@ class WalWriter:
             return self._close_time()
 
     def _close_time(self) -> int:
+        self._flush()  # no gathered record has a commit time below the promise
         closed_us = max(self._clock.now_us(), self._last_commit_us)
         self._last_commit_us = closed_us  # kept from now on (before the file can be seen)
         store_closed_time(self.shard_dir, ClosedTime(self.shard_id, self._next_lsn, closed_us))
@@ -429,7 +456,13 @@ class WalWriter:
         interval_s = self.options.fsync_interval_ms / 1000
         while not self._stop.wait(interval_s):
             with self._lock:
-                if not self._dirty or self._fd < 0 or self._failed is not None:
+                if self._fd < 0 or self._failed is not None:
+                    continue
+                try:
+                    self._flush()
+                except UnavailableError:
+                    return  # the next append raises it
+                if not self._dirty:
                     continue
                 fd, last = os.dup(self._fd), self._next_lsn - 1
                 self._dirty = False
@@ -457,6 +490,7 @@ class WalWriter:
                 return
             try:
                 if self._fd >= 0 and self._failed is None:
+                    self._flush()
                     self._fdatasync(self._fd, self._next_lsn - 1)
                     self._close_time()
                     store_control(

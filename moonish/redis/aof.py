@@ -96,11 +96,13 @@ def resp_command(argv: list[bytes]) -> bytes:
 
 
 def resp_bytes(argv: list[bytes]) -> int:
-    """Size of ``argv`` as Redis writes it to the AOF."""
-    size = 3 + len(str(len(argv)))
-    for arg in argv:
-        size += 5 + len(str(len(arg))) + len(arg)
-    return size
+    """Size of ``argv`` as Redis writes it to the AOF: ``*<n>\r\n`` (3 bytes and the digits of
+    ``n``), then per argument ``$<len>\r\n<bytes>\r\n`` (5 bytes, the digits of its length and
+    its bytes). The digits of every length at once: ``str`` of the list of lengths, less the
+    list's brackets and separators (2 per element)."""
+    count = len(argv)
+    lengths = list(map(len, argv))
+    return 3 + len(str(count)) + 3 * count + sum(lengths) + len(str(lengths))
 
 
 class AofCommands:
@@ -122,6 +124,11 @@ class AofCommands:
         self.trailing_offset = 0
 
     def __iter__(self) -> Iterator[tuple[int, list[bytes]]]:
+        for offset, _, argv in self.spans():
+            yield offset, argv
+
+    def spans(self) -> Iterator[tuple[int, int, list[bytes]]]:
+        """``(offset, end offset, argv)`` for each command: it occupies ``[offset, end)``."""
         with open(self.path, "rb") as handle:
             if handle.read(len(RDB_MAGIC)) == RDB_MAGIC:
                 raise UnsupportedFormatError(
@@ -153,18 +160,20 @@ class AofCommands:
                     reader.feed(chunk)
                     fed += len(chunk)
                     continue
-                if (
-                    not isinstance(item, list)
-                    or not item
-                    or not all(isinstance(arg, bytes) for arg in item)
-                ):
+                try:  # a command is a non-empty array of bulk strings: join refuses the rest
+                    if type(item) is not list or not item:
+                        raise TypeError
+                    size = len(b"".join(item))
+                except TypeError:
                     raise AofFormatError(
                         f"expected a command (an array of bulk strings), got {item!r:.60}",
                         path=self.path,
                         offset=pos,
-                    )
-                yield pos, item
-                pos += resp_bytes(item)
+                    ) from None
+                count = len(item)  # resp_bytes, inline
+                end = pos + 3 + len(str(count)) + 3 * count + size + len(str(list(map(len, item))))
+                yield pos, end, item
+                pos = end
             if pos > fed:
                 raise AofFormatError(
                     "commands are not in Redis's canonical RESP form", path=self.path, offset=fed

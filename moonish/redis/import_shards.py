@@ -15,7 +15,7 @@ from moonish.log.control import CONTROL_NAME
 from moonish.log.format import LOCK_NAME, SEGMENT_HEADER_BYTES
 from moonish.log.heartbeat import HEARTBEAT_NAME
 from moonish.log.lock import lock_shard
-from moonish.log.segment import index_path, segment_path
+from moonish.log.segment import index_path, list_segments, segment_path
 from moonish.log.writer import WriterOptions
 from moonish.redis.import_checks import check_descriptors
 from moonish.redis.source import (
@@ -38,11 +38,13 @@ class OpenShards:
         created: directories created for the data directory (it and missing parents), the
             deepest first.
         existed: whether any shard directory existed before.
+        data_dir: the data directory.
     """
 
     writers: list[ShardWriter]
     new_dirs: list[str]
     created: list[str]
+    data_dir: str = ""
 
     @property
     def existed(self) -> bool:
@@ -78,12 +80,27 @@ def source_shards(
             remember_source(data_dir, kind, location)
         yield opened
     except BaseException:
-        if not opened.existed and all(writer.next_lsn == 1 for writer in opened.writers):
+        if not opened.existed and not any(map(_holds_records, opened.writers)):
             undo_create(opened, data_dir, remove_source=not remembered)
         raise
     finally:
         for writer in opened.writers:
             writer.close()
+
+
+def _holds_records(writer: ShardWriter) -> bool:
+    """Whether the shard's log holds a record: appended by ``writer``, or, when another
+    process wrote the shard (a parallel import's worker), in its segment files."""
+    if writer.next_lsn > 1:
+        return True
+    shard_dir = writer.shard_dir
+    try:
+        return any(
+            os.path.getsize(segment_path(shard_dir, base)) > SEGMENT_HEADER_BYTES
+            for base in list_segments(shard_dir)
+        )
+    except OSError:
+        return False
 
 
 def open_shards(
@@ -113,7 +130,7 @@ def open_shards(
         tried = shard_dirs[: len(writers) + 1]
         _remove_created([path for path in tried if path in new], created)
         raise
-    return OpenShards(writers, [path for path in shard_dirs if path in new], created)
+    return OpenShards(writers, [path for path in shard_dirs if path in new], created, out_dir)
 
 
 def undo_create(opened: OpenShards, data_dir: str, *, remove_source: bool) -> None:

@@ -40,6 +40,7 @@ and the open-file limit. An import that fails before writing a record removes wh
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -50,15 +51,20 @@ from typing import Any
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.aof import RDB_MAGIC, AofCommands, AofFormatError, resp_bytes
+from moonish.redis.aof import RDB_MAGIC, READ_CHUNK_BYTES, AofCommands, AofFormatError
 from moonish.redis.import_checks import check_import
 from moonish.redis.import_shards import OpenShards, open_shards, source_shards
 from moonish.redis.rdb_load import read_contents
-from moonish.redis.router import Entry, Router, selected_db
+from moonish.redis.router import Entry, Exchange, Router, selected_db
 from moonish.redis.source import decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
+from moonish.state.shard import ShardWriter
+
+WRITE_BUFFER_BYTES = 256 * 1024
+"""Each shard's appends are gathered up to this many bytes and written together (each still
+with its own frames and source position: a kill cuts the log at an append's end)."""
 
 Resume = tuple[int, int]
 """Where a shard stands in the manifest's files: (file index, byte offset); (-1, 0): nowhere."""
@@ -115,6 +121,7 @@ def import_aof(
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     skip_unsupported: bool = False,
+    processes: int = 1,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -137,6 +144,9 @@ def import_aof(
         skip_unsupported: write each command moonish does not implement as a
             ``moonish.skipped`` message record (module docstring) instead of failing;
             :attr:`ImportReport.skipped` counts them.
+        processes: with more than 1, and shards that hold no record yet (a first import),
+            up to this many processes import at once, each writing its share of the shards
+            (moonish.redis.parallel); otherwise this process writes every shard.
 
     Returns:
         An :class:`ImportReport`.
@@ -165,29 +175,83 @@ def import_aof(
             import created removed.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
-    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER,
+                        write_buffer_bytes=WRITE_BUFFER_BYTES)  # fmt: skip
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
-    report = ImportReport(per_shard=[0] * shards)
-    with source_shards(out_dir, shards, "aof", location, log, stream or StreamConfig(),
-                       clock) as opened:  # fmt: skip
-        writers = opened.writers
-        router = Router(writers, clock, skip_unsupported)
-        positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
-        report.resumed_from = [describe(position) for position in positions]
-        names = [os.path.basename(path) for path in paths]
-        if any(position and position.get("aof") not in names for position in positions):
-            _resync(paths, opened, router, report, progress, clock, out_dir)
-        else:
-            resume = [_resume_point(position, names) for position in positions]
-            for index, path in enumerate(paths):
-                _replay_file(path, index, resume, router, report, progress, clock,
-                             last=index == len(paths) - 1)  # fmt: skip
-        for shard, writer in enumerate(writers):
-            if router.position:  # every shard says how far the AOF is applied
-                router.mark(shard, router.position)
-            router.records[shard] += writer.sweep_expired()  # as Redis does once loaded
-            writer.sync()
+    stream = stream or StreamConfig()
+    with source_shards(out_dir, shards, "aof", location, log, stream, clock) as opened:
+        first = all(writer.next_lsn == 1 for writer in opened.writers)
+        if processes > 1 and shards > 1 and first and not any(map(_has_sort, paths)):
+            from moonish.redis.parallel import run_workers  # it imports this module
+
+            for writer in opened.writers:  # the workers open them again
+                writer.close()
+            setup = Setup(paths, shards, log, stream, clock, skip_unsupported)
+            return run_workers(setup, out_dir, min(processes, shards), progress)
+        return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
+
+
+_SORT = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
+
+
+def _has_sort(path: str) -> bool:
+    """Whether the AOF file ``path`` may hold a ``SORT`` (an argument spelled so counts too),
+    which a parallel import cannot run (moonish.redis.parallel). An RDB file holds none."""
+    with open(path, "rb") as file:
+        if file.read(len(RDB_MAGIC)) == RDB_MAGIC:
+            return False
+        file.seek(0)
+        tail = b""
+        while chunk := file.read(READ_CHUNK_BYTES):
+            if _SORT.search(tail + chunk):
+                return True
+            tail = chunk[-10:]  # a match across two chunks
+    return False
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every process of a parallel import needs (moonish.redis.parallel)."""
+
+    paths: list[str]
+    shards: int
+    log: WriterOptions
+    stream: StreamConfig
+    clock: Clock
+    skip_unsupported: bool
+
+
+def replay_aof(
+    paths: list[str], writers: list[ShardWriter], clock: Clock, skip_unsupported: bool,
+    progress: Callable[[int], None] | None, opened: OpenShards | None = None,
+    exchange: Exchange | None = None, others: frozenset[int] = frozenset(),
+) -> ImportReport:  # fmt: skip
+    """Replay the AOF files ``paths`` into ``writers`` (one per shard) from each shard's
+    stored position, mark and sweep every shard, and report. ``opened``: where a resync
+    (the positions name files that are gone) makes its scratch shards. A parallel import's
+    worker (moonish.redis.parallel; new shards, so no resync) passes ``others``, the shards
+    other workers write (they run nothing here), and its ``exchange``."""
+    report = ImportReport(per_shard=[0] * len(writers))
+    router = Router(writers, clock, skip_unsupported, exchange)
+    positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
+    report.resumed_from = [describe(position) for position in positions]
+    names = [os.path.basename(path) for path in paths]
+    if any(position and position.get("aof") not in names for position in positions):
+        assert opened is not None
+        _resync(paths, opened, router, report, progress, clock)
+    else:
+        resume = [_resume_point(position, names) for position in positions]
+        for shard in others:  # as if past every file: skipped
+            resume[shard] = (len(paths), 0)
+        for index, path in enumerate(paths):
+            _replay_file(path, index, resume, router, report, progress, clock,
+                         last=index == len(paths) - 1)  # fmt: skip
+    for shard, writer in enumerate(writers):
+        if router.position:  # every shard says how far the AOF is applied
+            router.mark(shard, router.position)
+        router.records[shard] += writer.sweep_expired()  # as Redis does once loaded
+        writer.sync()
     report.commands, report.per_command = router.commands, router.per_command
     report.skipped = router.skipped
     report.per_shard = list(router.records)
@@ -207,14 +271,14 @@ def _resume_point(position: dict[str, Any], names: list[str]) -> Resume:
 
 def _resync(
     paths: list[str], opened: OpenShards, router: Router, report: ImportReport,
-    progress: Callable[[int], None] | None, clock: Clock, out_dir: str,
+    progress: Callable[[int], None] | None, clock: Clock,
 ) -> None:  # fmt: skip
     """The files the shards' positions name are gone: replay the whole AOF into scratch
     shards (a temporary directory in ``out_dir``), then give each shard the differences
     between its keyspace and the scratch one, with the final position."""
     report.resynced = True
     shards = len(opened.writers)
-    scratch_dir = tempfile.mkdtemp(prefix=".resync-", dir=out_dir)
+    scratch_dir = tempfile.mkdtemp(prefix=".resync-", dir=opened.data_dir)
     try:
         scratch = open_shards(
             scratch_dir, shards, WriterOptions(fsync=FsyncPolicy.NEVER),
@@ -226,7 +290,7 @@ def _resync(
                 _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
                              clock, last=index == len(paths) - 1)  # fmt: skip
             final = router.position = scratch_router.position
-            _count(router, scratch_router)
+            router.add_counts(scratch_router)
             for shard, writer in enumerate(opened.writers):
                 set_libraries(writer, list(scratch.writers[shard].libraries.values()))
                 keyspace = scratch.writers[shard].keyspace
@@ -239,12 +303,6 @@ def _resync(
                 writer.close()
     finally:
         shutil.rmtree(scratch_dir, ignore_errors=True)
-
-
-def _count(router: Router, scratch: Router) -> None:
-    router.commands += scratch.commands
-    router.per_command += scratch.per_command
-    router.skipped += scratch.skipped
 
 
 def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
@@ -294,33 +352,35 @@ def _replay_file(
         return
     name = os.path.basename(path)
     commands = AofCommands(path)
+    positions = _FilePositions(router, resume, index, name)
     db = 0
     transaction: list[Entry] | None = None
     transaction_offset = 0
     done = 0
-    for offset, argv in commands:
+    apply = router.apply
+    for offset, end, argv in commands.spans():
         if progress is not None and offset - done >= 1 << 16:
             progress(offset - done)
             done = offset
         command = argv[0].upper()
-        if command == b"SELECT":
+        if command not in _CONTROL:
+            if transaction is not None:
+                transaction.append((db, argv, offset))
+            elif positions.due(end):
+                apply([(db, argv, offset)], False, path)
+        elif command == b"SELECT":
             db = _select(argv, path, offset)
         elif command == b"MULTI":
             if transaction is not None:
                 raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
             transaction, transaction_offset = [], offset
-        elif command == b"EXEC":
+        else:  # EXEC
             if transaction is None:
                 raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            end = offset + resp_bytes(argv)
-            if _position(router, resume, index, name, end):
-                router.apply(transaction, True, path)
+            if positions.due(end):
+                apply(transaction, True, path)
                 report.transactions += 1
             transaction = None
-        elif transaction is not None:
-            transaction.append((db, argv, offset))
-        elif _position(router, resume, index, name, offset + resp_bytes(argv)):
-            router.apply([(db, argv, offset)], False, path)
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -338,14 +398,35 @@ def _replay_file(
     report.position = describe({"aof": name, "offset": commands.trailing_offset})
 
 
-def _position(router: Router, resume: list[Resume], index: int, name: str, end: int) -> bool:
-    """Set the router's position to ``end`` of file ``name`` and its skips; whether any
-    shard still has to apply the command that ends there."""
-    point = (index, end)
-    skip = [done >= point for done in resume]
-    router.skip = skip
-    router.position = encode_position({"aof": name, "offset": end})
-    return not all(skip)
+_CONTROL = frozenset({b"SELECT", b"MULTI", b"EXEC"})
+
+
+class _FilePositions:
+    """The router's position and skips for the commands of file ``name`` (``index`` in the
+    manifest's order), per shard ``resume`` point."""
+
+    def __init__(self, router: Router, resume: list[Resume], index: int, name: str) -> None:
+        self.router, self.resume, self.index = router, resume, index
+        self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
+        self.fixed = [point[0] > index for point in resume]  # past the file, or before it
+        self.varying = [shard for shard, point in enumerate(resume) if point[0] == index]
+        self.all_done = all(self.fixed)
+
+    def due(self, end: int) -> bool:
+        """Set the router's position to ``end`` of the file (the stored form of
+        ``encode_position({"aof": name, "offset": end})``) and its skips; whether any shard
+        still has to apply the command that ends there."""
+        router = self.router
+        router.position = self.prefix + b"%d}" % end
+        if not self.varying:
+            router.skip = self.fixed
+            return not self.all_done
+        skip = self.fixed.copy()
+        point = (self.index, end)
+        for shard in self.varying:
+            skip[shard] = self.resume[shard] >= point
+        router.skip = skip
+        return not all(skip)
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
+from typing import Protocol
 
 from moonish.clock import Clock
 from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
@@ -32,7 +33,7 @@ from moonish.redis.aof import resp_command
 from moonish.redis.commands import ALL_KEYS, KEYLESS
 from moonish.redis.slots import shard_of_key
 from moonish.state.cmd_sort import reads_patterns
-from moonish.state.execute import SCRIPTS, execute, keys_of
+from moonish.state.execute import COMMANDS, SCRIPTS, execute, keys_of
 from moonish.state.shard import Prepared, ShardWriter
 
 SKIPPED_PREFIX = "moonish.skipped"
@@ -45,6 +46,19 @@ Entry = tuple[int, list[bytes], int]
 class ResumeError(CorruptionError):
     """A command across shards is in some shards' logs but not in others' (a crash between
     its appends): the import cannot continue exactly once."""
+
+
+class Exchange(Protocol):
+    """How a parallel import's worker runs a command across shards some of which another
+    worker writes (moonish.redis.parallel)."""
+
+    def owns_all(self, shards: list[int]) -> bool:
+        """Whether this process writes every one of ``shards``."""
+
+    def across(
+        self, router: Router, db: int, argv: list[bytes], now_us: int, shards: list[int]
+    ) -> list[tuple[int, Prepared]]:
+        """Run the command with the other workers; this process's shards' results."""
 
 
 class Router:
@@ -60,13 +74,16 @@ class Router:
     """
 
     def __init__(
-        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False
-    ) -> None:
+        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False,
+        exchange: Exchange | None = None,
+    ) -> None:  # fmt: skip
         self.writers = writers
+        self.exchange = exchange
         self.clock = clock
         self.skip_unsupported = skip_unsupported
         self.commands = 0
-        self.per_command: Counter[str] = Counter()
+        self._names: Counter[bytes] = Counter()  # commands applied, by name as received
+        self._single: dict[bytes, bool] = {}  # upper-case name: its only key is argv[1]
         self.skipped: Counter[str] = Counter()
         self.records = [0] * len(writers)
         self.first_lsn: list[int | None] = [None] * len(writers)
@@ -85,7 +102,7 @@ class Router:
             ResumeError: a command across shards applied in some of them only.
         """
         now_us = self.clock.now_us()
-        per_shard: list[list[KvChange | Message]] = [[] for _ in self.writers]
+        per_shard: dict[int, list[KvChange | Message]] = {}
         for db, argv, offset in entries:
             try:  # an unsupported command raises before any shard ran it
                 results = self._run(db, argv, now_us)
@@ -104,27 +121,53 @@ class Router:
             except CommandError as exc:
                 raise CommandError(exc.message, path=path, offset=offset) from None
             self.commands += 1
-            self.per_command[argv[0].upper().decode(errors="replace")] += 1
-            for shard, prepared in results:
-                if isinstance(prepared.reply, CommandError):
-                    raise CommandError(prepared.reply.message, path=path, offset=offset)
-                self.append(shard, prepared.expired, False, now_us, b"")
-                per_shard[shard] += prepared.records
-        position = self.position
-        for shard, records in enumerate(per_shard):
-            if not records and shard in self._involved:
-                records = [position_marker(position)]  # its position must move past it
-            self.append(shard, records, transaction or len(records) > 1, now_us, position)
-        self._involved.clear()
+            self._names[argv[0]] += 1
+            for shard, (reply, expired, records) in results:
+                if isinstance(reply, CommandError):
+                    raise CommandError(reply.message, path=path, offset=offset)
+                if expired:
+                    self.append(shard, expired, False, now_us, b"")
+                if records:
+                    if shard in per_shard:
+                        per_shard[shard] += records
+                    else:
+                        per_shard[shard] = records
+        involved = self._involved
+        for shard in involved:
+            if shard not in per_shard:  # its position must move past the command
+                per_shard[shard] = [position_marker(self.position)]
+        for shard in sorted(per_shard) if len(per_shard) > 1 else per_shard:
+            records = per_shard[shard]
+            self.append(shard, records, transaction or len(records) > 1, now_us, self.position)
+        if involved:  # written together, as if unbuffered: a kill between them is rare
+            for shard in sorted(involved):
+                self.writers[shard].flush()
+            involved.clear()
 
-    def _skip(self, db: int, argv: list[bytes], per_shard: list[list[KvChange | Message]]) -> None:
+    @property
+    def per_command(self) -> Counter[str]:
+        """Commands applied, by upper-case name."""
+        counts: Counter[str] = Counter()
+        for name, count in self._names.items():
+            counts[name.upper().decode(errors="replace")] += count
+        return counts
+
+    def add_counts(self, other: Router) -> None:
+        """Count ``other``'s commands (applied and skipped) as this router's too."""
+        self.commands += other.commands
+        self._names += other._names
+        self.skipped += other.skipped
+
+    def _skip(
+        self, db: int, argv: list[bytes], per_shard: dict[int, list[KvChange | Message]]
+    ) -> None:
         """Queue the ``moonish.skipped`` record of ``argv`` on the shard of its first argument
         (every shard when it has none, or is a keyless command's: FUNCTION KILL)."""
         message = Message(SKIPPED_PREFIX, resp_command(argv), db)
         count = len(self.writers)
         keyed = len(argv) > 1 and argv[0].upper() not in KEYLESS
         for shard in [shard_of_key(argv[1], count)] if keyed else range(count):
-            per_shard[shard].append(message)
+            per_shard.setdefault(shard, []).append(message)
         self.skipped[argv[0].upper().decode(errors="replace")] += 1
 
     def appender(self, shard: int) -> Callable[[list[KvChange], bytes], None]:
@@ -152,8 +195,22 @@ class Router:
         self.records[shard] += len(lsns)
 
     def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
-        shards = len(self.writers)
+        writers, skip = self.writers, self.skip
+        shards = len(writers)
+        if shards == 1:  # every key, and every keyless command, is shard 0's
+            return [] if skip[0] else [(0, writers[0].prepare(db, argv, now_us, loading=True))]
         name = argv[0].upper()
+        single = self._single.get(name)
+        if single is None:
+            found = COMMANDS.get(name)
+            if found is not None:  # (an unknown command raises below, in keys_of)
+                single = name not in KEYLESS and name != b"SORT" and found[1] == [1]
+                self._single[name] = single
+        if single and len(argv) > 1:  # most commands: the shard of argv[1]
+            shard = shard_of_key(argv[1], shards)
+            if skip[shard]:
+                return []
+            return [(shard, writers[shard].prepare(db, argv, now_us, loading=True))]
         if name in KEYLESS:
             parts = [(shard, argv) for shard in range(shards)]
         else:
@@ -191,6 +248,9 @@ class Router:
         Raises:
             ResumeError: some of ``shards`` already hold its records and others do not.
         """
+        if self.exchange is not None and not self.exchange.owns_all(shards):
+            self._involved.update(shards)
+            return self.exchange.across(self, db, argv, now_us, shards)
         done = [shard for shard in shards if self.skip[shard]]
         if done:
             if len(done) == len(shards):
@@ -202,8 +262,16 @@ class Router:
                 "completed exactly once: import into a new data directory"
             )
         self._involved.update(shards)  # each stores the position, with records or without
-        count = len(self.writers)
-        writers = self.writers
+        return self.run_across(db, argv, now_us, shards, self.writers)
+
+    def run_across(
+        self, db: int, argv: list[bytes], now_us: int, shards: list[int],
+        writers: list[ShardWriter],
+    ) -> list[tuple[int, Prepared]]:  # fmt: skip
+        """Run a command across ``shards`` on the keyspaces of ``writers`` (one per shard; a
+        parallel import's worker passes stand-ins for other workers' shards); each shard's
+        records (``Replay.STATE``) and the reply."""
+        count = len(writers)
 
         def route(key: bytes) -> int:
             return shard_of_key(key, count)

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from moonish.state.functions import Libraries
 
 _KEPT_WHEN_EMPTY = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
+_ABSENT = (False, None)  # Access.before of a key that did not exist
 WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 Key = tuple[int, bytes]
@@ -49,8 +50,12 @@ class Keyspace:
         return None if keys is None else keys.get(key)
 
     def put(self, db: int, key: bytes, entry: Entry) -> None:
-        self.dbs.setdefault(db, {})[key] = entry
-        self.note_expiry(db, key, entry)
+        keys = self.dbs.get(db)
+        if keys is None:
+            keys = self.dbs[db] = {}
+        keys[key] = entry
+        if entry.expire_at_ms is not None:
+            heapq.heappush(self._expiry, (entry.expire_at_ms, db, key))
         if entry.field_expire_at_ms is not None:
             self.note_field_expiry(db, key, next_expiry(entry))
 
@@ -121,6 +126,10 @@ class Access:
         max_value_bytes: the image size limit for those before images.
     """
 
+    __slots__ = ("before", "by_value", "expire", "expired", "expired_fields", "images",
+                 "keyspaces", "libraries", "log_argv", "max_value_bytes", "messages", "now_ms",
+                 "resolve", "written")  # fmt: skip
+
     def __init__(
         self,
         resolve: Callable[[bytes], Keyspace],
@@ -160,22 +169,22 @@ class Access:
 
     def _first_touch(self, db: int, key: bytes) -> Entry | None:
         keyspace = self.resolve(key)
-        entry = keyspace.get(db, key)
-        if (
-            entry is not None
-            and self.expire
-            and entry.expire_at_ms is not None
-            and entry.expire_at_ms <= self.now_ms
-        ):
+        keys = keyspace.dbs.get(db)
+        entry = None if keys is None else keys.get(key)
+        if entry is None:
+            self.before[db, key] = _ABSENT
+            return None
+        if self.expire and entry.expire_at_ms is not None and entry.expire_at_ms <= self.now_ms:
             keyspace.remove(db, key)
             self.expired.append((db, key, entry))
-            entry = None
+            self.before[db, key] = _ABSENT
+            return None
         image = None
-        if entry is not None and self.images:
+        if self.images:
             image = entry.image  # usually the previous write's after image
             if image is None or entry.image_limit != self.max_value_bytes:
                 image = full_image(db, key, entry, self.max_value_bytes)
-        self.before[(db, key)] = (entry is not None, image)
+        self.before[db, key] = (True, image)
         return entry
 
     def get(self, db: int, key: bytes, type_: str | None = None) -> Entry | None:
@@ -185,7 +194,8 @@ class Access:
             CommandError: ``WRONGTYPE`` when the key holds another type than ``type_``.
         """
         if (db, key) in self.before:
-            entry = self.resolve(key).get(db, key)
+            keys = self.resolve(key).dbs.get(db)
+            entry = None if keys is None else keys.get(key)
         else:
             entry = self._first_touch(db, key)
         if entry is not None and type_ is not None and entry.type != type_:

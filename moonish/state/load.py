@@ -18,7 +18,6 @@ Every record replays as ``Replay.STATE`` (the key's lossless image).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 
 from moonish.log.records import KvChange, Replay, ViewType
 from moonish.state.keyspace import Keyspace
@@ -103,7 +102,7 @@ def load_entries(
         if change is None:
             continue
         if rows and count == 0 and not pending:
-            change = replace(change, row="first")
+            change = change._replace(row="first")
         pending.append(change)
         if len(pending) > BATCH_RECORDS:
             append(pending[:-1], b"")
@@ -111,7 +110,7 @@ def load_entries(
             pending = pending[-1:]
     if pending:
         if rows:
-            pending[-1] = replace(pending[-1], row="only" if pending[-1].row else "last")
+            pending[-1] = pending[-1]._replace(row="only" if pending[-1].row else "last")
         append(pending, source)
         count += len(pending)
     return count

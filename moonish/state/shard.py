@@ -132,6 +132,8 @@ class ShardWriter:
         self._log = WalWriter(shard_dir, log_options, clock)
         self.shard_dir = self._log.shard_dir
         self.keyspace = Keyspace()
+        keyspace = self.keyspace
+        self._resolve: Callable[[bytes], Keyspace] = lambda key: keyspace  # one keyspace
         self.source = b""
         """The source position of the last record that carried one (KvChange.source), kept
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
@@ -145,7 +147,7 @@ class ShardWriter:
                 store_config(self.shard_dir, self.options.stream)
             else:
                 upgrade_config(self.shard_dir)  # an older file gets its checksum
-            self._config = stored or self.options.stream
+            self._use(stored or self.options.stream)
             self.source = recover(
                 self.shard_dir, self._log.next_lsn - 1, self.keyspace, self.libraries
             )
@@ -170,7 +172,13 @@ class ShardWriter:
         """Change the stream configuration; records appended from now on follow it."""
         with self._lock:
             store_config(self.shard_dir, config)
-            self._config = config
+            self._use(config)
+
+    def _use(self, config: StreamConfig) -> None:
+        self._config = config
+        self._facts = (config.view, config.max_value_bytes, config.old_images, config.new_images)
+        """What the write path reads of the configuration: (view, image limit, old images,
+        new images)."""
 
     def set_retention(self, policy: RetentionPolicy) -> None:
         """Change the retention policy (stored in the stream configuration); it is applied
@@ -248,12 +256,15 @@ class ShardWriter:
             reply: Any = execute(acc, db, argv)
         except CommandError as exc:
             reply = exc
-        expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
-        expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
+        expired: list[KvChange] = []
+        if acc.expired or acc.expired_fields:
+            expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
+            expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
         replay = Replay.STATE if acc.by_value else Replay.COMMAND
         records: list[KvChange | Message] = []
         records += self.records(acc, acc.log_argv or argv, replay)
-        records += acc.messages
+        if acc.messages:
+            records += acc.messages
         return Prepared(reply, expired, records)
 
     def access(
@@ -261,12 +272,10 @@ class ShardWriter:
         *, loading: bool = False,
     ) -> Access:  # fmt: skip
         """An :class:`Access` on this shard's keyspace with its view's image settings."""
-        keyspace = self.keyspace
-        acc = Access(
-            resolve or (lambda key: keyspace), now_ms, expire=not loading,
-            images=self._config.old_images, max_value_bytes=self._config.max_value_bytes,
-        )  # fmt: skip
-        acc.keyspaces = [keyspace]
+        _, limit, old, _ = self._facts
+        acc = Access(resolve or self._resolve, now_ms, expire=not loading, images=old,
+                     max_value_bytes=limit)  # fmt: skip
+        acc.keyspaces = [self.keyspace]
         acc.libraries = self.libraries
         return acc
 
@@ -276,17 +285,22 @@ class ShardWriter:
     ) -> list[KvChange]:  # fmt: skip
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
         or value changed: ``c``/``u``/``d`` with images per the view type."""
-        config, keyspace, loading = self._config, self.keyspace, not acc.expire
-        view, limit = config.view, config.max_value_bytes
-        old, new, off = config.old_images, config.new_images, view is ViewType.OFF
-        command, out = argv[0], []
+        view, limit, old, new = self._facts
+        off, loading = view is ViewType.OFF, not acc.expire
+        dbs, before_of = self.keyspace.dbs, acc.before
+        command, out, new_change = argv[0], [], tuple.__new__  # KvChange without __new__
         for db, key in acc.written:
             if owns is not None and not owns(key):
                 continue
-            existed, before_image = acc.before[(db, key)]
-            entry = keyspace.get(db, key)
-            if not existed and entry is None:
-                continue
+            existed, before_image = before_of[db, key]
+            keys = dbs.get(db)
+            entry = None if keys is None else keys.get(key)
+            if entry is None:
+                if not existed:
+                    continue
+                op = "d"
+            else:
+                op = "u" if existed else "c"
             before = after = b""
             if not off:
                 only_key = b"" if old and new else key_image(db, key)
@@ -294,18 +308,16 @@ class ShardWriter:
                     before = before_image if old and before_image else only_key
                 if entry is not None:
                     after = full_image(db, key, entry, limit) if new else only_key
-            op = "u" if existed and entry is not None else ("c" if entry is not None else "d")
             if replay is Replay.STATE:
                 state = b"" if entry is None else state_image(db, key, entry)
-                out.append(KvChange(op, db, command, key, before, after, view, False,
-                                    Replay.STATE, state, (), loading))  # fmt: skip
-            else:
-                first = not out
-                out.append(KvChange(
-                    op, db, command, key, before, after, view, False,
-                    Replay.COMMAND if first else Replay.NONE, b"", tuple(argv) if first else (),
-                    loading,
-                ))  # fmt: skip
+                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                           Replay.STATE, state, (), loading, b"", "")))  # fmt: skip
+            elif out:
+                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                           Replay.NONE, b"", (), loading, b"", "")))  # fmt: skip
+            else:  # the first record replays the command
+                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                           Replay.COMMAND, b"", tuple(argv), loading, b"", "")))  # fmt: skip
         return out
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:
@@ -327,14 +339,16 @@ class ShardWriter:
         """
         if not records:
             return []
-        if source:
-            records = list(records)
-            records[-1] = dataclasses.replace(records[-1], source=source)
+        stored = source or None  # None: the last record keeps its own
         try:
             if atomic:
-                lsns = self._log.append_batch(records, commit_us)
+                lsns = self._log.append_batch(records, commit_us, source=stored)
+            elif len(records) == 1:
+                lsns = [self._log.append(records[0], commit_us, source=stored)]
             else:
-                lsns = [self._log.append(record, commit_us) for record in records]
+                append, last = self._log.append, records[-1]
+                lsns = [append(record, commit_us) for record in records[:-1]]
+                lsns.append(append(last, commit_us, source=stored))
         except (UnavailableError, OSError) as error:
             self._broken = error
             raise
@@ -428,6 +442,10 @@ class ShardWriter:
 
     def sync(self) -> None:
         self._log.sync()
+
+    def flush(self) -> None:
+        """Write the appends the log gathered (``WriterOptions.write_buffer_bytes``)."""
+        self._log.flush()
 
     def close(self) -> None:
         """Stop the sweep thread and close the log. Idempotent."""

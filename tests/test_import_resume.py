@@ -323,12 +323,16 @@ def test_import_rdb_of_a_damaged_file_writes_nothing(tmp_path: Path, workdir: Pa
         client.save()
     data = (workdir / "dump.rdb").read_bytes()
     damaged = tmp_path / "damaged.rdb"
-    damaged.write_bytes(data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])
-    before = sorted(tmp_path.rglob("*"))
-    with pytest.raises(RdbCorruptionError) as info:
-        import_rdb(damaged, tmp_path / "data", 2)
-    assert info.value.path == str(damaged)
-    assert sorted(tmp_path.rglob("*")) == before
+    for at in (9, 200, len(data) // 2, len(data) - 9):  # 9: the first opcode, made unknown
+        flipped = 0xEE if at == 9 else data[at] ^ 0xFF
+        damaged.write_bytes(data[:at] + bytes([flipped]) + data[at + 1 :])
+        before = sorted(tmp_path.rglob("*"))
+        with pytest.raises(RdbCorruptionError) as info:  # never "unsupported"
+            import_rdb(damaged, tmp_path / "data", 2)
+        assert info.value.path == str(damaged)
+        if at == 9:  # an opcode that does not exist, in a file whose CRC-64 says: damage
+            assert "CRC-64 does not match" in str(info.value) and info.value.offset == 9
+        assert sorted(tmp_path.rglob("*")) == before
 
 
 def test_import_rdb_from_the_cli(tmp_path: Path, workdir: Path) -> None:

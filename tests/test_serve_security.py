@@ -108,6 +108,7 @@ def test_tls_with_a_token(data: Path, tmp_path: Path) -> None:
                 assert (await ws.receive_json())["token"] == "m2.a0.a0"
                 await ws.send_json({"request": 3})
                 assert (await ws.receive(timeout=10)).data.count(b'{"seq"') == 3
+            await asyncio.sleep(0.25)  # TLS transports close after the session (aiohttp's docs)
 
         asyncio.run(websocket())
     with pytest.raises(InvalidArgumentError, match="both"):

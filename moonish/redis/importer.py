@@ -54,7 +54,7 @@ from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import RDB_MAGIC, READ_CHUNK_BYTES, AofCommands, AofFormatError
 from moonish.redis.import_checks import check_import
 from moonish.redis.import_shards import OpenShards, open_shards, source_shards
-from moonish.redis.rdb_load import read_contents
+from moonish.redis.rdb_load import read_file_contents
 from moonish.redis.router import Entry, Exchange, Router, selected_db
 from moonish.redis.source import decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
@@ -321,9 +321,9 @@ def _load_rdb_base(
     router.position = position
     if not todo:
         return
-    with open(path, "rb") as file:
-        contents = read_contents(file, path, len(router.writers), now_ms=clock.now_us() // 1000,
-                                 drop_expired=False)  # fmt: skip
+    contents = read_file_contents(
+        path, len(router.writers), now_ms=clock.now_us() // 1000, drop_expired=False
+    )
     for shard in todo:
         set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")

@@ -25,7 +25,7 @@ from moonish.log.records import KvChange
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.import_checks import check_target
 from moonish.redis.import_shards import source_shards
-from moonish.redis.rdb_load import RdbContents, rdb_identity, read_contents
+from moonish.redis.rdb_load import RdbContents, rdb_identity, read_file_contents
 from moonish.redis.source import check_source, decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
@@ -99,9 +99,9 @@ def import_rdb(
     location = os.path.realpath(path)
     check_source(out_dir, "rdb", location)  # before reading the file; source_shards again
     identity = rdb_identity(path)
-    with open(path, "rb") as file:  # all of it, CRC-64 checked, before anything is created
-        contents = read_contents(file, path, shards, now_ms=clock.now_us() // 1000,
-                                 drop_expired=True)  # fmt: skip
+    contents = read_file_contents(
+        path, shards, now_ms=clock.now_us() // 1000, drop_expired=True
+    )  # all of it, before anything is created
     report = RdbImportReport(
         identity, contents.version, contents.keys_loaded, contents.keys_expired,
         contents.empty_keys_skipped, per_shard=[0] * shards,

@@ -21,12 +21,16 @@ import os
 from dataclasses import dataclass, field
 from typing import IO
 
+from moonish.errors import MoonishError
 from moonish.redis.rdb import (
+    READ_CHUNK_BYTES,
     RdbAux,
     RdbCorruptionError,
     RdbFunction,
     RdbKey,
     RdbReader,
+    RdbUnsupportedError,
+    crc64,
 )
 from moonish.redis.rdb_keys import hash_entry
 from moonish.redis.rdb_streams import complete_stream
@@ -68,6 +72,34 @@ def rdb_identity(path: str) -> str:
         size = file.seek(0, os.SEEK_END)
         file.seek(max(0, size - CRC_BYTES))
         return f"{size}-{file.read(CRC_BYTES)[::-1].hex()}"
+
+
+def damage_or_unsupported(path: str, error: RdbUnsupportedError) -> MoonishError:
+    """What an unsupported item in the RDB file ``path`` really is: damage when the file's
+    stored CRC-64 (its last 8 bytes) does not match its bytes (a flipped byte can read as an
+    unknown opcode or type), else ``error`` itself. A stored CRC of 0 (``rdbchecksum no``)
+    leaves ``error`` as it is.
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as file:
+        size = file.seek(0, os.SEEK_END)
+        file.seek(0)
+        crc, left = 0, size - CRC_BYTES
+        while left > 0:
+            chunk = file.read(min(left, READ_CHUNK_BYTES))
+            if not chunk:
+                return error  # shrank while read
+            crc, left = crc64(crc, chunk), left - len(chunk)
+        stored = int.from_bytes(file.read(CRC_BYTES), "little")
+    if not stored or stored == crc:
+        return error
+    return RdbCorruptionError(
+        f"damaged RDB file: its CRC-64 does not match (stored {stored:016x}, computed "
+        f"{crc:016x}), where the reader found: {error.message}",
+        path=path, offset=error.offset if error.offset is not None else 0, key=None,
+    )  # fmt: skip
 
 
 def read_contents(
@@ -132,3 +164,18 @@ def entry_of_key(item: RdbKey, path: str) -> Entry:
     if item.field_expire_at_ms:
         return hash_entry(item)  # kept as Redis 7.4 loads them
     return Entry(item.type, item.value, item.expire_at_ms)
+
+
+def read_file_contents(path: str, shards: int, *, now_ms: int, drop_expired: bool) -> RdbContents:
+    """:func:`read_contents` of the RDB file at ``path``; an unsupported item in a file whose
+    CRC-64 does not match is reported as the damage it is (:func:`damage_or_unsupported`).
+
+    Raises:
+        RdbCorruptionError, RdbUnsupportedError: as :func:`read_contents`.
+        OSError: the file cannot be read.
+    """
+    try:
+        with open(path, "rb") as file:
+            return read_contents(file, path, shards, now_ms=now_ms, drop_expired=drop_expired)
+    except RdbUnsupportedError as error:
+        raise damage_or_unsupported(path, error) from error

@@ -8,14 +8,16 @@ from typing import Any
 import click
 import orjson
 
+from cli.remote import DATA_PATH, connect, remote_options
 from moonish.cdc import shard_read
 from moonish.redis.capture_status import read_status
 from moonish.redis.source import describe, load_source, stored_position
 
 
 @click.command("info")
-@click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
-def info(wal_dir: str) -> None:
+@click.argument("wal_dir", type=DATA_PATH)
+@remote_options
+def info(wal_dir: str, token_file: str | None, cacert: str | None) -> None:
     """Print JSON facts about a shard: oldest_lsn, latest_lsn, next_lsn, segments, bytes.
 
     Given a data directory (with shard-<k> subdirectories) it prints
@@ -24,10 +26,19 @@ def info(wal_dir: str) -> None:
     shard of an import or capture also shows "source_position": the source position its log
     stores last ({"lsn", "position", "text"}; null when its last 10,000 records hold none).
 
+    Given a server's URL (moonish serve; with --token-file, --cacert) it prints the server's
+    GET /v1/info: every shard's facts, the earliest and now tokens, the lag table and the
+    server's own figures.
+
     Example:
 
         moonish cdc info data/shard-0
     """
+    client = connect(wal_dir, token_file, cacert, ())
+    if client is not None:
+        with client:
+            click.echo(orjson.dumps(client.info(), option=orjson.OPT_INDENT_2).decode())
+        return
     shards = shard_read.shard_dirs(wal_dir)
     if len(shards) == 1 and shards[0] == wal_dir:
         report = _shard(wal_dir, os.path.dirname(os.path.abspath(wal_dir)))

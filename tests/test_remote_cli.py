@@ -12,6 +12,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from cli.consumer import HEADER
 from moonish.log import consumers
 from moonish.serve import ServeOptions
 from tests.serve_util import Running
@@ -128,3 +129,44 @@ def test_token_file_tls_and_exit_codes(data: Path, tmp_path: Path) -> None:
         run("cdc", "read", str(data), "earliest", "--token-file", str(token_file)).returncode == 2
     )
     assert run("cdc", "tail", url, "--from-lsn", "3").returncode == 2
+
+
+def test_consumer_commands_and_info_by_url(data: Path) -> None:
+    """`consumer create|list|show|ack|seek|drop` and `cdc info` take a URL too, and do what
+    they do on the directory."""
+
+    def json_lines(out: bytes) -> list[dict[str, object]]:
+        docs = [orjson.loads(line) for line in out.splitlines()]
+        for doc in docs:  # times differ between two calls
+            for field in ("created_ms", "updated_ms"):
+                doc.pop(field, None)
+            for shard in doc.get("shards", []):
+                shard.pop("oldest_unconfirmed_age_ms")
+        return docs
+
+    with Running(data) as server:
+        for name, where in (("local", str(data)), ("remote", server.url)):
+            made = run("consumer", "create", where, name, "--from", "earliest")
+            assert made.returncode == 0, made.stderr
+            assert run("consumer", "ack", where, name, "m2.a3.a2").returncode == 0
+        shown = {
+            name: json_lines(run("consumer", "show", where, name, "--json").stdout)
+            for name, where in (("local", str(data)), ("remote", server.url))
+        }
+        for doc in shown["remote"]:
+            doc["name"] = "local"
+        assert shown["remote"] == shown["local"]
+        table = run("consumer", "list", server.url).stdout.decode()
+        assert tuple(table.splitlines()[0].split()) == HEADER
+        assert table.count("remote ") == 2 and table.count("local ") == 2  # one row per shard
+        moved = run("consumer", "seek", server.url, "remote", "earliest")
+        assert orjson.loads(moved.stdout) == {"name": "remote", "token": "m2.a0.a0"}
+        assert consumers.load(data, "remote").positions == (0, 0)
+        info = orjson.loads(run("cdc", "info", server.url).stdout)
+        assert [shard["shard"] for shard in info["shards"]] == [0, 1]
+        assert {entry["name"] for entry in info["consumers"]} == {"local", "remote"}
+        dropped = run("consumer", "drop", server.url, "remote")
+        assert orjson.loads(dropped.stdout) == {"name": "remote", "dropped": True}
+        assert [c.name for c in consumers.list_consumers(data)] == ["local"]
+        assert run("consumer", "show", server.url, "remote").returncode == 2  # no such one
+        assert run("consumer", "list", str(data), "--token-file", str(data)).returncode == 2

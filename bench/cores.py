@@ -9,9 +9,10 @@ from collections.abc import Iterator
 
 @contextlib.contextmanager
 def elsewhere() -> Iterator[None]:
-    """Within the block, this process (and so every child it starts, which inherits the
-    affinity, with all its threads) runs on the cores it was not pinned to; the pinning is
-    restored after. On a machine with one core, nothing changes."""
+    """Within the block, the calling thread (and so every child process it starts, which
+    inherits its affinity, with all the child's threads) runs on the cores it was not pinned
+    to; the pinning is restored after. Other threads of this process keep their cores. On a
+    machine with one core, nothing changes."""
     mine = os.sched_getaffinity(0)
     others = set(range(os.cpu_count() or 1)) - mine
     os.sched_setaffinity(0, others or mine)

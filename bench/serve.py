@@ -35,9 +35,7 @@ from pathlib import Path
 import aiohttp
 import orjson
 
-from bench.merged import merged_data
-from moonish.cdc.merged import Resolved
-from moonish.cdc.merged_read import MergedTail
+from bench.merged import merged_data, merged_read
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE_RATE = 10_000
@@ -114,19 +112,9 @@ def in_process(data: Path) -> tuple[int, float]:
     cores = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {1})
     try:
-        return _in_process(data)
+        return merged_read(data)
     finally:
         os.sched_setaffinity(0, cores)
-
-
-def _in_process(data: Path) -> tuple[int, float]:
-    started = time.perf_counter()
-    count = 0
-    with MergedTail(data) as stream:
-        for batch in stream.batches():
-            if not isinstance(batch, Resolved):
-                count += len(batch.envelopes)
-    return count, time.perf_counter() - started
 
 
 async def over_http(url: str) -> tuple[int, float]:

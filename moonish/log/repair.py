@@ -24,7 +24,7 @@ import os
 from dataclasses import dataclass
 
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
-from moonish.fileio import fsync_dir
+from moonish.fileio import fsync_dir, write_all
 from moonish.log.control import Control, load_control, store_control
 from moonish.log.format import INDEX_ENTRY, SEGMENT_HEADER_BYTES, segment_name
 from moonish.log.frames import LAYOUTS, FrameLayout, is_torn_tail, next_intact_frame, scan_frames
@@ -334,7 +334,7 @@ def _cut(seg: str, offset: int) -> None:
 def _rewrite_index(path: str, entries: list[tuple[int, int]]) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in entries))
+        write_all(fd, b"".join(INDEX_ENTRY.pack(*entry) for entry in entries))
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -343,14 +343,15 @@ def _replay_file(
         return
     with open(path, "rb") as file:
         is_rdb = file.read(len(RDB_MAGIC)) == RDB_MAGIC
-    report.files.append(os.path.basename(path))
+    name = os.path.basename(path)
+    report.files.append(name)
     if is_rdb:
         _load_rdb_base(path, index, resume, router, report, clock)
-        report.bytes += os.path.getsize(path)
+        size = os.path.getsize(path)
+        report.bytes += size
         if progress is not None:
-            progress(os.path.getsize(path))
+            progress(size)
         return
-    name = os.path.basename(path)
     commands = AofCommands(path)
     positions = _FilePositions(router, resume, index, name)
     db = 0
@@ -410,7 +411,6 @@ class _FilePositions:
         self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
         self.fixed = [point[0] > index for point in resume]  # past the file, or before it
         self.varying = [shard for shard, point in enumerate(resume) if point[0] == index]
-        self.all_done = all(self.fixed)
 
     def due(self, end: int) -> bool:
         """Set the router's position to ``end`` of the file (the stored form of
@@ -418,9 +418,9 @@ class _FilePositions:
         still has to apply the command that ends there."""
         router = self.router
         router.position = self.prefix + b"%d}" % end
-        if not self.varying:
+        if not self.varying:  # some shard is before the file (_replay_file checked)
             router.skip = self.fixed
-            return not self.all_done
+            return True
         skip = self.fixed.copy()
         point = (self.index, end)
         for shard in self.varying:

@@ -217,7 +217,7 @@ class Router:
             groups: dict[int, list[bytes]] = {}
             for key in keys_of(argv):
                 groups.setdefault(shard_of_key(key, shards), []).append(key)
-            if name == b"SORT" and shards > 1 and reads_patterns(argv):
+            if name == b"SORT" and reads_patterns(argv):
                 return self._across(db, argv, now_us, sorted(groups))  # BY/GET keys: anywhere
             if len(groups) <= 1:
                 parts = [(next(iter(groups), 0), argv)]
@@ -231,9 +231,8 @@ class Router:
                 ]
             else:
                 return self._across(db, argv, now_us, sorted(groups))
-        skip = self.skip
         return [
-            (shard, self.writers[shard].prepare(db, sub, now_us, loading=True))
+            (shard, writers[shard].prepare(db, sub, now_us, loading=True))
             for shard, sub in parts
             if not skip[shard]
         ]
@@ -292,8 +291,7 @@ class Router:
                 for key_db, key, entry in acc.expired
                 if route(key) == shard
             ]
-            records: list[KvChange | Message] = []
-            records += writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
+            records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
             results.append((shard, Prepared(reply, expired, records)))
         return results
 

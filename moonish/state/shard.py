@@ -261,8 +261,7 @@ class ShardWriter:
             expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
             expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
         replay = Replay.STATE if acc.by_value else Replay.COMMAND
-        records: list[KvChange | Message] = []
-        records += self.records(acc, acc.log_argv or argv, replay)
+        records = self.records(acc, acc.log_argv or argv, replay)
         if acc.messages:
             records += acc.messages
         return Prepared(reply, expired, records)
@@ -282,13 +281,14 @@ class ShardWriter:
     def records(
         self, acc: Access, argv: list[bytes], replay: Replay,
         owns: Callable[[bytes], bool] | None = None,
-    ) -> list[KvChange]:  # fmt: skip
+    ) -> list[KvChange | Message]:  # fmt: skip
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
         or value changed: ``c``/``u``/``d`` with images per the view type."""
         view, limit, old, new = self._facts
         off, loading = view is ViewType.OFF, not acc.expire
         dbs, before_of = self.keyspace.dbs, acc.before
-        command, out, new_change = argv[0], [], tuple.__new__  # KvChange without __new__
+        command, new_change = argv[0], tuple.__new__  # KvChange without __new__
+        out: list[KvChange | Message] = []
         for db, key in acc.written:
             if owns is not None and not owns(key):
                 continue

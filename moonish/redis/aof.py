@@ -27,6 +27,16 @@ READ_CHUNK_BYTES = 1024 * 1024
 RDB_MAGIC = b"REDIS"
 
 
+def starts_with_rdb(path: str) -> bool:
+    """Whether the file at ``path`` starts like an RDB file (``REDIS``, Redis ``rdb.c``).
+
+    Raises:
+        OSError: the file cannot be read.
+    """
+    with open(path, "rb") as handle:
+        return handle.read(len(RDB_MAGIC)) == RDB_MAGIC
+
+
 class AofFormatError(InvalidArgumentError):
     """The append-only file is not a stream of RESP command arrays (path, offset named)."""
 
@@ -129,14 +139,14 @@ class AofCommands:
 
     def spans(self) -> Iterator[tuple[int, int, list[bytes]]]:
         """``(offset, end offset, argv)`` for each command: it occupies ``[offset, end)``."""
+        if starts_with_rdb(self.path):
+            raise UnsupportedFormatError(
+                "AOF file starts with an RDB preamble; moonish imports plain-RESP AOFs "
+                "(aof-use-rdb-preamble no)",
+                path=self.path,
+                offset=0,
+            )
         with open(self.path, "rb") as handle:
-            if handle.read(len(RDB_MAGIC)) == RDB_MAGIC:
-                raise UnsupportedFormatError(
-                    "AOF file starts with an RDB preamble; moonish imports plain-RESP AOFs "
-                    "(aof-use-rdb-preamble no)",
-                    path=self.path,
-                    offset=0,
-                )
             handle.seek(self.start)
             reader = hiredis.Reader()
             pos = fed = self.start

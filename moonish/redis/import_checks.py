@@ -17,7 +17,7 @@ from moonish.errors import InvalidArgumentError, MoonishError, UnsupportedFormat
 from moonish.log.control import CONTROL_NAME
 from moonish.log.format import INDEX_SUFFIX, LOCK_NAME, NAME_HEX_DIGITS, SEGMENT_SUFFIX
 from moonish.log.segment import SNAPSHOT_SUFFIX
-from moonish.redis.aof import RDB_MAGIC, read_manifest
+from moonish.redis.aof import read_manifest, starts_with_rdb
 from moonish.redis.slots import SLOT_COUNT
 
 MAX_SHARDS = SLOT_COUNT
@@ -130,11 +130,10 @@ def _aof_paths(aof_dir: str) -> list[str]:
                 "an AOF file listed in the manifest is missing or not a file", path=path
             )
         try:
-            with open(path, "rb") as handle:
-                head = handle.read(len(RDB_MAGIC))
+            is_rdb = starts_with_rdb(path)
         except OSError as exc:
             raise InvalidArgumentError(f"cannot read AOF file: {exc.strerror}", path=path) from None
-        if head == RDB_MAGIC and aof_file.type != "b":
+        if is_rdb and aof_file.type != "b":
             raise UnsupportedFormatError(
                 "an incremental AOF file starts with an RDB header; only the base file may "
                 "be an RDB file",

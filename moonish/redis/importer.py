@@ -51,7 +51,7 @@ from typing import Any
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.aof import RDB_MAGIC, READ_CHUNK_BYTES, AofCommands, AofFormatError
+from moonish.redis.aof import READ_CHUNK_BYTES, AofCommands, AofFormatError, starts_with_rdb
 from moonish.redis.import_checks import check_import
 from moonish.redis.import_shards import OpenShards, open_shards, source_shards
 from moonish.redis.rdb_load import read_file_contents
@@ -198,10 +198,9 @@ _SORT = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
 def _has_sort(path: str) -> bool:
     """Whether the AOF file ``path`` may hold a ``SORT`` (an argument spelled so counts too),
     which a parallel import cannot run (moonish.redis.parallel). An RDB file holds none."""
+    if starts_with_rdb(path):
+        return False
     with open(path, "rb") as file:
-        if file.read(len(RDB_MAGIC)) == RDB_MAGIC:
-            return False
-        file.seek(0)
         tail = b""
         while chunk := file.read(READ_CHUNK_BYTES):
             if _SORT.search(tail + chunk):
@@ -341,8 +340,7 @@ def _replay_file(
     read from its start (SELECT must be tracked); a file every shard is past is skipped."""
     if all(point[0] > index for point in resume):
         return
-    with open(path, "rb") as file:
-        is_rdb = file.read(len(RDB_MAGIC)) == RDB_MAGIC
+    is_rdb = starts_with_rdb(path)
     name = os.path.basename(path)
     report.files.append(name)
     if is_rdb:

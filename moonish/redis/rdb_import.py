@@ -28,7 +28,6 @@ from moonish.redis.import_shards import source_shards
 from moonish.redis.rdb_load import RdbContents, rdb_identity, read_file_contents
 from moonish.redis.source import check_source, decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
-from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
 
@@ -143,8 +142,6 @@ def _load_shard(
 
     keys = contents.keys[shard]
     if not rows:  # deletions first: the position rides on the last record of the load
-        new = Keyspace()
-        for db, key, entry in keys:
-            new.dbs.setdefault(db, {})[key] = entry
-        remove_missing(loader, lambda db, key: new.get(db, key) is not None, append)
+        present = {(db, key) for db, key, _ in keys}
+        remove_missing(loader, lambda db, key: (db, key) in present, append)
     load_entries(loader, keys, append, rows=rows, source=position)

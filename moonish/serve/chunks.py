@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from moonish.cdc.merged import MergedBatch, Resolved
-from moonish.cdc.token import Token
+from moonish.cdc.token import Token, component
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
 from moonish.log.records import PayloadError, change_key, decode_payload
 
-_LETTERS = "abcdefghijklmnopqrst"
 RECORD_TYPES = {kind.name.lower(): int(kind) for kind in RecordType}
 OPS = frozenset({"c", "u", "d", "r", "t", "m"})
 
@@ -180,12 +179,6 @@ def db_and_key(frame: Frame) -> tuple[int | None, bytes | None]:
     key_pos = getattr(record, "key_pos", 0)
     key = argv[key_pos] if argv is not None and 0 < key_pos < len(argv) else None
     return db, key
-
-
-def component(lsn: int) -> str:
-    """One token component's text (moonish.cdc.token)."""
-    digits = str(lsn)
-    return _LETTERS[len(digits) - 1] + digits
 
 
 class Chunk:

@@ -259,6 +259,13 @@ class Chunk:
         return offset
 
 
+def marker_chunk(token: Token, marker: Resolved) -> Chunk:
+    """An empty chunk at ``token`` that carries ``marker``."""
+    chunk = Chunk(token, token, [], [], [], [], [])
+    chunk.resolved = marker
+    return chunk
+
+
 def chunk_of(batch: MergedBatch, before: Token) -> Chunk:
     """``batch`` (read after ``before``) as a chunk, with the token after each event.
 

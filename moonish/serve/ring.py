@@ -25,7 +25,7 @@ from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
 from moonish.errors import MoonishError
-from moonish.serve.chunks import Chunk, chunk_of
+from moonish.serve.chunks import Chunk, chunk_of, marker_chunk
 
 log = logging.getLogger("moonish.serve")
 IN_FLIGHT = 64
@@ -177,9 +177,8 @@ class Publisher:
                     )  # fmt: skip
                 with self._tail as tail:
                     for item in tail.batches():
-                        if isinstance(item, Resolved):  # an empty chunk that carries it
-                            chunk = Chunk(self.token, self.token, [], [], [], [], [])
-                            chunk.resolved = item
+                        if isinstance(item, Resolved):
+                            chunk = marker_chunk(self.token, item)
                         else:
                             chunk = chunk_of(item, self.token)
                             self.token = item.token

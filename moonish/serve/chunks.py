@@ -29,7 +29,7 @@ from moonish.cdc.token import Token, component
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import PayloadError, change_key, decode_payload
+from moonish.log.records import KvCommand, PayloadError, change_key, decode_payload
 
 RECORD_TYPES = {kind.name.lower(): int(kind) for kind in RecordType}
 OPS = frozenset({"c", "u", "d", "r", "t", "m"})
@@ -174,11 +174,7 @@ def db_and_key(frame: Frame) -> tuple[int | None, bytes | None]:
         record = decode_payload(frame.record_type, frame.payload)
     except PayloadError:
         return None, None  # the encoder already accepted it; a filter does not judge it
-    db = getattr(record, "db", None)
-    argv = getattr(record, "argv", None)
-    key_pos = getattr(record, "key_pos", 0)
-    key = argv[key_pos] if argv is not None and 0 < key_pos < len(argv) else None
-    return db, key
+    return getattr(record, "db", None), record.key if isinstance(record, KvCommand) else None
 
 
 class Chunk:

@@ -54,7 +54,6 @@ class Ring:
         self.max_bytes = max_bytes
         self.error: MoonishError | None = None
         self.resolved: Resolved | None = None  # the newest marker
-        self.appended = 0  # chunks appended (what a waiter compares)
         self._waiters: set[asyncio.Event] = set()
 
     def append(self, chunk: Chunk) -> None:
@@ -69,7 +68,6 @@ class Ring:
         if chunk.resolved is not None:
             self.resolved = chunk.resolved
         self.trim()
-        self.appended += 1
         self.wake()
 
     def trim(self) -> None:

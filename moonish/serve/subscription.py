@@ -46,7 +46,6 @@ class Hub(Protocol):
     stopping: bool
     resyncs: int
     batch_bytes: int
-    resolved_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
-"""What ``cdc read`` and ``cdc tail`` share to read a server (``moonish serve``) by URL
-instead of a data directory: the PATH type, ``--token-file``/``--cacert``, and the options
-that only make sense on the machine that holds the log."""
+"""What ``cdc read``, ``cdc tail``, ``cdc info`` and the ``consumer`` commands share to read
+a server (``moonish serve``) by URL instead of a data directory: the PATH type,
+``--token-file``/``--cacert``, and the options that only make sense on the machine that
+holds the log."""
 
 from __future__ import annotations
 

@@ -83,8 +83,13 @@ class Token:
         return cls(tuple(_component(part, text) for part in parts))
 
     def __str__(self) -> str:
-        parts = [_LETTERS[len(digits) - 1] + digits for digits in map(str, self.positions)]
-        return f"{VERSION}{len(self.positions)}." + ".".join(parts)
+        return f"{VERSION}{len(self.positions)}." + ".".join(map(component, self.positions))
+
+
+def component(lsn: int) -> str:
+    """One position's text in a token: a letter for its digit count (a=1 … t=20), the digits."""
+    digits = str(lsn)
+    return _LETTERS[len(digits) - 1] + digits
 
 
 def _component(part: str, text: str) -> int:

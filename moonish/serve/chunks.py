@@ -25,13 +25,12 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from moonish.cdc.merged import MergedBatch, Resolved
-from moonish.cdc.token import Token
+from moonish.cdc.token import Token, component
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import PayloadError, change_key, decode_payload
+from moonish.log.records import KvCommand, PayloadError, change_key, decode_payload
 
-_LETTERS = "abcdefghijklmnopqrst"
 RECORD_TYPES = {kind.name.lower(): int(kind) for kind in RecordType}
 OPS = frozenset({"c", "u", "d", "r", "t", "m"})
 
@@ -175,17 +174,7 @@ def db_and_key(frame: Frame) -> tuple[int | None, bytes | None]:
         record = decode_payload(frame.record_type, frame.payload)
     except PayloadError:
         return None, None  # the encoder already accepted it; a filter does not judge it
-    db = getattr(record, "db", None)
-    argv = getattr(record, "argv", None)
-    key_pos = getattr(record, "key_pos", 0)
-    key = argv[key_pos] if argv is not None and 0 < key_pos < len(argv) else None
-    return db, key
-
-
-def component(lsn: int) -> str:
-    """One token component's text (moonish.cdc.token)."""
-    digits = str(lsn)
-    return _LETTERS[len(digits) - 1] + digits
+    return getattr(record, "db", None), record.key if isinstance(record, KvCommand) else None
 
 
 class Chunk:
@@ -264,6 +253,13 @@ class Chunk:
         while offset < len(frames) and frames[offset].batch_index > 0:
             offset += 1
         return offset
+
+
+def marker_chunk(token: Token, marker: Resolved) -> Chunk:
+    """An empty chunk at ``token`` that carries ``marker``."""
+    chunk = Chunk(token, token, [], [], [], [], [])
+    chunk.resolved = marker
+    return chunk
 
 
 def chunk_of(batch: MergedBatch, before: Token) -> Chunk:

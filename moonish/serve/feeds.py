@@ -136,22 +136,24 @@ async def changes(request: web.Request, state: ServerState) -> web.StreamRespons
 async def _normal(state: ServerState, params: FeedParams) -> web.Response:
     def run() -> bytes:
         token, _ = state.start(params.since, params.consumer)
-        rows: list[bytes] = []
-        scanned, limit = 0, params.limit or DEFAULT_LIMIT
-        while len(rows) < limit and scanned < MAX_SCAN_RECORDS:
-            result = read_merged(state.data_dir, token, limit - len(rows))
+        parts: list[bytes] = []
+        rows, scanned, limit = 0, 0, params.limit or DEFAULT_LIMIT
+        where = params.where
+        while rows < limit and scanned < MAX_SCAN_RECORDS:
+            result = read_merged(state.data_dir, token, limit - rows)
             if not result.events and result.token == token:
                 break
             chunk = chunk_of(result.events, token)
-            where = params.where
-            keep = (
-                list(range(len(chunk))) if where.everything
-                else where.select(chunk.frames, chunk.ops, 0, len(chunk))
-            )  # fmt: skip
-            rows += chunk.framed_each(ROWS, keep)
+            if where.everything:
+                parts.append(chunk.framed(ROWS, 0, len(chunk)))
+                rows += len(chunk)
+            else:
+                keep = where.select(chunk.frames, chunk.ops, 0, len(chunk))
+                parts += chunk.framed_each(ROWS, keep)
+                rows += len(keep)
             scanned += len(chunk)
             token = result.token
-        return _results(b"".join(rows), token, state.pending(token))
+        return _results(b"".join(parts), token, state.pending(token))
 
     body = await asyncio.to_thread(run)
     return web.Response(body=body, content_type="application/json")

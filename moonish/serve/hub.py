@@ -48,7 +48,6 @@ class ServerState:
         self.resyncs = 0  # times a subscriber fell behind the ring and read the log itself
         self.websockets: set[web.WebSocketResponse] = set()
         self.batch_bytes = options.limits.batch_bytes
-        self.resolved_ms = options.resolved_ms
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
         self.publisher = Publisher(
             data_dir, self.ring, loop, options.resolved_ms, options.fallback_poll_ms

@@ -15,7 +15,7 @@ import contextlib
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
-from moonish.serve.chunks import Chunk, Framing, chunk_of
+from moonish.serve.chunks import Chunk, Framing, chunk_of, marker_chunk
 
 
 class LogReader:
@@ -54,9 +54,7 @@ class LogReader:
         if item is None:
             return None
         if isinstance(item, Resolved):
-            chunk = Chunk(self._before, self._before, [], [], [], [], [])
-            chunk.resolved = item
-            return chunk
+            return marker_chunk(self._before, item)
         chunk = chunk_of(item, self._before)
         self._before = item.token
         if len(chunk):

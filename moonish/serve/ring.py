@@ -25,7 +25,7 @@ from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
 from moonish.errors import MoonishError
-from moonish.serve.chunks import Chunk, chunk_of
+from moonish.serve.chunks import Chunk, chunk_of, marker_chunk
 
 log = logging.getLogger("moonish.serve")
 IN_FLIGHT = 64
@@ -54,7 +54,6 @@ class Ring:
         self.max_bytes = max_bytes
         self.error: MoonishError | None = None
         self.resolved: Resolved | None = None  # the newest marker
-        self.appended = 0  # chunks appended (what a waiter compares)
         self._waiters: set[asyncio.Event] = set()
 
     def append(self, chunk: Chunk) -> None:
@@ -69,7 +68,6 @@ class Ring:
         if chunk.resolved is not None:
             self.resolved = chunk.resolved
         self.trim()
-        self.appended += 1
         self.wake()
 
     def trim(self) -> None:
@@ -177,9 +175,8 @@ class Publisher:
                     )  # fmt: skip
                 with self._tail as tail:
                     for item in tail.batches():
-                        if isinstance(item, Resolved):  # an empty chunk that carries it
-                            chunk = Chunk(self.token, self.token, [], [], [], [], [])
-                            chunk.resolved = item
+                        if isinstance(item, Resolved):
+                            chunk = marker_chunk(self.token, item)
                         else:
                             chunk = chunk_of(item, self.token)
                             self.token = item.token

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moonish.cdc.merged import Resolved
-from moonish.cdc.token import Token
+from moonish.cdc.token import Token, component
 from moonish.errors import (
     ConsumerLostError,
     MoonishError,
@@ -31,7 +31,7 @@ from moonish.errors import (
 )
 from moonish.log import consumers
 from moonish.log.consumers import Consumer
-from moonish.serve.chunks import Chunk, Filter, Framing, component
+from moonish.serve.chunks import Chunk, Filter, Framing
 from moonish.serve.resync import LogReader
 from moonish.serve.ring import Ring, covers
 from moonish.serve.timer import Handle, Timer
@@ -46,7 +46,6 @@ class Hub(Protocol):
     stopping: bool
     resyncs: int
     batch_bytes: int
-    resolved_ms: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -188,3 +188,15 @@ def test_import_moonish_does_not_load_aiohttp() -> None:
     code = "import sys, moonish; print('aiohttp' in sys.modules); moonish.connect('http://x:1')"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True).stdout
     assert out == b"False\n"  # loaded by connect(), once a client exists
+
+
+def test_the_clients_row_split_reads_the_servers_row_framing() -> None:
+    """moonish.remote does not import moonish.serve: its row parser and the server's framing
+    are tied here (a change to either breaks this test, not a client in the field)."""
+    from moonish.remote.events import split_row
+    from moonish.serve.chunks import ROWS
+
+    envelope = b'{"before":null,"after":{"key":"a\\"b","value":"}"},"op":"c"}'
+    line = ROWS.line(b"m2.b12.a7", envelope)
+    assert line.endswith(b"\n") and split_row(line[:-1]) == ("m2.b12.a7", envelope)
+    assert split_row(ROWS.position(moonish.Token.parse("m2.b12.a7"))[:-1]) is None

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from moonish.cdc.merged import MergedBatch, Resolved
-from moonish.cdc.token import Token, component
+from moonish.cdc.token import VERSION, Token, component
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
@@ -271,7 +271,7 @@ def chunk_of(batch: MergedBatch, before: Token) -> Chunk:
     indexes, frames = batch.indexes, batch.frames
     positions = list(before.positions)
     parts = [component(p) for p in positions]
-    prefix = f"m{len(parts)}."
+    prefix = f"{VERSION}{len(parts)}."
     seqs: list[bytes] = []
     append, join = seqs.append, ".".join
     for k, frame in zip(indexes, frames, strict=True):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moonish.cdc.merged import Resolved
-from moonish.cdc.token import Token, component
+from moonish.cdc.token import VERSION, Token, component
 from moonish.errors import (
     ConsumerLostError,
     MoonishError,
@@ -325,7 +325,7 @@ class Subscription:
         its token already covers (it joined the ring at a position before its token)."""
         positions = list(self.token.positions)
         parts_text = [component(p) for p in positions]
-        prefix = f"m{len(positions)}."
+        prefix = f"{VERSION}{len(positions)}."
         wanted = None if keep is None else set(keep)
         out: list[bytes] = []
         moved = False

@@ -8,7 +8,7 @@ import click
 import orjson
 
 from moonish.serve import Limits, ServeOptions, Server, load_token, run
-from moonish.serve.options import DEFAULT_HOST, DEFAULT_PORT
+from moonish.serve.options import DEFAULT_HOST, DEFAULT_LINGER_MS, DEFAULT_PORT
 
 _DEFAULTS = Limits()
 
@@ -44,10 +44,16 @@ _DEFAULTS = Limits()
     "--ring-bytes", type=click.IntRange(1), default=_DEFAULTS.ring_bytes, show_default=True,
     help="Memory for the shared ring of recent changes.",
 )  # fmt: skip
+@click.option(
+    "--linger-ms", type=click.FloatRange(0, 1000), default=DEFAULT_LINGER_MS,
+    show_default=True,
+    help="While changes keep coming, read the log at most this often: fewer, fuller writes "
+    "to each subscriber. The first change after a quiet spell goes out at once.",
+)  # fmt: skip
 def serve(
     data_dir: str, host: str, port: int, token_file: str | None, tls_cert: str | None,
     tls_key: str | None, max_subscribers: int, max_request_bytes: int, idle_timeout_ms: int,
-    ring_bytes: int,
+    ring_bytes: int, linger_ms: float,
 ) -> None:  # fmt: skip
     """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
     credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
@@ -68,8 +74,9 @@ def serve(
     )  # fmt: skip
     token = None if token_file is None else load_token(token_file)
     options = ServeOptions(
-        host=host, port=port, token=token, tls_cert=tls_cert, tls_key=tls_key, limits=limits
-    )
+        host=host, port=port, token=token, tls_cert=tls_cert, tls_key=tls_key, limits=limits,
+        linger_ms=linger_ms,
+    )  # fmt: skip
 
     def ready(server: Server) -> None:
         line = orjson.dumps({"url": server.url, "data_dir": data_dir})

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from moonish.cdc import shard_read
+from moonish.cdc import follow, shard_read
 from moonish.cdc.events import ChangeEvent
 from moonish.cdc.follow import ChangeSignal
 from tests.conftest import kv, open_writer
@@ -156,5 +156,39 @@ def test_an_inotify_overflow_wakes_every_follower_instead_of_printing(
             logger.warning("Inotify queue overflowed; filesystem events were lost")
         assert caplog.records == []
         assert signal.wait()  # at once, not after the 60 s fallback
+    finally:
+        signal.close()
+
+
+def test_a_busy_follower_stops_watching_and_watches_again_before_it_waits(shard: Path) -> None:
+    """A follower that keeps finding changes needs no events: after IDLE_WATCH_POLLS polls
+    without a wait the directory is not watched (appends cost no watchdog work), and the
+    next wait watches it again and returns at once, so the follower polls before it waits."""
+    with open_writer(shard) as writer:
+        writer.append(kv(b"a"))
+    signal = ChangeSignal(str(shard), 60_000, watch=True)
+    try:
+        assert signal.watching and len(signal._watches) == 1
+        for _ in range(follow.IDLE_WATCH_POLLS):
+            signal.clear()  # polls that each found a change: no wait between them
+        assert signal._watches == []
+        with open_writer(shard) as writer:
+            writer.append(kv(b"b"))  # made while nothing watches
+        assert not signal._event.is_set()  # no event came for it
+        started = time.monotonic()
+        assert signal.wait()  # watches again, returns at once: poll now
+        assert time.monotonic() - started < 5 and len(signal._watches) == 1
+        signal.clear()  # the poll (finds "b"), then a real wait that an append ends
+
+        def append_later() -> None:
+            time.sleep(0.2)
+            with open_writer(shard) as writer:
+                writer.append(kv(b"c"))
+
+        appender = threading.Thread(target=append_later)
+        appender.start()
+        assert signal.wait()
+        appender.join()
+        assert time.monotonic() - started < 30
     finally:
         signal.close()

@@ -66,6 +66,55 @@ def test_continuous_gives_every_change_then_last_seq_and_follows_new_ones(data: 
         assert [r[0] for r in rows_of(got[0])] == [1, 1, 1]  # the limit never cuts a batch
 
 
+def test_live_feeds_are_written_by_the_ring_in_every_framing(data: Path) -> None:
+    """Feeds at the ring's end that take every change are written by the ring as it appends
+    (moonish.serve.sink): chunked NDJSON and SSE over HTTP/1.1, raw bytes over HTTP/1.0;
+    every change once, in order, then the end of the feed at its timeout."""
+    with Running(data) as server:
+        base = f"{server.url}/v1/changes?since=now&timeout=4000"
+        got: dict[str, bytes] = {}
+
+        def read(name: str, url: str, http10: bool = False) -> None:
+            if http10:
+                args = ["curl", "-sS", "--http1.0", "--max-time", "30", url]
+                got[name] = subprocess.run(args, capture_output=True, check=True).stdout
+            else:
+                with urllib.request.urlopen(url, timeout=30) as response:
+                    got[name] = response.read()
+
+        readers = [
+            threading.Thread(target=read, args=("rows", f"{base}&feed=continuous")),
+            threading.Thread(target=read, args=("sse", f"{base}&feed=eventsource")),
+            threading.Thread(target=read, args=("http10", f"{base}&feed=continuous", True)),
+        ]
+        for reader in readers:
+            reader.start()
+        while request(f"{server.url}/v1/info")[1]["server"]["subscribers"] < 3:
+            time.sleep(0.05)
+        before = read_merged(data, "earliest", 10_000).token
+        for n in range(20):
+            write_steps(data, 2, [(n % 2, 1 + (n % 3 == 0), 1)])
+            time.sleep(0.05)  # separate chunks
+        expected = [(e.shard, e.lsn) for e in read_merged(data, before, 10_000).events]
+        for reader in readers:
+            reader.join(30)
+        assert request(f"{server.url}/v1/info")[1]["server"]["carried"] > 0
+    for name in ("rows", "http10"):
+        lines = [orjson.loads(line) for line in got[name].splitlines() if line.strip()]
+        assert in_shard_order(rows_of(lines)) == in_shard_order(expected), name
+        assert lines[-1]["last_seq"] == lines[-2]["seq"]
+    events = [part for part in got["sse"].split(b"\n\n") if part.startswith(b"id: ")]
+    data_lines = [orjson.loads(e.split(b"\ndata: ", 1)[1]) for e in events]
+    changes = [(d["source"]["shard"], d["source"]["lsn"]) for d in data_lines if "source" in d]
+    assert in_shard_order(changes) == in_shard_order(expected)
+
+
+def in_shard_order(rows: list[tuple[int, int]]) -> list[list[int]]:
+    """Each shard's LSNs in the order received (a live merge may interleave shards
+    differently from a later read; each shard's order is the same)."""
+    return [[lsn for shard, lsn in rows if shard == k] for k in (0, 1)]
+
+
 def test_longpoll_waits_for_a_change_and_times_out_on_the_injected_clock(data: Path) -> None:
     timer = ManualTimer()
     with Running(data, timer=timer) as server:

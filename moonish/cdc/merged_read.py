@@ -278,7 +278,9 @@ class MergedTail(Following):
 
     def _round(self) -> tuple[MergedBatch, Resolved | None]:
         """Poll every shard with nothing buffered, merge, and work out the watermark."""
-        resolving = self._resolved_ms is not None
+        now = time.monotonic()
+        due = (now - self._resolved_at) * 1000 >= (self._resolved_ms or 0)
+        resolving = self._resolved_ms is not None and due  # (closed times only when due)
         closed: list[ClosedTime | None] = []
         for feed in self._feeds:
             # closed time is read before the poll: what it promises about was written first
@@ -292,9 +294,7 @@ class MergedTail(Following):
                 feed.bound_us(_covering(promise, feed))
                 for feed, promise in zip(self._feeds, closed, strict=True)
             )
-            now = time.monotonic()
-            due = (now - self._resolved_at) * 1000 >= (self._resolved_ms or 0)
-            if watermark > self._resolved_us and due:
+            if watermark > self._resolved_us:
                 self._resolved_us, self._resolved_at = watermark, now
                 marker = Resolved(watermark, batch.token)
         return batch, marker

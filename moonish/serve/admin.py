@@ -51,6 +51,7 @@ async def info(request: web.Request, state: ServerState) -> web.Response:
         "version": __version__,
         "subscribers": state.subscribers,
         "resyncs": state.resyncs,
+        "carried": state.ring.carried,
         "max_subscribers": state.options.limits.max_subscribers,
         "ring": {
             "events": ring.end - ring.first,

@@ -204,6 +204,7 @@ class Server:
         if state is None:
             return
         state.stopping = True
+        state.ring.release_riders()
         state.ring.wake()
         for ws in list(state.websockets):
             await ws.close(code=1001, message=b"server stopping")

@@ -41,6 +41,7 @@ from moonish.serve.chunks import ROWS, SSE, Filter, Framing, chunk_of
 from moonish.serve.errors import error_body
 from moonish.serve.hub import ServerState
 from moonish.serve.options import Limits
+from moonish.serve.sink import Sink
 from moonish.serve.subscription import Subscription
 
 FEEDS = ("normal", "longpoll", "continuous", "eventsource")
@@ -226,9 +227,13 @@ async def _stream(
             "X-Accel-Buffering": "no",
         }
     )
+    if request.version >= (1, 1):
+        response.enable_chunked_encoding()  # (what aiohttp picks anyway; Sink frames alike)
     await response.prepare(request)
     timer = state.timer
-    subscription = Subscription(state, token, framing, params.where, params.resolved_ms, owner)
+    subscription = Subscription(
+        state, token, framing, params.where, params.resolved_ms, owner, Sink(request, response)
+    )
     beat = params.heartbeat_ms
     deadline = None if beat is not None else timer.now_ms() + params.timeout_ms
     left = params.limit
@@ -241,6 +246,7 @@ async def _stream(
                 until = next_beat if next_beat is not None else deadline
                 delivery = await subscription.next(left, True, until)
                 now = timer.now_ms()
+                written = max(written, subscription.carried_ms)  # the ring wrote for it
                 if delivery is not None:
                     if delivery.data:
                         await response.write(delivery.data)

@@ -50,8 +50,9 @@ class ServerState:
         self.batch_bytes = options.limits.batch_bytes
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
         self.publisher = Publisher(
-            data_dir, self.ring, loop, options.resolved_ms, options.fallback_poll_ms
-        )
+            data_dir, self.ring, loop, options.resolved_ms, options.fallback_poll_ms,
+            options.linger_ms,
+        )  # fmt: skip
 
     @contextlib.contextmanager
     def subscriber(self) -> Iterator[None]:

@@ -20,6 +20,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
 MIN_TOKEN_CHARS = 16
 
+DEFAULT_LINGER_MS = 2.0
+"""The shared reader's linger (``ServeOptions.linger_ms``): docs/benchmarks.md §9."""
+
 
 @dataclass(frozen=True, slots=True)
 class Limits:
@@ -71,6 +74,10 @@ class ServeOptions:
         resolved_ms: how often the shared reader computes resolved watermarks (ms); a
             feed's ``resolved`` interval is rounded up to it.
         fallback_poll_ms: the shared reader's longest wait without a file-system event.
+        linger_ms: while changes keep coming, the shared reader reads at most this often
+            (ms), so each round carries more changes to every subscriber in fewer writes;
+            the first change after a quiet spell is read at once (docs/server.md,
+            "Fan-out"). 0: read again as soon as a round is out.
     """
 
     host: str = DEFAULT_HOST
@@ -81,6 +88,7 @@ class ServeOptions:
     limits: Limits = field(default_factory=Limits)
     resolved_ms: int = 100
     fallback_poll_ms: int = 1000
+    linger_ms: float = DEFAULT_LINGER_MS
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -98,6 +106,8 @@ class ServeOptions:
             )
         if self.resolved_ms <= 0 or self.fallback_poll_ms <= 0:
             raise InvalidArgumentError("resolved_ms and fallback_poll_ms must be > 0")
+        if not 0 <= self.linger_ms <= 1000:
+            raise InvalidArgumentError(f"linger_ms must be 0..1000, got {self.linger_ms}")
 
     @property
     def scheme(self) -> str:

@@ -19,7 +19,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from collections import deque
+from typing import Protocol
 
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
@@ -37,6 +39,20 @@ def covers(low: Token, high: Token) -> bool:
     return all(a <= b for a, b in zip(low.positions, high.positions, strict=True))
 
 
+class Rider(Protocol):
+    """A subscriber the ring writes to as it appends (moonish.serve.sink): one in step with
+    the ring, at its end, that takes every change."""
+
+    def carry(self, chunk: Chunk) -> bool:
+        """Take ``chunk``, just appended after the rider's position; False when the rider
+        must leave (its socket is full or closed)."""
+        ...
+
+    def release(self) -> None:
+        """Wake the rider's task: it is no longer carried."""
+        ...
+
+
 class Ring:
     """Recent chunks in stream order; positions are event numbers since the server started.
 
@@ -44,6 +60,7 @@ class Ring:
         first: the position of the oldest event held; ``base`` is the token before it.
         end: the position after the newest event; ``token`` is the token there.
         error: what stopped the publisher (damage), until it reads on; ``None`` normally.
+        carried: chunk writes the ring made to riders (subscribers it writes to itself).
     """
 
     def __init__(self, start: Token, max_bytes: int) -> None:
@@ -55,9 +72,12 @@ class Ring:
         self.error: MoonishError | None = None
         self.resolved: Resolved | None = None  # the newest marker
         self._waiters: set[asyncio.Event] = set()
+        self._riders: dict[Rider, None] = {}  # (ordered: written in the order they joined)
+        self.carried = 0  # chunks the ring wrote to riders' sockets itself
 
     def append(self, chunk: Chunk) -> None:
-        """Add a chunk at the end, drop the oldest while over the byte limit, wake waiters."""
+        """Add a chunk at the end, drop the oldest while over the byte limit, write it to
+        the riders, wake waiters."""
         chunk.index = self.end
         if self.chunks:
             self.chunks[-1].next = chunk
@@ -68,6 +88,13 @@ class Ring:
         if chunk.resolved is not None:
             self.resolved = chunk.resolved
         self.trim()
+        if self._riders:
+            if chunk.envelopes:
+                self.carried += len(self._riders)
+            left = [rider for rider in self._riders if not rider.carry(chunk)]
+            for rider in left:
+                del self._riders[rider]
+                rider.release()
         self.wake()
 
     def trim(self) -> None:
@@ -83,6 +110,7 @@ class Ring:
     def fail(self, error: MoonishError) -> None:
         """The publisher stopped at damage: waiters at the end learn it."""
         self.error = error
+        self.release_riders()
         self.wake()
 
     def wait(self, event: asyncio.Event) -> None:
@@ -91,6 +119,20 @@ class Ring:
 
     def unwait(self, event: asyncio.Event) -> None:
         self._waiters.discard(event)
+
+    def ride(self, rider: Rider) -> None:
+        """Write each chunk appended from now on to ``rider`` (instead of waking it) until it
+        leaves: :meth:`unride`, its socket fills, :meth:`release_riders`."""
+        self._riders[rider] = None
+
+    def unride(self, rider: Rider) -> None:
+        self._riders.pop(rider, None)
+
+    def release_riders(self) -> None:
+        """Wake every rider's task (damage, the server stopping)."""
+        riders, self._riders = self._riders, {}
+        for rider in riders:
+            rider.release()
 
     def wake(self) -> None:
         waiters, self._waiters = self._waiters, set()
@@ -136,14 +178,17 @@ class Publisher:
         loop: the server's event loop (chunks are appended on it).
         resolved_ms: how often to compute resolved watermarks.
         fallback_poll_ms: longest wait without a file-system event.
+        linger_ms: least time between the starts of two rounds that both have changes
+            (``ServeOptions.linger_ms``).
     """
 
     def __init__(
         self, data_dir: str, ring: Ring, loop: asyncio.AbstractEventLoop, resolved_ms: int,
-        fallback_poll_ms: int,
+        fallback_poll_ms: int, linger_ms: float = 0.0,
     ) -> None:  # fmt: skip
         self._data_dir, self._ring, self._loop = data_dir, ring, loop
         self._resolved_ms, self._poll_ms = resolved_ms, fallback_poll_ms
+        self._linger_s = linger_ms / 1000
         self._stop = threading.Event()
         self._room = threading.Semaphore(IN_FLIGHT)
         self._tail: MergedTail | None = None
@@ -174,13 +219,21 @@ class Publisher:
                         fallback_poll_ms=self._poll_ms,
                     )  # fmt: skip
                 with self._tail as tail:
+                    read_at = time.monotonic()  # when the round handed last was read
                     for item in tail.batches():
                         if isinstance(item, Resolved):
-                            chunk = marker_chunk(self.token, item)
-                        else:
-                            chunk = chunk_of(item, self.token)
-                            self.token = item.token
+                            self._hand(marker_chunk(self.token, item))
+                            continue
+                        chunk = chunk_of(item, self.token)
+                        self.token = item.token
                         self._hand(chunk)
+                        # The next round is read once the linger is over: a change that
+                        # comes after a quiet spell went out at once; under load, rounds
+                        # are fewer and fuller.
+                        wait = read_at + self._linger_s - time.monotonic()
+                        if wait > 0 and self._stop.wait(wait):
+                            return
+                        read_at = time.monotonic()
             except MoonishError as error:  # damage, a position gone: readers meet it too
                 log.error("the shared reader stopped: %s; trying again in 1 s", error)
                 self._loop.call_soon_threadsafe(self._ring.fail, error)

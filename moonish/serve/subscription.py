@@ -34,6 +34,7 @@ from moonish.log.consumers import Consumer
 from moonish.serve.chunks import Chunk, Filter, Framing
 from moonish.serve.resync import LogReader
 from moonish.serve.ring import Ring, covers
+from moonish.serve.sink import Sink
 from moonish.serve.timer import Handle, Timer
 
 
@@ -76,11 +77,17 @@ class Subscription:
         where: which changes to deliver; the others move the token only.
         resolved_ms: deliver resolved markers at most this often (ms), or ``None``.
         consumer: the named consumer the feed reads as (its errors name it), or ``None``.
+        sink: the feed's socket, for the ring to write to while this subscription waits at
+            its end taking every change (moonish.serve.sink); ``None``: always woken.
+
+    Attributes:
+        carried_ms: timer ms when the ring last wrote to the sink (``-inf``: never).
     """
 
     def __init__(
         self, hub: Hub, start: Token, framing: Framing, where: Filter,
         resolved_ms: int | None = None, consumer: Consumer | None = None,
+        sink: Sink | None = None,
     ) -> None:  # fmt: skip
         self.hub, self.token, self.framing, self.where = hub, start, framing, where
         self.resolved_ms = resolved_ms
@@ -97,6 +104,9 @@ class Subscription:
         self._event = asyncio.Event()  # set by the ring (an append) or the alarm
         self._alarm: Handle | None = None
         self._alarm_at: float | None = None
+        self._sink = sink if where.everything and resolved_ms is None else None
+        self._unlimited = False  # the current next() call takes any number of rows
+        self.carried_ms = float("-inf")
 
     @property
     def resyncing(self) -> bool:
@@ -129,6 +139,7 @@ class Subscription:
             CorruptionError: damage where it reads.
             UnavailableError: the server is stopping.
         """
+        self._unlimited = max_rows is None
         while True:
             if self.hub.stopping:
                 raise UnavailableError("the server is stopping; reconnect to resume")
@@ -208,7 +219,12 @@ class Subscription:
             return False
         event = self._event
         event.clear()
-        self.hub.ring.wait(event)
+        ring = self.hub.ring
+        riding = self._can_ride()
+        if riding:
+            ring.ride(self)
+        else:
+            ring.wait(event)
         if until_ms != self._alarm_at:
             if self._alarm is not None:
                 self._alarm.cancel()
@@ -218,8 +234,36 @@ class Subscription:
         try:
             await event.wait()
         finally:
-            self.hub.ring.unwait(event)
+            if riding:
+                ring.unride(self)
+            else:
+                ring.unwait(event)
         return until_ms is None or timer.now_ms() < until_ms or self._ready()
+
+    def _can_ride(self) -> bool:
+        """Whether the ring can write to this subscription's sink while it waits: it takes
+        every change, is in step with the ring at its end, and its socket has room."""
+        sink, chunk, chunks = self._sink, self._chunk, self.hub.ring.chunks
+        return (
+            sink is not None and self._unlimited and self._in_step and self._on_ring
+            and chunk is not None and bool(chunks) and chunk is chunks[-1]
+            and self._offset == len(chunk) and not self._marker_here() and sink.writable
+        )  # fmt: skip
+
+    def carry(self, chunk: Chunk) -> bool:
+        """The ring appended ``chunk`` right after this rider's position: write it to the
+        sink and move past it (moonish.serve.ring.Rider)."""
+        self._chunk, self._offset = chunk, len(chunk)
+        if not chunk.envelopes:
+            return True  # (a marker chunk: riders take no markers)
+        self.token = chunk.after
+        self.carried_ms = self.hub.timer.now_ms()
+        assert self._sink is not None
+        built = chunk._blobs.get(self.framing.name)
+        return self._sink.write(built[0] if built is not None else chunk.blob(self.framing)[0])
+
+    def release(self) -> None:
+        self._event.set()
 
     def _ring_alarm(self) -> None:
         self._alarm, self._alarm_at = None, None

@@ -25,7 +25,7 @@ import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import overload
+from typing import Any, overload
 
 from moonish.cdc.envelope import EnvelopeEncoder
 from moonish.cdc.events import ChangeEvent
@@ -73,7 +73,7 @@ class MergedBatch(Sequence[ChangeEvent]):
     first use (output that needs only envelope bytes never pays for them).
     """
 
-    __slots__ = ("_frames", "_indexes", "_ops", "_perm", "_shards", "envelopes", "token")
+    __slots__ = ("_columns", "_perm", "_settled", "envelopes", "token")
 
     def __init__(
         self,
@@ -86,41 +86,41 @@ class MergedBatch(Sequence[ChangeEvent]):
         perm: list[int] | None = None,
     ) -> None:
         """``perm``: stream order of the other columns, which ``envelopes`` already has."""
-        self._shards, self._indexes, self._frames, self._ops = shards, indexes, frames, ops
+        self._columns: list[list[Any]] = [shards, indexes, frames, ops]
         self.envelopes, self.token, self._perm = envelopes, token, perm
+        self._settled = 0  # a bit per column put in stream order
 
     @classmethod
     def empty(cls, token: Token) -> MergedBatch:
         return cls([], [], [], [], [], token)
 
-    def _settle(self) -> None:
-        perm = self._perm
-        if perm is not None:
-            self._perm = None
-            self._shards = [self._shards[i] for i in perm]
-            self._indexes = [self._indexes[i] for i in perm]
-            self._frames = [self._frames[i] for i in perm]
-            self._ops = [self._ops[i] for i in perm]
+    def _settle(self, column: int) -> None:
+        """Put one column in stream order (each on first use: a reader that needs only
+        tokens never pays for ops)."""
+        if self._perm is not None and not self._settled >> column & 1:
+            self._settled |= 1 << column
+            values = self._columns[column]
+            self._columns[column] = [values[i] for i in self._perm]
 
     @property
     def shards(self) -> list[int]:
-        self._settle()
-        return self._shards
+        self._settle(0)
+        return self._columns[0]
 
     @property
     def indexes(self) -> list[int]:
-        self._settle()
-        return self._indexes
+        self._settle(1)
+        return self._columns[1]
 
     @property
     def frames(self) -> list[Frame]:
-        self._settle()
-        return self._frames
+        self._settle(2)
+        return self._columns[2]
 
     @property
     def ops(self) -> list[str]:
-        self._settle()
-        return self._ops
+        self._settle(3)
+        return self._columns[3]
 
     def extend(self, other: MergedBatch) -> None:
         """Append ``other``'s events (which come after these) and take its token."""
@@ -139,9 +139,11 @@ class MergedBatch(Sequence[ChangeEvent]):
     def position_after(self, i: int) -> tuple[int, int]:
         """``(shard index, last LSN delivered)`` once event ``i`` is consumed (a BEGIN is
         before its batch's first record)."""
-        j = i if self._perm is None else self._perm[i]
-        frame = self._frames[j]
-        return self._indexes[j], frame.lsn - 1 if self._ops[j] == "BEGIN" else frame.lsn
+        perm, settled, (_, indexes, frames, ops) = self._perm, self._settled, self._columns
+        j = i if perm is None else perm[i]
+        frame = frames[i if settled & 4 else j]
+        index = indexes[i if settled & 2 else j]
+        return index, frame.lsn - 1 if ops[i if settled & 8 else j] == "BEGIN" else frame.lsn
 
     def __len__(self) -> int:
         return len(self.envelopes)

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
+from operator import attrgetter
 
 from moonish.cdc.merged import MergedBatch, Resolved
-from moonish.cdc.token import VERSION, Token, component
+from moonish.cdc.token import VERSION, Token
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
@@ -44,10 +45,6 @@ class Framing:
 
     def line(self, seq: bytes, envelope: bytes) -> bytes:
         return self.LINE % (seq, envelope)
-
-    def lines(self, seqs: list[bytes], envelopes: list[bytes]) -> list[bytes]:
-        line = self.LINE
-        return [line % pair for pair in zip(seqs, envelopes, strict=True)]
 
     def marker(self, marker: Resolved) -> bytes:
         return marker.to_json() + b"\n"
@@ -184,7 +181,6 @@ class Chunk:
         index: the ring position of the first event (set by the ring; 0 otherwise).
         before, after: the tokens before the first and after the last event.
         envelopes: envelope bytes per event.
-        seqs: the token after each event, as ASCII bytes.
         indexes: each event's shard number (token component).
         frames, ops: per event, as in :class:`~moonish.cdc.merged.MergedBatch`.
         resolved: a marker that comes after the events, or ``None``.
@@ -192,24 +188,28 @@ class Chunk:
         next, evicted: the ring's link to the next chunk, and whether this one left the ring.
     """
 
-    __slots__ = ("_blobs", "after", "before", "envelopes", "evicted", "frames", "index",
-                 "indexes", "nbytes", "next", "ops", "resolved", "seqs")  # fmt: skip
+    __slots__ = ("_blobs", "_ends", "_ops", "_seqs", "_source", "after", "before", "envelopes",
+                 "evicted", "frames", "index", "indexes", "nbytes", "next", "resolved")  # fmt: skip
 
     def __init__(
-        self, before: Token, after: Token, envelopes: list[bytes], seqs: list[bytes],
-        indexes: list[int], frames: list[Frame], ops: list[str],
+        self, before: Token, after: Token, envelopes: list[bytes], indexes: list[int],
+        frames: list[Frame], source: MergedBatch | None = None,
     ) -> None:  # fmt: skip
+        """``source``: the batch the events come from (its ``ops`` are taken on first use)."""
         self.index = 0
         self.before, self.after = before, after
-        self.envelopes, self.seqs, self.indexes = envelopes, seqs, indexes
-        self.frames, self.ops = frames, ops
+        self.envelopes, self.indexes, self.frames = envelopes, indexes, frames
+        self._source = source
+        self._ops: list[str] | None = None if source is not None else []
         self.resolved: Resolved | None = None
         self.next: Chunk | None = None  # the ring's next chunk (cut when this one leaves)
         self.evicted = False
-        self._blobs: dict[str, tuple[bytes, list[int]]] = {}
+        self._seqs: list[bytes] | None = None
+        self._blobs: dict[str, bytes] = {}
+        self._ends: dict[str, list[int]] = {}
         # envelopes, payloads, tokens, and both framings (built on first use) with offsets
-        size = 3 * sum(map(len, envelopes)) + sum(len(f.payload) for f in frames)
-        self.nbytes = 200 + size + (len(seqs) * (3 * len(seqs[0]) + 200) if seqs else 0)
+        size = 3 * sum(map(len, envelopes)) + sum(map(len, map(_PAYLOAD, frames)))
+        self.nbytes = 200 + size + len(envelopes) * (3 * len(str(after)) + 200)
 
     def __len__(self) -> int:
         return len(self.envelopes)
@@ -218,25 +218,85 @@ class Chunk:
     def end(self) -> int:
         return self.index + len(self.envelopes)
 
-    def blob(self, framing: Framing) -> tuple[bytes, list[int]]:
-        """Every event framed, as one bytes object, and the offset after each event."""
+    @property
+    def ops(self) -> list[str]:
+        """Each event's Debezium op (taken from the source batch on first use)."""
+        if self._ops is None:
+            assert self._source is not None
+            self._ops, self._source = self._source.ops, None
+        return self._ops
+
+    @property
+    def seqs(self) -> list[bytes]:
+        """The token after each event, as ASCII bytes (built on first use)."""
+        if self._seqs is None:
+            self._seqs = self._tokens(None)
+        return self._seqs
+
+    def _tokens(self, line: bytes | None) -> list[bytes]:
+        """Per event its token (``line``: ``None``), or ``line % (token, envelope)``.
+
+        Cost: one pass; per event a join of the components (the changed one re-formatted).
+        The last token is ``after``: it also covers records after the event that the stream
+        skips."""
+        envelopes = self.envelopes
+        if not envelopes:
+            return []
+        positions = list(self.before.positions)
+        prefix = f"{VERSION}{len(positions)}.".encode()
+        parts = list(map(_component, positions))
+        out: list[bytes] = []
+        append, join, letters = out.append, b".".join, _LETTERS
+        lsns = map(_LSN, self.frames)
+        # (the component is made inline: a call per event costs as much as the rest)
+        if line is None:
+            for k, lsn in zip(self.indexes, lsns, strict=True):
+                if lsn > positions[k]:
+                    positions[k] = lsn
+                    digits = b"%d" % lsn
+                    parts[k] = letters[len(digits)] + digits
+                append(prefix + join(parts))
+            out[-1] = str(self.after).encode()
+            return out
+        last = line % (str(self.after).encode(), envelopes[-1])
+        line = line.replace(b"%b", prefix + b"%b", 1)  # (the prefix in the line: one copy less)
+        for k, lsn, envelope in zip(self.indexes, lsns, envelopes, strict=True):
+            if lsn > positions[k]:
+                positions[k] = lsn
+                digits = b"%d" % lsn
+                parts[k] = letters[len(digits)] + digits
+            append(line % (join(parts), envelope))
+        out[-1] = last
+        return out
+
+    def blob(self, framing: Framing) -> bytes:
+        """Every event framed, as one bytes object (built once per framing)."""
         built = self._blobs.get(framing.name)
         if built is None:
-            lines = framing.lines(self.seqs, self.envelopes)
-            blob = b"".join(lines)
-            built = self._blobs[framing.name] = (blob, list(accumulate(map(len, lines))))
+            built = self._blobs[framing.name] = b"".join(self._tokens(framing.LINE))
         return built
+
+    def _ends_of(self, framing: Framing) -> list[int]:
+        """The offset in :meth:`blob` after each event (built on first use)."""
+        ends = self._ends.get(framing.name)
+        if ends is None:
+            fixed = len(framing.LINE) - 4  # (the line less its two %b)
+            sizes = [fixed + len(seq) + len(envelope)
+                     for seq, envelope in zip(self.seqs, self.envelopes, strict=True)]  # fmt: skip
+            ends = self._ends[framing.name] = list(accumulate(sizes))
+        return ends
 
     def framed(self, framing: Framing, lo: int, hi: int) -> bytes:
         """Events ``[lo, hi)`` framed with their own tokens (one slice of the blob)."""
-        blob, ends = self.blob(framing)
-        if lo == 0 and hi == len(ends):
+        blob = self.blob(framing)
+        if lo == 0 and hi == len(self.envelopes):
             return blob
+        ends = self._ends_of(framing)
         return blob[ends[lo - 1] if lo else 0 : ends[hi - 1]]
 
     def framed_each(self, framing: Framing, keep: list[int]) -> list[bytes]:
         """Events ``keep`` framed with their own tokens, one bytes object each."""
-        blob, ends = self.blob(framing)
+        blob, ends = self.blob(framing), self._ends_of(framing)
         return [blob[ends[i - 1] if i else 0 : ends[i]] for i in keep]
 
     def token_at(self, offset: int) -> Token:
@@ -255,31 +315,24 @@ class Chunk:
         return offset
 
 
+_PAYLOAD = attrgetter("payload")
+_LSN = attrgetter("lsn")
+_LETTERS = [b""] + [bytes([c]) for c in b"abcdefghijklmnopqrst"]
+
+
+def _component(lsn: int) -> bytes:
+    """moonish.cdc.token.component, as bytes."""
+    digits = b"%d" % lsn
+    return _LETTERS[len(digits)] + digits
+
+
 def marker_chunk(token: Token, marker: Resolved) -> Chunk:
     """An empty chunk at ``token`` that carries ``marker``."""
-    chunk = Chunk(token, token, [], [], [], [], [])
+    chunk = Chunk(token, token, [], [], [])
     chunk.resolved = marker
     return chunk
 
 
 def chunk_of(batch: MergedBatch, before: Token) -> Chunk:
-    """``batch`` (read after ``before``) as a chunk, with the token after each event.
-
-    Cost: per event one tuple-free string join of the components (the changed one
-    re-formatted), no Token object.
-    """
-    indexes, frames = batch.indexes, batch.frames
-    positions = list(before.positions)
-    parts = [component(p) for p in positions]
-    prefix = f"{VERSION}{len(parts)}."
-    seqs: list[bytes] = []
-    append, join = seqs.append, ".".join
-    for k, frame in zip(indexes, frames, strict=True):
-        lsn = frame.lsn
-        if lsn > positions[k]:
-            positions[k] = lsn
-            parts[k] = component(lsn)
-        append((prefix + join(parts)).encode())
-    if seqs:  # the last token also covers records after it that the stream skips
-        seqs[-1] = str(batch.token).encode()
-    return Chunk(before, batch.token, batch.envelopes, seqs, indexes, frames, batch.ops)
+    """``batch`` (read after ``before``) as a chunk. Tokens are made when framed."""
+    return Chunk(before, batch.token, batch.envelopes, batch.indexes, batch.frames, batch)

@@ -231,8 +231,9 @@ async def _stream(
         response.enable_chunked_encoding()  # (what aiohttp picks anyway; Sink frames alike)
     await response.prepare(request)
     timer = state.timer
+    sink = Sink(request, response)
     subscription = Subscription(
-        state, token, framing, params.where, params.resolved_ms, owner, Sink(request, response)
+        state, token, framing, params.where, params.resolved_ms, owner, sink
     )
     beat = params.heartbeat_ms
     deadline = None if beat is not None else timer.now_ms() + params.timeout_ms
@@ -249,7 +250,7 @@ async def _stream(
                 written = max(written, subscription.carried_ms)  # the ring wrote for it
                 if delivery is not None:
                     if delivery.data:
-                        await response.write(delivery.data)
+                        await sink.send(delivery.data)
                         written = now
                     unseen = delivery.moved or (unseen and not delivery.data)
                     if left is not None:

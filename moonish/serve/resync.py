@@ -15,6 +15,7 @@ import contextlib
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
+from moonish.hotloop import paused_gc
 from moonish.serve.chunks import Chunk, Framing, chunk_of, marker_chunk
 
 
@@ -55,10 +56,11 @@ class LogReader:
             return None
         if isinstance(item, Resolved):
             return marker_chunk(self._before, item)
-        chunk = chunk_of(item, self._before)
+        with paused_gc():  # (tokens and framed bytes: no reference cycles)
+            chunk = chunk_of(item, self._before)
+            if len(chunk):
+                chunk.blob(self._framing)
         self._before = item.token
-        if len(chunk):
-            chunk.blob(self._framing)
         return chunk
 
     async def next(self) -> Chunk | None:

@@ -27,6 +27,7 @@ from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
 from moonish.errors import MoonishError
+from moonish.hotloop import paused_gc
 from moonish.serve.chunks import Chunk, chunk_of, marker_chunk
 
 log = logging.getLogger("moonish.serve")
@@ -224,7 +225,8 @@ class Publisher:
                         if isinstance(item, Resolved):
                             self._hand(marker_chunk(self.token, item))
                             continue
-                        chunk = chunk_of(item, self.token)
+                        with paused_gc():
+                            chunk = chunk_of(item, self.token)
                         self.token = item.token
                         self._hand(chunk)
                         # The next round is read once the linger is over: a change that

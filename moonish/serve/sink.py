@@ -20,6 +20,10 @@ import asyncio
 
 from aiohttp import web
 
+BIG_BYTES = 256 * 1024
+"""From this size a write goes to the socket in three parts (chunk header, the bytes, the
+chunk's end) instead of being copied into one."""
+
 
 class Sink:
     """Direct writes to one prepared streaming response.
@@ -29,11 +33,12 @@ class Sink:
         response: the prepared response (whether it is chunked).
     """
 
-    __slots__ = ("_chunked", "_protocol", "_transport")
+    __slots__ = ("_chunked", "_protocol", "_transport", "_writer")
 
     def __init__(self, request: web.Request, response: web.StreamResponse) -> None:
         self._transport: asyncio.Transport | None = request.transport
         self._protocol = request.protocol
+        self._writer = request.writer
         self._chunked = response.chunked
 
     @property
@@ -52,8 +57,23 @@ class Sink:
         transport = self._transport
         if transport is None or transport.is_closing():
             return False
-        if self._chunked:
-            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
-        else:
+        if not self._chunked:
             transport.write(data)
+        elif len(data) < BIG_BYTES:
+            transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        else:  # the socket takes it from ``data`` itself: no copy in Python
+            transport.write(b"%x\r\n" % len(data))
+            transport.write(data)
+            transport.write(b"\r\n")
         return not self._protocol.writing_paused
+
+    async def send(self, data: bytes) -> None:
+        """Write ``data`` and wait while the socket's buffer is over its high-water mark.
+
+        Raises:
+            ConnectionResetError: the socket is closed (the client went away).
+        """
+        if not self.write(data):
+            if self._transport is None or self._transport.is_closing():
+                raise ConnectionResetError("the client closed the connection")
+            await self._writer.drain()

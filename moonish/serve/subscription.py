@@ -259,8 +259,7 @@ class Subscription:
         self.token = chunk.after
         self.carried_ms = self.hub.timer.now_ms()
         assert self._sink is not None
-        built = chunk._blobs.get(self.framing.name)
-        return self._sink.write(built[0] if built is not None else chunk.blob(self.framing)[0])
+        return self._sink.write(chunk.blob(self.framing))
 
     def release(self) -> None:
         self._event.set()
@@ -318,13 +317,12 @@ class Subscription:
         """The fast path of a subscriber in step with the ring that takes everything: the
         shared blobs of the whole chunks after the cursor, up to about ``budget`` bytes.
         Returns the rows added."""
-        chunk, name = self._chunk, self.framing.name
+        chunk, framing = self._chunk, self.framing
         if chunk is None or self._offset < len(chunk):
             return 0
         rows = 0
         while budget > 0 and not chunk.evicted and (nxt := chunk.next) is not None:
-            built = nxt._blobs.get(name)
-            blob = built[0] if built is not None else nxt.blob(self.framing)[0]
+            blob = nxt.blob(framing)
             parts.append(blob)
             rows += len(nxt.envelopes)
             budget -= len(blob)

@@ -17,14 +17,15 @@ import os
 import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
 import hiredis
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 
-MANIFEST_SUFFIX = ".manifest"
-READ_CHUNK_BYTES = 1024 * 1024
-RDB_MAGIC = b"REDIS"
+MANIFEST_SUFFIX: Final = ".manifest"
+READ_CHUNK_BYTES: Final = 1024 * 1024
+RDB_MAGIC: Final = b"REDIS"
 
 
 def starts_with_rdb(path: str) -> bool:

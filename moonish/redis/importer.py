@@ -46,7 +46,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
@@ -62,7 +62,7 @@ from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
 
-WRITE_BUFFER_BYTES = 256 * 1024
+WRITE_BUFFER_BYTES: Final = 256 * 1024
 """Each shard's appends are gathered up to this many bytes and written together (each still
 with its own frames and source position: a kill cuts the log at an append's end)."""
 
@@ -192,7 +192,7 @@ def import_aof(
         return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
 
 
-_SORT = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
+_SORT: Final = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
 
 
 def _has_sort(path: str) -> bool:
@@ -397,7 +397,7 @@ def _replay_file(
     report.position = describe({"aof": name, "offset": commands.trailing_offset})
 
 
-_CONTROL = frozenset({b"SELECT", b"MULTI", b"EXEC"})
+_CONTROL: Final = frozenset({b"SELECT", b"MULTI", b"EXEC"})
 
 
 class _FilePositions:

@@ -34,13 +34,13 @@ The image value (UTF-8 JSON object, keys in this order; text as in :mod:`moonish
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from moonish.state.jsontext import StreamId, format_id, is_plain, parse_id_text, text, untext
 
-INVALID_ENTRIES_READ = -1
+INVALID_ENTRIES_READ: Final = -1
 """A group's ``entries_read`` when Redis cannot tell (``SCG_INVALID_ENTRIES_READ``)."""
 ZERO_ID: StreamId = (0, 0)
 

@@ -31,7 +31,7 @@ out with an omitted value, so a hash without field TTLs has the same image as be
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
@@ -46,8 +46,13 @@ from moonish.state.jsontext import untext as untext
 from moonish.state.streams import Stream as Stream
 from moonish.state.streams import stream_from_json, stream_json, stream_value
 
-STRING, HASH, LIST, SET, ZSET, STREAM = "string", "hash", "list", "set", "zset", "stream"
-TYPES = (STRING, HASH, LIST, SET, ZSET, STREAM)
+STRING: Final = "string"
+HASH: Final = "hash"
+LIST: Final = "list"
+SET: Final = "set"
+ZSET: Final = "zset"
+STREAM: Final = "stream"
+TYPES: Final = (STRING, HASH, LIST, SET, ZSET, STREAM)
 
 
 class SortedSet:
@@ -219,7 +224,7 @@ def _element_bytes(kind: str, value: Any) -> int:
     return len(join(value.scores if kind == ZSET else value))
 
 
-_FEWEST_BYTES = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
+_FEWEST_BYTES: Final = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
 """The fewest JSON bytes an element adds besides its own: ``"",`` / ``["",""],`` /
 ``["",0.0],``."""
 
@@ -233,7 +238,7 @@ def value_json(entry: Entry) -> bytes:
     return cached
 
 
-_PLAIN_OR_QUOTE = _PLAIN + b'"'
+_PLAIN_OR_QUOTE: Final = _PLAIN + b'"'
 
 
 def _omitted(entry: Entry) -> bytes:
@@ -291,7 +296,7 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     return made
 
 
-_TYPE_PIECES = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
+_TYPE_PIECES: Final = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
 
 
 def _field_ttls_json(fields: dict[bytes, bytes], ttls: dict[bytes, int]) -> bytes:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -138,7 +138,7 @@ class AofCommands:
         for offset, _, argv in self.spans():
             yield offset, argv
 
-    def spans(self) -> Iterator[tuple[int, int, list[bytes]]]:
+    def spans(self) -> Generator[tuple[int, int, list[bytes]], None, None]:
         """``(offset, end offset, argv)`` for each command: it occupies ``[offset, end)``."""
         if starts_with_rdb(self.path):
             raise UnsupportedFormatError(

@@ -39,6 +39,7 @@ and the open-file limit. An import that fails before writing a record removes wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -357,29 +358,32 @@ def _replay_file(
     transaction_offset = 0
     done = 0
     apply = router.apply
-    for offset, end, argv in commands.spans():
-        if progress is not None and offset - done >= 1 << 16:
-            progress(offset - done)
-            done = offset
-        command = argv[0].upper()
-        if command not in _CONTROL:
-            if transaction is not None:
-                transaction.append((db, argv, offset))
-            elif positions.due(end):
-                apply([(db, argv, offset)], False, path)
-        elif command == b"SELECT":
-            db = _select(argv, path, offset)
-        elif command == b"MULTI":
-            if transaction is not None:
-                raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
-            transaction, transaction_offset = [], offset
-        else:  # EXEC
-            if transaction is None:
-                raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            if positions.due(end):
-                apply(transaction, True, path)
-                report.transactions += 1
-            transaction = None
+    # Closed here, not left to the garbage collector: compiled by mypyc (docs/build.md), a
+    # generator dropped unfinished (a command raised) does not close its file.
+    with contextlib.closing(commands.spans()) as spans:
+        for offset, end, argv in spans:
+            if progress is not None and offset - done >= 1 << 16:
+                progress(offset - done)
+                done = offset
+            command = argv[0].upper()
+            if command not in _CONTROL:
+                if transaction is not None:
+                    transaction.append((db, argv, offset))
+                elif positions.due(end):
+                    apply([(db, argv, offset)], False, path)
+            elif command == b"SELECT":
+                db = _select(argv, path, offset)
+            elif command == b"MULTI":
+                if transaction is not None:
+                    raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
+                transaction, transaction_offset = [], offset
+            else:  # EXEC
+                if transaction is None:
+                    raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
+                if positions.due(end):
+                    apply(transaction, True, path)
+                    report.transactions += 1
+                transaction = None
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:

@@ -101,6 +101,11 @@ class SortedSet:
     def __copy__(self) -> SortedSet:
         return SortedSet(self.scores)
 
+    def __reduce__(self) -> tuple[type[SortedSet], tuple[dict[bytes, float]]]:
+        # Pickled by a parallel import (moonish.redis.parallel). Spelled out: a class compiled
+        # by mypyc (docs/build.md) has no default pickling.
+        return SortedSet, (self.scores,)
+
 
 class Entry:
     """One key's value, type and expiry. ``json`` caches the value's JSON and ``image`` the
@@ -134,6 +139,23 @@ class Entry:
         self.image = None
         if value:
             self.json = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Every attribute, the caches too: a parallel import's workers lend entries to each
+        # other (moonish.redis.parallel). Spelled out: a class compiled by mypyc
+        # (docs/build.md) has no default pickling.
+        return _entry, (self.type, self.value, self.expire_at_ms, self.field_expire_at_ms,
+                        self.json, self.image, self.image_limit, self.nbytes)  # fmt: skip
+
+
+def _entry(
+    type_: str, value: Any, expire_at_ms: int | None, field_expire_at_ms: dict[bytes, int] | None,
+    json: bytes | None, image: bytes | None, image_limit: int | None, nbytes: int | None,
+) -> Entry:  # fmt: skip
+    """An :class:`Entry` unpickled (see ``Entry.__reduce__``)."""
+    entry = Entry(type_, value, expire_at_ms, field_expire_at_ms)
+    entry.json, entry.image, entry.image_limit, entry.nbytes = json, image, image_limit, nbytes
+    return entry
 
 
 def format_score(score: float) -> float | str:

@@ -7,26 +7,33 @@ BIN     = $(VENV)/bin
 BASE    = $(VENV)/.installed-base
 DEV     = $(VENV)/.installed-dev
 REDIS74 = $(VENV)/redis-7.4
+# The modules compiled with mypyc ([tool.moonish] mypyc in pyproject.toml, docs/build.md): `pip
+# install -e .` builds them in place, and the installs below run it again when one of their
+# sources changes, so no target runs a stale one (`import moonish` refuses it anyway).
+COMPILED := $(wildcard $(shell $(PYTHON) -c 'import tomllib; \
+  print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["moonish"]["mypyc"])'))
+BUILD    = pyproject.toml setup.py $(COMPILED)
 JAVA_MAJOR = java -version 2>&1 | sed -nE 's/.* version "(1\.)?([0-9]+).*/\2/p' | head -n 1
 
-.PHONY: install install-base demo demo-spark test stress lint format bench golden clean
+.PHONY: install install-base pure demo demo-spark test stress lint format bench golden clean
 
 install: $(DEV) $(REDIS74)/bin/redis-server
 
 install-base: $(BASE)
 
 $(BIN)/python:
-	@# python-lzf (the RDB reader's LZF strings) ships as source only: it needs a C compiler.
+	@# python-lzf (the RDB reader's LZF strings) ships as source only, and mypyc compiles
+	@# moonish's hot modules: both need a C compiler.
 	command -v cc >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc libc6-dev >/dev/null; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 
-$(BASE): pyproject.toml | $(BIN)/python
+$(BASE): $(BUILD) | $(BIN)/python
 	$(BIN)/pip install --quiet -e .
 	touch $(BASE)
 
-$(DEV): pyproject.toml | $(BIN)/python
+$(DEV): $(BUILD) | $(BIN)/python
 	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
 	command -v redis-server >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
@@ -60,6 +67,12 @@ $(REDIS74)/bin/redis-server: | $(BIN)/python
 	cp $(REDIS74).tmp/p/psycopg2_binary.libs/libcrypto-*.so.1.1 $(REDIS74)/lib/libcrypto.so.1.1
 	chmod +x $(REDIS74)/bin/redis-server && rm -rf $(REDIS74).tmp
 	LD_LIBRARY_PATH=$(REDIS74)/lib $(REDIS74)/bin/redis-server --version | grep -q 'v=7\.4\.'
+
+# Remove the compiled modules: pure Python until the next install builds them (docs/build.md).
+pure:
+	find moonish -name '*.so' -delete
+	rm -f moonish__mypyc.*
+	rm -f $(BASE) $(DEV)
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
 demo: install-base
@@ -126,4 +139,6 @@ golden: install
 	$(BIN)/python -m tests.golden
 
 clean:
-	rm -rf $(VENV) demo-data demo-spark bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) demo-data demo-spark bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis \
+	  build moonish__mypyc.*
+	find moonish -name '*.so' -delete

@@ -13,6 +13,7 @@ c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
 
 __version__ = "0.1.0"  # first: submodules import it while this package initialises
 
+import moonish.extensions  # first: refuses stale compiled modules (docs/build.md)
 import moonish.redis.restore  # noqa: F401  (adds RESTORE, FUNCTION RESTORE)
 from moonish.cdc.api import ack, read, tail
 from moonish.cdc.cursor import Cursor

@@ -166,7 +166,9 @@ def test_expiry_lazy_and_swept_are_marked(shard: Path) -> None:
     assert events[0]["before"]["expire_at_ms"] == START_MS + 100
 
 
-def test_background_sweep_expires_and_a_failure_is_raised_not_dropped(shard: Path) -> None:
+def test_background_sweep_expires_and_a_failure_is_raised_not_dropped(
+    shard: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     clock = FixedClock(START_US, 0)
     options = ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=5)
     with ShardWriter(shard, options, clock) as writer:
@@ -177,15 +179,17 @@ def test_background_sweep_expires_and_a_failure_is_raised_not_dropped(shard: Pat
             time.sleep(0.005)
         assert writer.keyspace.get(0, b"a") is None  # removed by the thread, not by a command
 
-        def broken(*args: object, **kwargs: object) -> list[int]:
+        def full(fd: int, data: bytes) -> int:
             raise OSError(28, "No space left on device")
 
         writer.execute(0, ["SET", "b", "1", "PX", "10"])
-        writer.append = broken  # type: ignore[method-assign]
-        clock.advance(20_000)
-        while writer._sweeper is not None and writer._sweeper.is_alive():
-            time.sleep(0.005)
-        with pytest.raises(moonish.UnavailableError, match="expiry sweep failed"):
+        with monkeypatch.context() as patched:  # the sweep's append finds the disk full
+            patched.setattr(os, "write", full)
+            clock.advance(20_000)
+            while writer._sweeper is not None and writer._sweeper.is_alive():
+                time.sleep(0.005)
+        assert isinstance(writer._sweep_error, moonish.UnavailableError)
+        with pytest.raises(moonish.UnavailableError, match="No space left on device"):
             writer.execute(0, ["SET", "c", "1"])
     assert [e["source"]["expired"] for e in envelopes(shard)] == [False, True, False]
 

@@ -56,11 +56,12 @@ from __future__ import annotations
 
 import enum
 import struct
+from typing import Final
 
-MAGIC = b"MOONWAL\x00"
-FORMAT_VERSION = 2
+MAGIC: Final = b"MOONWAL\x00"
+FORMAT_VERSION: Final = 2
 """The version this build writes."""
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS: Final = (1, 2)
 """Every segment version this build reads."""
 
 SEGMENT_SUFFIX = ".seg"
@@ -68,7 +69,7 @@ INDEX_SUFFIX = ".idx"
 LOCK_NAME = "LOCK"
 NAME_HEX_DIGITS = 16
 
-SEGMENT_HEADER = struct.Struct(
+SEGMENT_HEADER: Final = struct.Struct(
     "<"
     "8s"  # magic: b"MOONWAL\0"
     "H"  # version: segment format version
@@ -78,12 +79,12 @@ SEGMENT_HEADER = struct.Struct(
     "q"  # created_us: creation time, microseconds since the Unix epoch
     "I"  # reserved: zero
 )
-SEGMENT_HEADER_CRC = struct.Struct("<I")  # header_crc: crc32c of the preceding header bytes
-SEGMENT_HEADER_BYTES = SEGMENT_HEADER.size + SEGMENT_HEADER_CRC.size
+SEGMENT_HEADER_CRC: Final = struct.Struct("<I")  # header_crc: crc32c of the preceding header bytes
+SEGMENT_HEADER_BYTES: Final = SEGMENT_HEADER.size + SEGMENT_HEADER_CRC.size
 SEGMENT_VERSION_OFFSET = 8
 SEGMENT_HEADER_BYTES_OFFSET = 10
 
-FRAME_HEADER = struct.Struct(
+FRAME_HEADER: Final = struct.Struct(
     "<"
     "I"  # v2 header_crc: crc32c of frame bytes [4, 36) | v1 crc: of [4, 8 + body_bytes)
     "I"  # v2 payload_bytes | v1 body_bytes: the bytes after this field, payload included
@@ -95,18 +96,19 @@ FRAME_HEADER = struct.Struct(
     "I"  # batch_size: records in the batch (1 for a record on its own)
     "q"  # commit_us: commit time, microseconds since the Unix epoch
 )
-FRAME_HEADER_BYTES = FRAME_HEADER.size
-FRAME_CRC = struct.Struct("<I")  # v2 frame_crc (trailer): crc32c of frame bytes [0, 36 + payload)
-FRAME_TRAILER_BYTES = FRAME_CRC.size
-MAX_PAYLOAD_BYTES = 512 * 1024 * 1024
+FRAME_HEADER_BYTES: Final = FRAME_HEADER.size
+# v2 frame_crc (trailer): crc32c of frame bytes [0, 36 + payload)
+FRAME_CRC: Final = struct.Struct("<I")
+FRAME_TRAILER_BYTES: Final = FRAME_CRC.size
+MAX_PAYLOAD_BYTES: Final = 512 * 1024 * 1024
 """Largest payload accepted (Redis's own proto-max-bulk-len default)."""
-V1_BODY_MIN_BYTES = FRAME_HEADER_BYTES - 8
+V1_BODY_MIN_BYTES: Final = FRAME_HEADER_BYTES - 8
 """Version 1: ``body_bytes`` of an empty payload (the header bytes after the length)."""
-FLAG_BATCH = 0x01
+FLAG_BATCH: Final = 0x01
 """Flag bit 0: the record was appended as part of an atomic batch (even a batch of one)."""
-KNOWN_FLAGS = FLAG_BATCH
+KNOWN_FLAGS: Final = FLAG_BATCH
 
-INDEX_ENTRY = struct.Struct(
+INDEX_ENTRY: Final = struct.Struct(
     "<"
     "Q"  # lsn: LSN of the frame the entry points at
     "Q"  # offset: byte offset of that frame in the segment

@@ -27,7 +27,7 @@ import re
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 import crc32c
 
@@ -124,11 +124,12 @@ class Stop:
         return f"{self.kind.value}{': ' + self.detail if self.detail else ''}"
 
 
-_U32 = struct.Struct("<I")
-_CRC_AND_LENGTH = struct.Struct("<II")
-_FIELDS = struct.Struct(FRAME_HEADER.format[:1] + FRAME_HEADER.format[2:]).pack
+_U32: Final = struct.Struct("<I")
+_CRC_AND_LENGTH: Final = struct.Struct("<II")
+_FIELDS: Final = struct.Struct(FRAME_HEADER.format[:1] + FRAME_HEADER.format[2:]).pack
 """The header without its checksum: frame bytes [4, 36)."""
-_CRC, _crc = _U32.pack, crc32c.crc32c
+_CRC: Final = _U32.pack
+_crc: Final = crc32c.crc32c
 
 
 def encode_frame(

@@ -9,25 +9,25 @@ import enum
 import functools
 import struct
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
-_U32 = struct.Struct("<I")
-_U32_PACK = _U32.pack
-_SMALL = 4096
-_U32_SMALL = tuple(_U32_PACK(n) for n in range(_SMALL))
+_U32: Final = struct.Struct("<I")
+_U32_PACK: Final = _U32.pack
+_SMALL: Final = 4096
+_U32_SMALL: Final = tuple(_U32_PACK(n) for n in range(_SMALL))
 """``_U32_SMALL[n]`` is ``_U32.pack(n)``, for the lengths of most fields."""
-KV_HEAD = struct.Struct(
+KV_HEAD: Final = struct.Struct(
     "<"
     "H"  # db: Redis database index
     "H"  # key_pos: index in argv of this record's key, 0 = none
     "I"  # argc: number of argv entries that follow
 )
-_TEMPORAL_HEAD = struct.Struct(
+_TEMPORAL_HEAD: Final = struct.Struct(
     "<"
     "q"  # valid_from_ms: start of validity, ms since the Unix epoch
     "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
 )
-_GRAPH_HEAD = struct.Struct(
+_GRAPH_HEAD: Final = struct.Struct(
     "<"
     "B"  # entity_kind: 1 node, 2 edge
     "B"  # has_valid_to: 0 open-ended, 1 valid_to_ms is set
@@ -35,7 +35,7 @@ _GRAPH_HEAD = struct.Struct(
     "q"  # valid_to_ms: end of validity, ms since the Unix epoch (0 when open-ended)
     "q"  # system_from_ms: when the system recorded it, ms since the Unix epoch
 )
-KV_CHANGE_HEAD = struct.Struct(
+KV_CHANGE_HEAD: Final = struct.Struct(
     "<"
     "B"  # op: b"c", b"u" or b"d"
     "B"  # change_flags: bit 0 CHANGE_EXPIRED, bit 1 CHANGE_LOADING
@@ -44,33 +44,33 @@ KV_CHANGE_HEAD = struct.Struct(
     "H"  # db: Redis database index
     "H"  # reserved: zero
 )
-_CHANGE_HEAD_AND_SIZE = struct.Struct(KV_CHANGE_HEAD.format + "I").pack
+_CHANGE_HEAD_AND_SIZE: Final = struct.Struct(KV_CHANGE_HEAD.format + "I").pack
 """The head and the command's length (the first ``bytes(command)`` field), in one call."""
-CHANGE_EXPIRED = 1
+CHANGE_EXPIRED: Final = 1
 """``change_flags`` bit: the key was removed because its expiry time passed."""
-CHANGE_LOADING = 2
+CHANGE_LOADING: Final = 2
 """``change_flags`` bit: written by an AOF import, which runs commands as Redis loads an AOF
 (no expiry on access, a past expiry time is set rather than deleting the key)."""
-CHANGE_SOURCE = 4
+CHANGE_SOURCE: Final = 4
 """``change_flags`` bit: a source position (``bytes(source)``) follows argv."""
-CHANGE_FIRST_ROW = 8
+CHANGE_FIRST_ROW: Final = 8
 """``change_flags`` bit: the first ``r`` row of an RDB load (Debezium ``snapshot: "first"``)."""
-CHANGE_LAST_ROW = 16
+CHANGE_LAST_ROW: Final = 16
 """``change_flags`` bit: the last ``r`` row of an RDB load (Debezium ``snapshot: "last"``)."""
-_CHECKPOINT_HEAD = struct.Struct(
+_CHECKPOINT_HEAD: Final = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
-_MESSAGE_HEAD = struct.Struct(
+_MESSAGE_HEAD: Final = struct.Struct(
     "<"
     "H"  # db: Redis database index
     "H"  # message_flags: bit 0 MESSAGE_SOURCE; other bits zero
 )
-MESSAGE_SOURCE = 1
+MESSAGE_SOURCE: Final = 1
 """``message_flags`` bit: a source position (``bytes(source)``) follows the content."""
-MAX_DB = 0xFFFF
+MAX_DB: Final = 0xFFFF
 
 
-LENGTHS_STRUCTS = tuple(struct.Struct(f"<{argc}I") for argc in range(64))
+LENGTHS_STRUCTS: Final = tuple(struct.Struct(f"<{argc}I") for argc in range(64))
 """``LENGTHS_STRUCTS[argc]``: the lengths of ``argc`` arguments, for argc < 64."""
 
 
@@ -228,9 +228,9 @@ class KvChange(NamedTuple):
     row: str = ""
 
 
-_ROW_FLAGS = {"": 0, "first": CHANGE_FIRST_ROW, "last": CHANGE_LAST_ROW,
+_ROW_FLAGS: Final = {"": 0, "first": CHANGE_FIRST_ROW, "last": CHANGE_LAST_ROW,
               "only": CHANGE_FIRST_ROW | CHANGE_LAST_ROW}  # fmt: skip
-_ROW_NAMES = {flags: name for name, flags in _ROW_FLAGS.items()}
+_ROW_NAMES: Final = {flags: name for name, flags in _ROW_FLAGS.items()}
 
 
 def position_marker(source: bytes) -> KvChange:

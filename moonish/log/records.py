@@ -42,6 +42,7 @@ atomic batch, so every record says what happened to exactly one key.
 from __future__ import annotations
 
 import struct
+from typing import Final
 
 from moonish.log.format import RecordType
 from moonish.log.record_types import (
@@ -277,7 +278,7 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
     return record
 
 
-KNOWN_CHANGE_FLAGS = (
+KNOWN_CHANGE_FLAGS: Final = (
     CHANGE_EXPIRED | CHANGE_LOADING | CHANGE_SOURCE | CHANGE_FIRST_ROW | CHANGE_LAST_ROW
 )
 
@@ -383,8 +384,8 @@ def _change_parts(
     return op, flags, view, replay, db, command, key, before, after, state, argv, source
 
 
-_OPS = frozenset(b"cudr")
-_OP_ROW = ord("r")
+_OPS: Final = frozenset(b"cudr")
+_OP_ROW: Final = ord("r")
 
 
 def _decode_change(payload: bytes) -> tuple[KvChange, int]:

@@ -455,23 +455,31 @@ class WalWriter:
     def _sync_loop(self) -> None:
         interval_s = self.options.fsync_interval_ms / 1000
         while not self._stop.wait(interval_s):
-            with self._lock:
-                if self._fd < 0 or self._failed is not None:
-                    continue
-                try:
-                    self._flush()
-                except UnavailableError:
-                    return  # the next append raises it
-                if not self._dirty:
-                    continue
-                fd, last = os.dup(self._fd), self._next_lsn - 1
-                self._dirty = False
             try:
-                self._fdatasync(fd, last)
+                with self._lock:
+                    unsynced = self._take_unsynced()
+                if unsynced is None:
+                    continue
+                fd, last = unsynced
+                try:
+                    self._fdatasync(fd, last)
+                finally:
+                    os.close(fd)
             except UnavailableError:
                 return  # the next append raises it
-            finally:
-                os.close(fd)
+
+    def _take_unsynced(self) -> tuple[int, int] | None:
+        """Under the lock: flush the gathered appends; if anything is unsynced, a duplicate of
+        the segment's descriptor and the last LSN to sync (the caller syncs it and closes the
+        duplicate outside the lock)."""
+        if self._fd < 0 or self._failed is not None:
+            return None
+        self._flush()
+        if not self._dirty:
+            return None
+        fd, last = os.dup(self._fd), self._next_lsn - 1
+        self._dirty = False
+        return fd, last
 
     def close(self) -> None:
         """Sync, close the segment, record the end of the log in control.json and release the

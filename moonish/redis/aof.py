@@ -15,16 +15,17 @@ from __future__ import annotations
 
 import os
 import shlex
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
+from typing import Final
 
 import hiredis
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 
-MANIFEST_SUFFIX = ".manifest"
-READ_CHUNK_BYTES = 1024 * 1024
-RDB_MAGIC = b"REDIS"
+MANIFEST_SUFFIX: Final = ".manifest"
+READ_CHUNK_BYTES: Final = 1024 * 1024
+RDB_MAGIC: Final = b"REDIS"
 
 
 def starts_with_rdb(path: str) -> bool:
@@ -137,7 +138,7 @@ class AofCommands:
         for offset, _, argv in self.spans():
             yield offset, argv
 
-    def spans(self) -> Iterator[tuple[int, int, list[bytes]]]:
+    def spans(self) -> Generator[tuple[int, int, list[bytes]], None, None]:
         """``(offset, end offset, argv)`` for each command: it occupies ``[offset, end)``."""
         if starts_with_rdb(self.path):
             raise UnsupportedFormatError(

@@ -18,18 +18,20 @@ Redis writes to its append-only file.
 
 from __future__ import annotations
 
+from typing import Final
+
 from moonish.errors import UnsupportedFormatError
 
-ALL_KEYS = frozenset({b"DEL", b"UNLINK"})
-KEY_VALUE_PAIRS = frozenset({b"MSET", b"MSETNX"})
-SOURCE_AND_DESTINATION = frozenset(
+ALL_KEYS: Final = frozenset({b"DEL", b"UNLINK"})
+KEY_VALUE_PAIRS: Final = frozenset({b"MSET", b"MSETNX"})
+SOURCE_AND_DESTINATION: Final = frozenset(
     {b"RENAME", b"RENAMENX", b"COPY", b"SMOVE", b"LMOVE", b"RPOPLPUSH", b"BLMOVE", b"BRPOPLPUSH"}
 )
-KEY_AT_2 = frozenset({b"BITOP", b"XGROUP"})
-KEYLESS = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB", b"FUNCTION"})
+KEY_AT_2: Final = frozenset({b"BITOP", b"XGROUP"})
+KEYLESS: Final = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB", b"FUNCTION"})
 """Commands without a key that every shard runs."""
-NOT_WRITES = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
-NOT_ROUTABLE = frozenset(
+NOT_WRITES: Final = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
+NOT_ROUTABLE: Final = frozenset(
     {b"SCRIPT", b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO",
      b"PUBLISH", b"SPUBLISH"}
 )  # fmt: skip

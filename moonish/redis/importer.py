@@ -39,6 +39,7 @@ and the open-file limit. An import that fails before writing a record removes wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -46,7 +47,7 @@ import tempfile
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.log.records import ViewType
@@ -62,7 +63,7 @@ from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
 
-WRITE_BUFFER_BYTES = 256 * 1024
+WRITE_BUFFER_BYTES: Final = 256 * 1024
 """Each shard's appends are gathered up to this many bytes and written together (each still
 with its own frames and source position: a kill cuts the log at an append's end)."""
 
@@ -192,7 +193,7 @@ def import_aof(
         return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
 
 
-_SORT = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
+_SORT: Final = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")
 
 
 def _has_sort(path: str) -> bool:
@@ -357,29 +358,32 @@ def _replay_file(
     transaction_offset = 0
     done = 0
     apply = router.apply
-    for offset, end, argv in commands.spans():
-        if progress is not None and offset - done >= 1 << 16:
-            progress(offset - done)
-            done = offset
-        command = argv[0].upper()
-        if command not in _CONTROL:
-            if transaction is not None:
-                transaction.append((db, argv, offset))
-            elif positions.due(end):
-                apply([(db, argv, offset)], False, path)
-        elif command == b"SELECT":
-            db = _select(argv, path, offset)
-        elif command == b"MULTI":
-            if transaction is not None:
-                raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
-            transaction, transaction_offset = [], offset
-        else:  # EXEC
-            if transaction is None:
-                raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-            if positions.due(end):
-                apply(transaction, True, path)
-                report.transactions += 1
-            transaction = None
+    # Closed here, not left to the garbage collector: compiled by mypyc (docs/build.md), a
+    # generator dropped unfinished (a command raised) does not close its file.
+    with contextlib.closing(commands.spans()) as spans:
+        for offset, end, argv in spans:
+            if progress is not None and offset - done >= 1 << 16:
+                progress(offset - done)
+                done = offset
+            command = argv[0].upper()
+            if command not in _CONTROL:
+                if transaction is not None:
+                    transaction.append((db, argv, offset))
+                elif positions.due(end):
+                    apply([(db, argv, offset)], False, path)
+            elif command == b"SELECT":
+                db = _select(argv, path, offset)
+            elif command == b"MULTI":
+                if transaction is not None:
+                    raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
+                transaction, transaction_offset = [], offset
+            else:  # EXEC
+                if transaction is None:
+                    raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
+                if positions.due(end):
+                    apply(transaction, True, path)
+                    report.transactions += 1
+                transaction = None
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
@@ -397,7 +401,7 @@ def _replay_file(
     report.position = describe({"aof": name, "offset": commands.trailing_offset})
 
 
-_CONTROL = frozenset({b"SELECT", b"MULTI", b"EXEC"})
+_CONTROL: Final = frozenset({b"SELECT", b"MULTI", b"EXEC"})
 
 
 class _FilePositions:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Final, Protocol
 
 from moonish.clock import Clock
 from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
@@ -36,7 +36,7 @@ from moonish.state.cmd_sort import reads_patterns
 from moonish.state.execute import COMMANDS, SCRIPTS, execute, keys_of
 from moonish.state.shard import Prepared, ShardWriter
 
-SKIPPED_PREFIX = "moonish.skipped"
+SKIPPED_PREFIX: Final = "moonish.skipped"
 """The prefix of the message records of commands an import skipped (``skip_unsupported``)."""
 
 Entry = tuple[int, list[bytes], int]

@@ -11,6 +11,7 @@ expired, and HINCRBY/HINCRBYFLOAT keep the time of a field they change
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -351,7 +352,7 @@ def cmd_lmove(acc: Access, db: int, argv: list[bytes]) -> Any:
     return element
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"HSET": (cmd_hset, [1]),
     b"HMSET": (cmd_hset, [1]),
     b"HSETNX": (cmd_hsetnx, [1]),

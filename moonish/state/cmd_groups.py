@@ -20,6 +20,7 @@ when XCLAIM claims for it or XGROUP CREATECONSUMER creates it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -238,7 +239,7 @@ def cmd_xclaim(acc: Access, db: int, argv: list[bytes]) -> Any:
     return reply
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"XGROUP": (cmd_xgroup, [2]),
     b"XACK": (cmd_xack, [1]),
     b"XCLAIM": (cmd_xclaim, [1]),

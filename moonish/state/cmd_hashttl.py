@@ -19,6 +19,7 @@ command at its commit time gives the same absolute times (Redis propagates HPEXP
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -147,7 +148,7 @@ def cmd_hpersist(acc: Access, db: int, argv: list[bytes]) -> Any:
     return replies
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"HEXPIRE": (cmd_hexpire, [1]),
     b"HPEXPIRE": (cmd_hexpire, [1]),
     b"HEXPIREAT": (cmd_hexpire, [1]),

@@ -4,6 +4,7 @@ PERSIST, FLUSHDB, FLUSHALL, MOVE, SWAPDB (semantics of Redis 7.0, redis.io/comma
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -173,7 +174,7 @@ def cmd_swapdb(acc: Access, db: int, argv: list[bytes]) -> Any:
     return b"OK"
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"DEL": (cmd_del, "all"),
     b"UNLINK": (cmd_del, "all"),
     b"RENAME": (cmd_rename, [1, 2]),

@@ -6,6 +6,7 @@ Redis 7.0, redis.io/commands). Streams are in :mod:`moonish.state.cmd_streams` a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -99,7 +100,7 @@ def cmd_zpop(acc: Access, db: int, argv: list[bytes]) -> Any:
     return popped
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"ZADD": (cmd_zadd, [1]),
     b"ZINCRBY": (cmd_zincrby, [1]),
     b"ZREM": (cmd_zrem, [1]),

@@ -16,6 +16,7 @@ replica see Redis's exact result: Redis rewrites ``~`` as ``=`` with the count i
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -282,7 +283,7 @@ def cmd_xsetid(acc: Access, db: int, argv: list[bytes]) -> Any:
     return b"OK"
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"XADD": (cmd_xadd, [1]),
     b"XDEL": (cmd_xdel, [1]),
     b"XTRIM": (cmd_xtrim, [1]),

@@ -3,14 +3,15 @@ DECR, INCRBY, DECRBY, INCRBYFLOAT, MSET, MSETNX (semantics of Redis 7.0, redis.i
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Final
 
 from moonish.errors import CommandError
 from moonish.state import parse
 from moonish.state.keyspace import Access
 from moonish.state.values import STRING, Entry
 
-_EXPIRE_OPTIONS = {b"EX": 1000, b"PX": 1, b"EXAT": 1000, b"PXAT": 1}
+_EXPIRE_OPTIONS: Final = {b"EX": 1000, b"PX": 1, b"EXAT": 1000, b"PXAT": 1}
 
 
 def _write(acc: Access, db: int, key: bytes, value: bytes, expire_at_ms: int | None) -> None:
@@ -160,7 +161,7 @@ def cmd_mset(acc: Access, db: int, argv: list[bytes]) -> Any:
     return 1 if argv[0].upper() == b"MSETNX" else b"OK"
 
 
-COMMANDS = {
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"SET": (cmd_set, [1]),
     b"SETNX": (cmd_setnx, [1]),
     b"SETEX": (cmd_setex, [1]),

@@ -9,7 +9,7 @@ added by :func:`register` (moonish.redis.restore, imported by ``import moonish``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.state import (
@@ -51,7 +51,7 @@ function of argv giving the indexes, for commands whose keys depend on their arg
 ``BITOP op dest src...``, ``ZUNIONSTORE dest numkeys src...``)."""
 
 
-SCRIPTS = frozenset({b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"})
+SCRIPTS: Final = frozenset({b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO"})
 """Commands that run scripts: Redis 7 never propagates them (it propagates a script's writes,
 in MULTI/EXEC), and moonish does not run Lua."""
 

@@ -8,7 +8,7 @@ a stream ID is the text ``"<ms>-<seq>"``. :mod:`moonish.state.values` and
 from __future__ import annotations
 
 import base64
-from typing import Any
+from typing import Any, Final
 
 StreamId = tuple[int, int]
 """A stream entry ID: (milliseconds, sequence number), both unsigned 64-bit."""
@@ -35,7 +35,7 @@ def untext(value: Any) -> bytes:
     raise ValueError(f"not a text or _b64 value: {value!r}")
 
 
-PLAIN = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
+PLAIN: Final = bytes(c for c in range(0x20, 0x7F) if c not in b'"\\')
 """Bytes that stand for themselves inside a JSON string."""
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from moonish.errors import CommandError
 from moonish.log.records import Message
@@ -28,9 +28,9 @@ from moonish.state.values import HASH, STREAM, STRING, Entry, full_image
 if TYPE_CHECKING:
     from moonish.state.functions import Libraries
 
-_KEPT_WHEN_EMPTY = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
-_ABSENT = (False, None)  # Access.before of a key that did not exist
-WRONGTYPE = "WRONGTYPE Operation against a key holding the wrong kind of value"
+_KEPT_WHEN_EMPTY: Final = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
+_ABSENT: Final = (False, None)  # Access.before of a key that did not exist
+WRONGTYPE: Final = "WRONGTYPE Operation against a key holding the wrong kind of value"
 
 Key = tuple[int, bytes]
 """(db, key)."""

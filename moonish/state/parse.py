@@ -7,15 +7,16 @@ import re
 import sys
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Final
 
 from moonish.errors import CommandError
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-_INT = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
-NOT_INTEGER = "ERR value is not an integer or out of range"
-NOT_FLOAT = "ERR value is not a valid float"
-SYNTAX = "ERR syntax error"
-INFINITE = "ERR increment would produce NaN or Infinity"
+_INT: Final = re.compile(rb"-?(?:0|[1-9][0-9]*)\Z")
+NOT_INTEGER: Final = "ERR value is not an integer or out of range"
+NOT_FLOAT: Final = "ERR value is not a valid float"
+SYNTAX: Final = "ERR syntax error"
+INFINITE: Final = "ERR increment would produce NaN or Infinity"
 
 
 def integer(value: bytes, message: str = NOT_INTEGER) -> int:
@@ -48,10 +49,10 @@ def score(value: bytes, message: str = NOT_FLOAT) -> float:
     return number
 
 
-_INF = math.inf
+_INF: Final = math.inf
 # glibc strtod's grammar ("C" locale): leading white space, a sign, then a hexadecimal or
 # decimal number with an optional exponent, inf/infinity, or nan with an optional (chars).
-_STRTOD = re.compile(
+_STRTOD: Final = re.compile(
     rb"[ \t\n\v\f\r]*(?P<num>[+-]?(?:"
     rb"0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?[0-9]+)?"
     rb"|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
@@ -97,22 +98,22 @@ class LongDouble:
     exact: Fraction | None
 
 
-_LD_SIGNIFICAND_BITS = 64
-_LD_MIN_QUANTUM = -16445  # exponent of the smallest subnormal's unit, 2**-16445
-_LD_MAX_QUANTUM = 16320  # exponent of the largest finite value's unit
-_LD_INFINITY = LongDouble(None)
-_MAX_LONG_DOUBLE_CHARS = 5 * 1024  # src/util.h: string2ld refuses strings this long or longer
+_LD_SIGNIFICAND_BITS: Final = 64
+_LD_MIN_QUANTUM: Final = -16445  # exponent of the smallest subnormal's unit, 2**-16445
+_LD_MAX_QUANTUM: Final = 16320  # exponent of the largest finite value's unit
+_LD_INFINITY: Final = LongDouble(None)
+_MAX_LONG_DOUBLE_CHARS: Final = 5 * 1024  # src/util.h: string2ld refuses this long or longer
 # strtold's grammar (glibc, "C" locale), less what string2ld refuses (leading space, NaN):
 # a sign, then a decimal or hexadecimal number with an optional exponent, or inf/infinity.
-_STRTOLD = re.compile(
+_STRTOLD: Final = re.compile(
     rb"(?P<sign>[+-]?)(?:"
     rb"(?P<int>[0-9]*)(?:\.(?P<frac>[0-9]*))?(?:[eE](?P<exp>[+-]?[0-9]+))?"
     rb"|0[xX](?P<hint>[0-9a-fA-F]*)(?:\.(?P<hfrac>[0-9a-fA-F]*))?(?:[pP](?P<hexp>[+-]?[0-9]+))?"
     rb"|(?P<inf>[iI][nN][fF](?:[iI][nN][iI][tT][yY])?))"
 )
-_EXPONENT_CLAMP = 10**9  # exponents beyond this are all over- or underflows
-_CHUNK_DIGITS = 1000  # str <-> int in pieces: Python refuses more than 4300 digits at once
-_CHUNK = 10**_CHUNK_DIGITS
+_EXPONENT_CLAMP: Final = 10**9  # exponents beyond this are all over- or underflows
+_CHUNK_DIGITS: Final = 1000  # str <-> int in pieces: Python refuses more than 4300 digits at once
+_CHUNK: Final = 10**_CHUNK_DIGITS
 
 
 def _exponent(text: bytes | None) -> int:

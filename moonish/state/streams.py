@@ -34,13 +34,13 @@ The image value (UTF-8 JSON object, keys in this order; text as in :mod:`moonish
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from moonish.state.jsontext import StreamId, format_id, is_plain, parse_id_text, text, untext
 
-INVALID_ENTRIES_READ = -1
+INVALID_ENTRIES_READ: Final = -1
 """A group's ``entries_read`` when Redis cannot tell (``SCG_INVALID_ENTRIES_READ``)."""
 ZERO_ID: StreamId = (0, 0)
 
@@ -57,6 +57,11 @@ class PendingEntry:
 
     def as_tuple(self) -> tuple[bytes, int, int]:
         return self.consumer, self.delivery_time_ms, self.delivery_count
+
+    def __reduce__(self) -> tuple[type[PendingEntry], tuple[bytes, int, int]]:
+        # Pickled by a parallel import (moonish.redis.parallel), as the stream classes below.
+        # Spelled out: a class compiled by mypyc (docs/build.md) has no default pickling.
+        return PendingEntry, self.as_tuple()
 
 
 class ConsumerGroup:
@@ -79,6 +84,19 @@ class ConsumerGroup:
         group.pending = {i: PendingEntry(*e.as_tuple()) for i, e in self.pending.items()}
         group.consumers = dict(self.consumers)
         return group
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _group, (self.last_id, self.entries_read, self.pending, self.consumers)
+
+
+def _group(
+    last_id: StreamId, entries_read: int, pending: dict[StreamId, PendingEntry],
+    consumers: dict[bytes, int],
+) -> ConsumerGroup:  # fmt: skip
+    """A :class:`ConsumerGroup` unpickled."""
+    group = ConsumerGroup(last_id, entries_read)
+    group.pending, group.consumers = pending, consumers
+    return group
 
 
 class Stream:
@@ -125,6 +143,21 @@ class Stream:
             if stream_id == first:
                 return self.entries_added - len(self.entries) + 1
         return INVALID_ENTRIES_READ
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _stream, (self.entries, self.last_id, self.entries_added, self.max_deleted_id,
+                         self.groups)  # fmt: skip
+
+
+def _stream(
+    entries: dict[StreamId, list[bytes]], last_id: StreamId, entries_added: int,
+    max_deleted_id: StreamId, groups: dict[bytes, ConsumerGroup],
+) -> Stream:  # fmt: skip
+    """A :class:`Stream` unpickled."""
+    stream = Stream()
+    stream.entries, stream.last_id, stream.entries_added = entries, last_id, entries_added
+    stream.max_deleted_id, stream.groups = max_deleted_id, groups
+    return stream
 
 
 def _pairs(fields: list[bytes]) -> zip[tuple[bytes, bytes]]:

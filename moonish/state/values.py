@@ -31,7 +31,7 @@ out with an omitted value, so a hash without field TTLs has the same image as be
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Final
 
 import orjson
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
@@ -46,8 +46,13 @@ from moonish.state.jsontext import untext as untext
 from moonish.state.streams import Stream as Stream
 from moonish.state.streams import stream_from_json, stream_json, stream_value
 
-STRING, HASH, LIST, SET, ZSET, STREAM = "string", "hash", "list", "set", "zset", "stream"
-TYPES = (STRING, HASH, LIST, SET, ZSET, STREAM)
+STRING: Final = "string"
+HASH: Final = "hash"
+LIST: Final = "list"
+SET: Final = "set"
+ZSET: Final = "zset"
+STREAM: Final = "stream"
+TYPES: Final = (STRING, HASH, LIST, SET, ZSET, STREAM)
 
 
 class SortedSet:
@@ -96,6 +101,11 @@ class SortedSet:
     def __copy__(self) -> SortedSet:
         return SortedSet(self.scores)
 
+    def __reduce__(self) -> tuple[type[SortedSet], tuple[dict[bytes, float]]]:
+        # Pickled by a parallel import (moonish.redis.parallel). Spelled out: a class compiled
+        # by mypyc (docs/build.md) has no default pickling.
+        return SortedSet, (self.scores,)
+
 
 class Entry:
     """One key's value, type and expiry. ``json`` caches the value's JSON and ``image`` the
@@ -129,6 +139,23 @@ class Entry:
         self.image = None
         if value:
             self.json = None
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # Every attribute, the caches too: a parallel import's workers lend entries to each
+        # other (moonish.redis.parallel). Spelled out: a class compiled by mypyc
+        # (docs/build.md) has no default pickling.
+        return _entry, (self.type, self.value, self.expire_at_ms, self.field_expire_at_ms,
+                        self.json, self.image, self.image_limit, self.nbytes)  # fmt: skip
+
+
+def _entry(
+    type_: str, value: Any, expire_at_ms: int | None, field_expire_at_ms: dict[bytes, int] | None,
+    json: bytes | None, image: bytes | None, image_limit: int | None, nbytes: int | None,
+) -> Entry:  # fmt: skip
+    """An :class:`Entry` unpickled (see ``Entry.__reduce__``)."""
+    entry = Entry(type_, value, expire_at_ms, field_expire_at_ms)
+    entry.json, entry.image, entry.image_limit, entry.nbytes = json, image, image_limit, nbytes
+    return entry
 
 
 def format_score(score: float) -> float | str:
@@ -219,7 +246,7 @@ def _element_bytes(kind: str, value: Any) -> int:
     return len(join(value.scores if kind == ZSET else value))
 
 
-_FEWEST_BYTES = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
+_FEWEST_BYTES: Final = {LIST: 3, SET: 3, HASH: 8, ZSET: 9}
 """The fewest JSON bytes an element adds besides its own: ``"",`` / ``["",""],`` /
 ``["",0.0],``."""
 
@@ -233,7 +260,7 @@ def value_json(entry: Entry) -> bytes:
     return cached
 
 
-_PLAIN_OR_QUOTE = _PLAIN + b'"'
+_PLAIN_OR_QUOTE: Final = _PLAIN + b'"'
 
 
 def _omitted(entry: Entry) -> bytes:
@@ -291,7 +318,7 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     return made
 
 
-_TYPE_PIECES = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
+_TYPE_PIECES: Final = {kind: b',"type":"%s","value":' % kind.encode() for kind in TYPES}
 
 
 def _field_ttls_json(fields: dict[bytes, bytes], ttls: dict[bytes, int]) -> bytes:

@@ -75,7 +75,7 @@ def capture_command(
                              tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)  # fmt: skip
     report = capture(
         redis_url, data_dir, shards, stop=stop, progress=progress,
-        options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica),
+        options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica, settle_gc=True),
         stream=StreamConfig(parse_view(view), max_value_bytes), segment_bytes=segment_bytes,
     )  # fmt: skip
     if not quiet:

@@ -49,6 +49,7 @@ from moonish.errors import (
     UnavailableError,
     UnsupportedFormatError,
 )
+from moonish.hotloop import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture_status import CaptureOptions, CaptureReport, write_status
 from moonish.redis.import_checks import check_target
@@ -169,6 +170,8 @@ class _Capture:
             link = self.link = ReplicaConnection(self.url, options.replica, self.clock)
             try:
                 self._sync(link)
+                if options.settle_gc:
+                    settle_gc()  # (the loaded keyspace lives on; moonish.hotloop)
                 backoff_ms, failures = options.backoff_min_ms, 0
                 while not stop.is_set():
                     self._apply_batch(link, link.read_batch(options.batch_wait_ms))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import gc
 import hmac
 import logging
 import os
@@ -30,6 +29,7 @@ import orjson
 from aiohttp import web
 
 from moonish.errors import MoonishError
+from moonish.hotloop import settle_gc
 from moonish.serve import admin, feeds, status, websocket
 from moonish.serve.errors import (
     NotFoundError,
@@ -42,9 +42,6 @@ from moonish.serve.options import ServeOptions
 from moonish.serve.timer import LoopTimer, ManualTimer, Timer
 
 log = logging.getLogger("moonish.serve")
-GC_THRESHOLDS = (50_000, 50, 100)
-"""The server process's garbage collector thresholds (``gc.set_threshold``): measured on
-catching up from the log, about 0.1 us less per change than Python's (700, 10, 10)."""
 Handler = Callable[[web.Request, ServerState], Awaitable[web.StreamResponse]]
 SHUTDOWN_S = 2.0
 """How long stopping waits for open responses to finish before cancelling them."""
@@ -231,13 +228,7 @@ def run(
     async def main() -> None:
         server = Server(data_dir, options)
         await server.start()
-        # What exists now lives as long as the server: keep it out of the garbage
-        # collector's full passes, which otherwise walk it again and again while feeds
-        # allocate (Python docs, gc.freeze). Feeds allocate many short-lived containers
-        # and no reference cycles worth collecting often: collect the youngest generation
-        # every GC_THRESHOLDS[0] allocations, not 700 (docs/server.md, "Costs").
-        gc.freeze()
-        gc.set_threshold(*GC_THRESHOLDS)
+        settle_gc()  # the application lives as long as the server (moonish.hotloop)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

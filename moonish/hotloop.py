@@ -34,8 +34,9 @@ def settle_gc() -> None:
     """For a process that runs on with what it holds now: keep the objects that exist out of
     the collector's passes (``gc.freeze``: they are not walked again) and collect the
     youngest generation every ``GC_THRESHOLDS[0]`` allocations. Their loops allocate many
-    short-lived containers and make no cycles worth collecting often; a collection still
-    runs, so a cycle made later is still freed (Python docs, ``gc.freeze``,
-    ``gc.set_threshold``)."""
+    short-lived containers and make no cycles worth collecting often. Collections still
+    run, so a cycle among objects made later is freed; one among the frozen objects is not
+    (they are freed by reference counting only). Python docs, ``gc.freeze``,
+    ``gc.set_threshold``."""
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)

@@ -318,3 +318,29 @@ def test_an_idle_server_does_not_poll_in_a_loop(data: Path) -> None:
         time.sleep(2)
         assert time.process_time() - started < 0.5  # was a whole core
         assert request(f"{server.url}/v1/info")[0] == 200
+
+
+def test_chunk_tokens_are_the_merged_readers_and_framing_slices_match(data: Path) -> None:
+    """A chunk makes each event's token while framing (moonish.serve.chunks): they equal the
+    token a merged reader reports after each event, in the rows, the SSE ids and ``seqs``."""
+    from moonish.cdc.merged_read import MergedTail
+    from moonish.serve.chunks import ROWS, SSE, chunk_of
+
+    with MergedTail(data, "earliest") as stream:
+        expected = []
+        for _ in stream:
+            expected.append(str(stream.token).encode())
+    with MergedTail(data, "earliest") as stream:
+        before, seqs, rows = stream.token, [], []
+        for batch in stream.batches():
+            chunk = chunk_of(batch, before)
+            before = batch.token
+            rows += [orjson.loads(line)["seq"].encode() for line in chunk.blob(ROWS).splitlines()]
+            ids = [part.split(b"\n", 1)[0][4:] for part in chunk.blob(SSE).split(b"\n\n")[:-1]]
+            assert ids == chunk.seqs
+            seqs += chunk.seqs
+            n = len(chunk)
+            assert chunk.framed(ROWS, 1, n - 1) == b"".join(
+                line + b"\n" for line in chunk.blob(ROWS).splitlines()[1 : n - 1]
+            )
+    assert rows == seqs == expected and len(expected) > 30

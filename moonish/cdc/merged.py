@@ -140,10 +140,10 @@ class MergedBatch(Sequence[ChangeEvent]):
         """``(shard index, last LSN delivered)`` once event ``i`` is consumed (a BEGIN is
         before its batch's first record)."""
         perm, settled, (_, indexes, frames, ops) = self._perm, self._settled, self._columns
-        j = i if perm is None else perm[i]
-        frame = frames[i if settled & 4 else j]
-        index = indexes[i if settled & 2 else j]
-        return index, frame.lsn - 1 if ops[i if settled & 8 else j] == "BEGIN" else frame.lsn
+        j = i if perm is None else perm[i]  # where event i is in a column not yet settled
+        index = indexes[i if settled >> 1 & 1 else j]
+        frame = frames[i if settled >> 2 & 1 else j]
+        return index, frame.lsn - 1 if ops[i if settled >> 3 & 1 else j] == "BEGIN" else frame.lsn
 
     def __len__(self) -> int:
         return len(self.envelopes)

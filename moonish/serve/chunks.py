@@ -230,15 +230,15 @@ class Chunk:
     def seqs(self) -> list[bytes]:
         """The token after each event, as ASCII bytes (built on first use)."""
         if self._seqs is None:
-            self._seqs = self._tokens(None)
+            self._seqs = self._tokens(_TOKEN_ONLY)
         return self._seqs
 
-    def _tokens(self, line: bytes | None) -> list[bytes]:
-        """Per event its token (``line``: ``None``), or ``line % (token, envelope)``.
+    def _tokens(self, line: bytes) -> list[bytes]:
+        """Per event ``line % (token after it, envelope)`` (:data:`_TOKEN_ONLY`: the token).
 
-        Cost: one pass; per event a join of the components (the changed one re-formatted).
-        The last token is ``after``: it also covers records after the event that the stream
-        skips."""
+        Cost: one pass; per event a join of the components (the changed one formatted
+        inline: a call per event costs as much as the rest). The last token is ``after``:
+        it also covers records after the event that the stream skips."""
         envelopes = self.envelopes
         if not envelopes:
             return []
@@ -247,20 +247,9 @@ class Chunk:
         parts = list(map(_component, positions))
         out: list[bytes] = []
         append, join, letters = out.append, b".".join, _LETTERS
-        lsns = map(_LSN, self.frames)
-        # (the component is made inline: a call per event costs as much as the rest)
-        if line is None:
-            for k, lsn in zip(self.indexes, lsns, strict=True):
-                if lsn > positions[k]:
-                    positions[k] = lsn
-                    digits = b"%d" % lsn
-                    parts[k] = letters[len(digits)] + digits
-                append(prefix + join(parts))
-            out[-1] = str(self.after).encode()
-            return out
         last = line % (str(self.after).encode(), envelopes[-1])
         line = line.replace(b"%b", prefix + b"%b", 1)  # (the prefix in the line: one copy less)
-        for k, lsn, envelope in zip(self.indexes, lsns, envelopes, strict=True):
+        for k, lsn, envelope in zip(self.indexes, map(_LSN, self.frames), envelopes, strict=True):
             if lsn > positions[k]:
                 positions[k] = lsn
                 digits = b"%d" % lsn
@@ -318,6 +307,8 @@ class Chunk:
 _PAYLOAD = attrgetter("payload")
 _LSN = attrgetter("lsn")
 _LETTERS = [b""] + [bytes([c]) for c in b"abcdefghijklmnopqrst"]
+_TOKEN_ONLY = b"%b%.0b"
+"""A "line" of the token alone (the envelope formatted with precision 0: nothing)."""
 
 
 def _component(lsn: int) -> bytes:

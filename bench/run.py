@@ -23,6 +23,8 @@
 10. import: ``moonish wal import-aof`` of a large AOF written by redis-server (NEW_AND_OLD_IMAGES,
     --shards 1 and 4) against redis-server's own load time of the same file (bench.importer).
 11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
+    "capture-cores": a capture catching up a backlog with --processes 1 and 2, the speed-up on
+    this machine's cores (bench.capture_cores).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -45,6 +47,7 @@ import crc32c
 import orjson
 
 from bench.capture import bench_capture
+from bench.capture_cores import bench_capture_cores
 from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
@@ -368,6 +371,7 @@ def main() -> None:
         ("kafka", lambda: bench_kafka(DATA, AOF)),
         ("serve", lambda: bench_serve(DATA, AOF, READ_RECORDS)),
         ("import", lambda: bench_import(DATA)), ("capture", lambda: bench_capture(DATA)),
+        ("capture-cores", lambda: bench_capture_cores(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

@@ -29,11 +29,15 @@ from cli.params import shard_options
               help="rediss://: this client's certificate (PEM).")  # fmt: skip
 @click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
               help="rediss://: this client's key (PEM).")  # fmt: skip
+@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Write the shards in up to this many worker processes, each its share, to "
+              "use several cores (this process reads the stream and acknowledges); the logs "
+              "are the same as with one.")  # fmt: skip
 @click.option("--quiet", is_flag=True, help="No progress line on stderr.")
 def capture_command(
     redis_url: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
     segment_bytes: int, sync_interval_ms: int, ack_interval_ms: int, tls_ca_file: str | None,
-    tls_cert_file: str | None, tls_key_file: str | None, quiet: bool,
+    tls_cert_file: str | None, tls_key_file: str | None, processes: int, quiet: bool,
 ) -> None:  # fmt: skip
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
     replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
@@ -53,6 +57,8 @@ def capture_command(
     Example:
 
         moonish wal capture redis://capture:secret@127.0.0.1:6379 data --shards 4
+
+        moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
     """
     from moonish.redis.capture import capture
     from moonish.redis.capture_status import CaptureOptions, CaptureReport
@@ -77,6 +83,7 @@ def capture_command(
         redis_url, data_dir, shards, stop=stop, progress=progress,
         options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica, settle_gc=True),
         stream=StreamConfig(parse_view(view), max_value_bytes), segment_bytes=segment_bytes,
+        processes=processes,
     )  # fmt: skip
     if not quiet:
         click.echo(f"\r{report.line()}", file=sys.stderr)

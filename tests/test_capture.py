@@ -67,7 +67,9 @@ def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30) ->
 class Running:
     """A capture in a thread, stopped on exit; ``report`` is the progress seen last."""
 
-    def __init__(self, client: redis.Redis, data_dir: Path, shards: int) -> None:
+    def __init__(
+        self, client: redis.Redis, data_dir: Path, shards: int, processes: int = 1
+    ) -> None:
         self.stop = threading.Event()
         self.result: list[Any] = []
         self.report: CaptureReport | None = None
@@ -75,7 +77,8 @@ class Running:
         def run() -> None:
             try:
                 self.result.append(capture(url_of(client), data_dir, shards, stop=self.stop,
-                                           progress=self._seen, options=FAST))  # fmt: skip
+                                           progress=self._seen, options=FAST,
+                                           processes=processes))  # fmt: skip
             except BaseException as exc:  # reported by finish()
                 self.result.append(exc)
 
@@ -264,21 +267,23 @@ def writing() -> Iterator[Callable[[redis.Redis], threading.Event]]:
         thread.join(10)
 
 
+@pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["one", "processes"])
 def test_a_capture_killed_and_restarted_applies_every_command_once(
-    tmp_path: Path, workdir: Path, writing: Callable[[redis.Redis], threading.Event]
-) -> None:
+    tmp_path: Path, workdir: Path, writing: Callable[[redis.Redis], threading.Event],
+    extra: tuple[str, ...],
+) -> None:  # fmt: skip
     data_dir = tmp_path / "data"
     with redis_server(workdir, "--repl-backlog-size", "64mb") as client:
         url = url_of(client)
         writer_stop = writing(client)
         rng = random.Random(5)
         for _ in range(3):  # SIGKILLed mid-stream, three times, then a SIGTERM
-            process = start_cli(url, data_dir)
+            process = start_cli(url, data_dir, *extra)
             streaming(data_dir)
             time.sleep(rng.uniform(0.05, 0.5))
             process.send_signal(signal.SIGKILL)
             process.communicate(timeout=10)
-        process = start_cli(url, data_dir)
+        process = start_cli(url, data_dir, *extra)
         streaming(data_dir)
         writer_stop.set()
         time.sleep(0.1)
@@ -298,13 +303,16 @@ def test_a_capture_killed_and_restarted_applies_every_command_once(
         assert expected[(0, key.encode())][1] == str(values[-1]).encode()
 
 
-def test_a_backlog_overrun_resyncs_as_a_diff(tmp_path: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_backlog_overrun_resyncs_as_a_diff(
+    tmp_path: Path, workdir: Path, processes: int
+) -> None:
     data_dir = tmp_path / "data"
     with redis_server(workdir, "--repl-backlog-size", "16kb") as client:
         for i in range(200):
             client.set(f"key{i}", i)
         client.rpush("list", *range(50))
-        with Running(client, data_dir, 2) as running:
+        with Running(client, data_dir, 2, processes) as running:
             running.caught_up(client)
             client.set("key0", "changed")
             running.caught_up(client)
@@ -316,7 +324,7 @@ def test_a_backlog_overrun_resyncs_as_a_diff(tmp_path: Path, workdir: Path) -> N
         client.set("key4", "4")  # written, but the same value: no record
         client.lpush("list", "head")
         client.set("brand-new", "v")
-        with Running(client, data_dir, 2) as running:
+        with Running(client, data_dir, 2, processes) as running:
             running.caught_up(client)
             expected = redis_state(client, (0,))
             report = running.finish()

@@ -31,6 +31,11 @@ until ``stop`` is set (docs/redis-source.md, "Live capture"):
    (``backoff_min_ms`` doubling to ``backoff_max_ms``) and ``PSYNC`` from the applied offset.
    An unfinished ``MULTI`` is dropped and received again.
 
+6. **Processes**: the shards are written by a :class:`~moonish.redis.capture_apply.ShardApplier`
+   in this process, or with ``processes > 1`` by worker processes, each its share of them
+   (moonish.redis.capture_workers); this process reads the stream, acknowledges the offset
+   every worker has synced and writes ``capture.json``.
+
 Example::
 
     stop = threading.Event()
@@ -41,34 +46,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Callable
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import (
-    UnavailableError,
-    UnsupportedFormatError,
-)
+from moonish.errors import InvalidArgumentError, UnavailableError
 from moonish.hotloop import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
+from moonish.redis.capture_apply import ShardApplier, resume_point
 from moonish.redis.capture_status import CaptureOptions, CaptureReport, write_status
+from moonish.redis.capture_workers import Channel, LocalChannel, start_workers
 from moonish.redis.import_checks import check_target
 from moonish.redis.import_shards import source_shards
-from moonish.redis.rdb_load import read_contents
 from moonish.redis.replication import Continue, FullResync, ReplicaConnection, parse_redis_url
-from moonish.redis.resp import ReplCommand
-from moonish.redis.router import Entry, Router, selected_db
-from moonish.redis.source import (
-    decode_position,
-    describe,
-    encode_position,
-)
+from moonish.redis.source import describe
 from moonish.state.config import StreamConfig
-from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
-from moonish.state.shard import ShardWriter
-
-IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF"})
-"""Commands of the replication stream that change no key."""
 
 Progress = Callable[[CaptureReport], None]
 
@@ -84,6 +78,7 @@ def capture(
     clock: Clock = SYSTEM_CLOCK,
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    processes: int = 1,
 ) -> CaptureReport:
     """Follow the Redis master at ``url`` into ``shards`` shards under ``data_dir`` until
     ``stop`` is set (see the module docstring); then sync, acknowledge and return.
@@ -100,17 +95,21 @@ def capture(
         clock: the records' commit time and every period.
         stream: the stream configuration of shards the capture creates.
         segment_bytes: the writers' segment size.
+        processes: with more than 1 (and more than 1 shard), the shards are written by up to
+            this many worker processes, each its share (moonish.redis.capture_workers); this
+            process reads the stream and acknowledges. The logs are the same as with one.
 
     Returns:
         A :class:`CaptureReport`.
 
     Raises:
-        InvalidArgumentError: a bad URL, shard count or data directory (as ``wal import-aof``).
+        InvalidArgumentError: a bad URL, shard count, process count or data directory (as
+            ``wal import-aof``).
         SourceMismatchError: the data directory follows another source.
         ReplicationAuthError, ReplicationRefusedError: Redis refuses the credentials or
             replication (never retried).
         UnavailableError: the master stayed unreachable ``max_reconnects`` times in a row,
-            or a shard's log failed (path in the error).
+            a shard's log failed (path in the error), or a worker process died.
         RdbCorruptionError, RdbUnsupportedError: a full resync's RDB that moonish cannot read.
         UnsupportedFormatError: a command moonish does not implement, or function libraries
             in the RDB (the master's address and the replication offset in the error).
@@ -120,61 +119,72 @@ def capture(
     """
     out_dir = os.fspath(data_dir)
     address = parse_redis_url(url)
+    if processes < 1:
+        raise InvalidArgumentError(f"processes must be at least 1, got {processes}")
     check_target(out_dir, shards, source=None)
     location = f"{address.host}:{address.port}"
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
-    with source_shards(out_dir, shards, "replica", location, log, stream or StreamConfig(),
-                       clock) as opened:  # fmt: skip
-        session = _Capture(url, out_dir, opened.writers, options or CaptureOptions(), clock)
-        session.report.master = address.path
-        session.run(stop or threading.Event(), progress)
+    options = options or CaptureOptions()
+    stream = stream or StreamConfig()
+    with source_shards(out_dir, shards, "replica", location, log, stream, clock) as opened:
+        processes = min(processes, shards)
+        if processes == 1:
+            applier = ShardApplier(opened.writers, None, options, clock)
+            positions = list(applier.positions().values())
+            session = _Capture(url, out_dir, [LocalChannel(applier)], positions, options, clock)
+            session.report.master = address.path
+            session.run(stop or threading.Event(), progress)
+            return session.report
+        for writer in opened.writers:  # the workers open them again
+            writer.close()
+        with start_workers(out_dir, shards, processes, log, stream, options, clock) as workers:
+            positions = workers.positions()
+            session = _Capture(url, out_dir, workers.channels, positions, options, clock)
+            session.report.master = address.path
+            session.run(stop or threading.Event(), progress)
     return session.report
 
 
 class _Capture:
-    """One capture's state: the shards, what has been applied and made durable."""
+    """The stream's side of a capture: the connection, acknowledgements and status; the
+    shards are written by the appliers behind ``channels`` (in this process, or workers)."""
 
     def __init__(
-        self, url: str, data_dir: str, writers: list[ShardWriter], options: CaptureOptions,
-        clock: Clock,
+        self, url: str, data_dir: str, channels: list[Channel], positions: list[dict[str, object]],
+        options: CaptureOptions, clock: Clock,
     ) -> None:  # fmt: skip
-        self.url, self.data_dir, self.writers = url, data_dir, writers
+        self.url, self.data_dir, self.channels = url, data_dir, channels
         self.options, self.clock = options, clock
-        self.router = Router(writers, clock)
-        self.report = CaptureReport(per_shard=[0] * len(writers))
+        self.positions = positions
+        self.report = CaptureReport(per_shard=[0] * len(positions))
         self.replid = ""
-        self.applied = 0  # the offset every shard has applied up to (in memory)
-        self.db = 0  # the stream's selected db after `applied`
-        self.done = [0] * len(writers)  # per shard, the stored offset at the last (re)start
-        self.skip_below = 0  # commands ending at or before this may be stored in some shards
-        self.synced_lsn = [writer.next_lsn for writer in writers]
-        self.link: ReplicaConnection | None = None
+        self.applied = 0  # the offset the appliers applied up to, at the last sync point
         now = clock.now_us()
-        self.last_sync_us = self.last_mark_us = self.last_status_us = now
+        self.last_status_us = now
         self.last_commands = 0
-        self.stream_db = 0
-        self.transaction: list[Entry] | None = None
-        self.transaction_start = 0
 
     # -- connections ------------------------------------------------------------------
 
     def run(self, stop: threading.Event, progress: Progress | None) -> None:
         """Connect, sync and apply until ``stop``; reconnect after network errors."""
-        self.report.resumed_from = [
-            describe(decode_position(writer.source, writer.shard_dir)) for writer in self.writers
-        ]
-        self._restore()
+        self.report.resumed_from = [describe(position) for position in self.positions]
+        point = resume_point(self.positions)
+        self.replid, self.applied = point.replid, point.applied
+        self._each(lambda channel: channel.start(point))
         options = self.options
         backoff_ms, failures = options.backoff_min_ms, 0
         while not stop.is_set():
-            link = self.link = ReplicaConnection(self.url, options.replica, self.clock)
+            link = ReplicaConnection(self.url, options.replica, self.clock)
             try:
                 self._sync(link)
                 if options.settle_gc:
                     settle_gc()  # (the loaded keyspace lives on; moonish.hotloop)
                 backoff_ms, failures = options.backoff_min_ms, 0
                 while not stop.is_set():
-                    self._apply_batch(link, link.read_batch(options.batch_wait_ms))
+                    batch = link.read_batch(options.batch_wait_ms)
+                    for channel in self.channels:
+                        channel.apply_batch(batch, link.path)
+                    self.report.received_offset = link.offset
                     self._housekeeping(link, progress)
                 self._finish(link)
                 return
@@ -186,30 +196,24 @@ class _Capture:
                 self.report.last_error = str(exc)
                 if options.max_reconnects is not None and failures > options.max_reconnects:
                     raise
-                self._disconnected()
+                self._settle(lambda channel: channel.disconnected())
             finally:
                 link.close()
-                self.link = None
             if stop.wait(backoff_ms / 1000):
                 break
             backoff_ms = min(backoff_ms * 2, options.backoff_max_ms)
         self._finish(None)
 
-    def _restore(self) -> None:
-        """Where the shards' stored positions say the stream stands: all with one replid,
-        resume at the smallest offset (``done`` keeps each shard's, for skipping); else none
-        (``replid`` empty: ask for everything)."""
-        positions = [decode_position(w.source, w.shard_dir) for w in self.writers]
-        replids = {position.get("replid") for position in positions}
-        if len(replids) != 1 or None in replids:
-            self.replid = ""
-            return
-        self.replid = str(replids.pop())
-        self.done = [int(position["offset"]) for position in positions]
-        lowest = min(range(len(positions)), key=lambda shard: self.done[shard])
-        self.applied = self.done[lowest]
-        self.db = int(positions[lowest].get("db", 0))
-        self.skip_below = max(self.done)
+    def _each(self, call: Callable[[Channel], None]) -> None:
+        for channel in self.channels:
+            call(channel)
+
+    def _settle(self, call: Callable[[Channel], None]) -> None:
+        """Make every applier run ``call`` and wait until each has; ``applied`` is then
+        theirs (every applier sees the whole stream: they agree)."""
+        self._each(call)
+        states = [channel.settle() for channel in self.channels]
+        self.applied = states[0].applied
 
     def _sync(self, link: ReplicaConnection) -> None:
         """``PSYNC`` from the applied offset (or ``? -1``) and apply the answer."""
@@ -218,63 +222,36 @@ class _Capture:
             self._full_resync(link, answer)
         else:
             self._continue(answer)
-        self.stream_db = self.db
-        self.transaction = None
 
     def _continue(self, answer: Continue) -> None:
         self.report.continues += 1
-        if answer.previous_replid is not None:  # a failover: the stream goes on, renamed
-            self.replid = answer.replid
-            for shard, writer in enumerate(self.writers):
-                stored = decode_position(writer.source, writer.shard_dir)
-                self.router.mark(shard, encode_position({
-                    "replid": answer.replid, "offset": stored["offset"],
-                    "db": stored.get("db", 0),
-                }))  # fmt: skip
+        self.replid = answer.replid
+        self._each(lambda channel: channel.continued(answer.replid, answer.previous_replid))
         self.report.replid = self.replid
 
     def _full_resync(self, link: ReplicaConnection, answer: FullResync) -> None:
-        """Load the RDB into every shard: ``r`` rows for a shard that never finished a load,
-        else the differences (``d`` first, so the position rides on the last record); then
-        a position marker where no record carried it."""
+        """Load the RDB into every shard (ShardApplier.full_resync); the workers of a capture
+        in several processes each read a copy spooled to the data directory."""
         self.report.full_resyncs += 1
-        now_ms = self.clock.now_us() // 1000
-        contents = read_contents(answer.payload, link.path, len(self.writers), now_ms=now_ms,
-                                 drop_expired=False)  # fmt: skip
-        position = encode_position({"replid": answer.replid, "offset": answer.offset, "db": 0})
-        for shard, writer in enumerate(self.writers):
-            rows = not writer.source  # its first load (or one cut short)
-            set_libraries(writer, contents.functions)  # before the keys: the position goes last
-            loader = loader_for(writer, b"PSYNC")
-            keys = contents.keys[shard]
-            present = {(db, key) for db, key, _ in keys}
-            append = self.router.appender(shard)
-            self.report.removed_keys += remove_missing(loader, _member(present), append)
-            self.report.rdb_keys += load_entries(loader, keys, append, rows=rows,
-                                                 source=position)  # fmt: skip
-            self.router.mark(shard, position)
-        self.replid, self.applied, self.db = answer.replid, answer.offset, 0
-        self.done = [answer.offset] * len(self.writers)
-        self.skip_below = answer.offset
+        replid, offset = answer.replid, answer.offset
+        if len(self.channels) == 1:
+            self._settle(lambda channel: channel.full_resync(replid, offset, answer.payload,
+                                                              link.path))  # fmt: skip
+        else:
+            with tempfile.NamedTemporaryFile(dir=self.data_dir, prefix=".resync-",
+                                             suffix=".rdb") as spool:  # fmt: skip
+                shutil.copyfileobj(answer.payload, spool, 1 << 20)
+                spool.flush()
+                name = spool.name
+                self._settle(lambda channel: channel.full_resync(replid, offset, name, link.path))
+        self.replid, self.applied = answer.replid, answer.offset
         self.report.replid = answer.replid
-        self._make_durable(link)
-
-    def _disconnected(self) -> None:
-        """After a lost connection: an unfinished MULTI comes again; sync what is applied."""
-        self.transaction = None
-        self.stream_db = self.db
-        for writer in self.writers:
-            writer.sync()
-        self.synced_lsn = [writer.next_lsn for writer in self.writers]
+        link.ack(answer.offset)
+        self.report.durable_offset = answer.offset
 
     def _finish(self, link: ReplicaConnection | None) -> None:
         """Stopping: every shard stores the applied position, all synced and acknowledged."""
-        if self.replid:
-            for shard in range(len(self.writers)):
-                self._mark_behind(shard)
-        for writer in self.writers:
-            writer.sync()
-        self.synced_lsn = [writer.next_lsn for writer in self.writers]
+        self._settle(lambda channel: channel.finish())
         if link is not None and self.replid:
             link.ack(self.applied)
             with contextlib.suppress(UnavailableError):  # the next PSYNC tells the master
@@ -283,107 +260,35 @@ class _Capture:
         self._count()
         write_status(self.data_dir, self.report, self.clock.now_us(), running=False)
 
-    # -- the command stream -----------------------------------------------------------
-
-    def _apply_batch(self, link: ReplicaConnection, batch: list[ReplCommand]) -> None:
-        """Apply ``batch`` in order (see the module docstring, 2)."""
-        for start, end, argv in batch:
-            name = argv[0].upper()
-            if name == b"SELECT":
-                self.stream_db = _select(argv, link.path, start)
-            elif name == b"MULTI":
-                if self.transaction is not None:
-                    raise UnsupportedFormatError("MULTI inside MULTI", path=link.path, offset=start)
-                self.transaction, self.transaction_start = [], start
-            elif name == b"EXEC":
-                if self.transaction is None:
-                    raise UnsupportedFormatError("EXEC without MULTI", path=link.path, offset=start)
-                entries, self.transaction = self.transaction, None
-                self._apply(entries, True, end, link.path, self.transaction_start)
-                self.report.transactions += 1
-            elif name in IGNORED:
-                pass
-            elif self.transaction is not None:
-                self.transaction.append((self.stream_db, argv, start))
-                continue
-            else:
-                self._apply([(self.stream_db, argv, start)], False, end, link.path, start)
-            if self.transaction is None:
-                self.applied, self.db = end, self.stream_db
-        self.report.received_offset = link.offset
-
-    def _apply(
-        self, entries: list[Entry], transaction: bool, end: int, path: str, start: int
-    ) -> None:
-        router = self.router
-        if end <= self.skip_below:
-            router.skip = [done >= end for done in self.done]
-            if all(router.skip):
-                return
-        elif any(router.skip):
-            router.skip = [False] * len(self.writers)
-        router.position = encode_position(
-            {"replid": self.replid, "offset": end, "db": self.stream_db}
-        )
-        commands = router.commands
-        router.apply(entries, transaction, path)  # errors name the path and the offset
-        self.report.commands += router.commands - commands
-
-    # -- durability, markers, status -----------------------------------------------------
+    # -- durability, status -------------------------------------------------------------
 
     def _housekeeping(self, link: ReplicaConnection, progress: Progress | None) -> None:
+        durable = min(channel.durable() for channel in self.channels)
+        if durable > link.durable_offset:
+            link.ack(durable)
+            self.report.durable_offset = durable
         now = self.clock.now_us()
-        options = self.options
-        if self.applied > link.durable_offset and (
-            now - self.last_sync_us >= options.sync_interval_ms * 1000
-        ):
-            self._make_durable(link)
-        if now - self.last_mark_us >= options.mark_interval_ms * 1000:
-            self.last_mark_us = now
-            for shard in range(len(self.writers)):
-                self._mark_behind(shard)
-        if now - self.last_status_us >= options.status_interval_ms * 1000:
+        if now - self.last_status_us >= self.options.status_interval_ms * 1000:
+            self._count()
             elapsed_s = (now - self.last_status_us) / 1e6
             self.report.commands_per_s = (self.report.commands - self.last_commands) / elapsed_s
             self.last_commands, self.last_status_us = self.report.commands, now
-            self._count()
             write_status(self.data_dir, self.report, now, running=True)
             if progress is not None:
                 progress(self.report)
 
-    def _make_durable(self, link: ReplicaConnection) -> None:
-        """Sync the shards written since the last sync, then acknowledge ``applied``."""
-        for shard, writer in enumerate(self.writers):
-            if writer.next_lsn != self.synced_lsn[shard]:
-                writer.sync()
-                self.synced_lsn[shard] = writer.next_lsn
-        link.ack(self.applied)
-        self.report.durable_offset = self.applied
-        self.last_sync_us = self.clock.now_us()
-
-    def _mark_behind(self, shard: int) -> None:
-        """A position marker in ``shard`` when its stored offset is behind ``applied``."""
-        writer = self.writers[shard]
-        stored = decode_position(writer.source, writer.shard_dir)
-        if stored.get("replid") == self.replid and int(stored["offset"]) >= self.applied:
-            return
-        position = {"replid": self.replid, "offset": self.applied, "db": self.db}
-        self.router.mark(shard, encode_position(position))
-
     def _count(self) -> None:
-        self.report.per_shard = list(self.router.records)
-        self.report.records = sum(self.router.records)
-
-
-def _member(keys: set[tuple[int, bytes]]) -> Callable[[int, bytes], bool]:
-    return lambda db, key: (db, key) in keys
-
-
-def _select(argv: list[bytes], path: str, offset: int) -> int:
-    db = selected_db(argv)
-    if db is None:
-        raise UnsupportedFormatError(f"bad SELECT {argv[1:]!r}", path=path, offset=offset)
-    return db
+        counts = [channel.counts() for channel in self.channels]
+        report = self.report
+        report.commands, report.transactions = counts[0].commands, counts[0].transactions
+        per_shard = [0] * len(report.per_shard)
+        for each in counts:  # (a worker's own shards; 0 for the others)
+            for shard, records in enumerate(each.records):
+                per_shard[shard] += records
+        report.per_shard = per_shard
+        report.records = sum(report.per_shard)
+        report.rdb_keys = sum(c.rdb_keys for c in counts)
+        report.removed_keys = sum(c.removed_keys for c in counts)
 
 
 __all__ = ["CaptureOptions", "CaptureReport", "capture"]

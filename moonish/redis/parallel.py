@@ -39,10 +39,13 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
+from moonish.clock import Clock
 from moonish.errors import UnavailableError
 from moonish.redis.importer import ImportReport, Setup, replay_aof
 from moonish.redis.router import Router
 from moonish.redis.slots import shard_of_key
+from moonish.state.cmd_sort import pattern_keys
+from moonish.state.config import StreamConfig
 from moonish.state.execute import keys_of
 from moonish.state.shadow import KeyspaceShard
 from moonish.state.shard import Prepared, ShardOptions, ShardWriter
@@ -119,20 +122,28 @@ def _result(
         receive.close()
 
 
+class PeerStoppedError(UnavailableError):
+    """Another worker ended before a command across shards was complete (its own error, if
+    it had one, is the one to report)."""
+
+
 class PeerExchange:
-    """A worker's side of commands across shards of several workers (module docstring).
+    """A worker's side of commands across shards of several workers (module docstring), of
+    an import or a live capture (moonish.redis.capture_workers).
 
     Args:
         owner: the worker writing each shard.
         number: this worker's.
         peers: a connection to each other worker.
-        setup: the import's settings (stream configuration and clock of stand-ins).
+        stream, clock: the stream configuration and clock of stand-in shards.
     """
 
     def __init__(
-        self, owner: list[int], number: int, peers: dict[int, Connection], setup: Setup
-    ) -> None:
-        self.owner, self.number, self.peers, self.setup = owner, number, peers, setup
+        self, owner: list[int], number: int, peers: dict[int, Connection], stream: StreamConfig,
+        clock: Clock,
+    ) -> None:  # fmt: skip
+        self.owner, self.number, self.peers = owner, number, peers
+        self.stream, self.clock = stream, clock
 
     def owns_all(self, shards: list[int]) -> bool:
         return all(self.owner[shard] == self.number for shard in shards)
@@ -142,11 +153,15 @@ class PeerExchange:
     ) -> list[tuple[int, Prepared]]:
         count = len(router.writers)
         workers = sorted({self.owner[shard] for shard in shards})
+        keys = set(keys_of(argv))
+        if argv[0].upper() == b"SORT":  # BY/GET patterns read keys of any worker: all lend
+            workers = sorted(set(self.owner))
+            keys |= self._pattern_keys(router, db, argv)
         if self.number not in workers:  # none of its shards: the others run it
             return []
         if workers[0] != self.number:  # lend this worker's keys, take back what happened
             link = self.peers[workers[0]]
-            link.send(_lend(router.writers, set(keys_of(argv)), self.owner, self.number))
+            link.send(_lend(router.writers, keys, self.owner, self.number))
             reply, records, after = _receive(link)
             for key_db, key, entry in after:
                 keyspace = router.writers[shard_of_key(key, count)].keyspace
@@ -162,7 +177,7 @@ class PeerExchange:
             for key_db, key, entry in lent[peer]:
                 shard = shard_of_key(key, count)
                 if writers[shard] is router.writers[shard]:
-                    writers[shard] = KeyspaceShard(self.setup.stream, self.setup.clock)
+                    writers[shard] = KeyspaceShard(self.stream, self.clock)
                 if entry is not None:
                     writers[shard].keyspace.put(key_db, key, entry)
         results = router.run_across(db, argv, now_us, shards, writers)
@@ -173,6 +188,15 @@ class PeerExchange:
             self.peers[peer].send((reply, theirs, _after(lent[peer], writers)))
         return [(shard, prepared) for shard, prepared in results
                 if self.owner[shard] == self.number]  # fmt: skip
+
+    def _pattern_keys(self, router: Router, db: int, argv: list[bytes]) -> set[bytes]:
+        """The keys in db ``db`` of this worker's shards that ``SORT``'s patterns may read."""
+        reads = pattern_keys(argv)
+        found: set[bytes] = set()
+        for shard, writer in enumerate(router.writers):
+            if self.owner[shard] == self.number:
+                found.update(filter(reads, writer.keyspace.dbs.get(db, {})))
+        return found
 
 
 def _lend(writers: list[ShardWriter], keys: set[bytes], owner: list[int], number: int) -> Lent:
@@ -207,8 +231,8 @@ def _receive(link: Connection) -> Any:
     try:
         return link.recv()
     except EOFError:
-        raise UnavailableError(
-            "another import worker stopped before a command across shards was complete"
+        raise PeerStoppedError(
+            "another worker stopped before a command across shards was complete"
         ) from None
 
 
@@ -230,7 +254,7 @@ def _work(
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         progress = (lambda count: send.send(("progress", count))) if report_progress else None
         others = frozenset(shard for shard in range(setup.shards) if owner[shard] != number)
-        exchange = PeerExchange(owner, number, peers, setup)
+        exchange = PeerExchange(owner, number, peers, setup.stream, setup.clock)
         report = replay_aof(setup.paths, writers, setup.clock, setup.skip_unsupported, progress,
                             exchange=exchange, others=others)  # fmt: skip
         for writer in writers:

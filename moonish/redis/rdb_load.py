@@ -18,6 +18,7 @@ What Redis's loader does, and so does this one (Redis ``rdb.c``, ``rdbLoadRioWit
 from __future__ import annotations
 
 import os
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import IO
 
@@ -109,6 +110,7 @@ def read_contents(
     *,
     now_ms: int,
     drop_expired: bool,
+    shards_kept: Container[int] | None = None,
 ) -> RdbContents:
     """Read a whole RDB from ``file`` (``path`` for errors) and split its keys by shard
     (``moonish.redis.slots.shard_of_key``).
@@ -140,9 +142,10 @@ def read_contents(
             if drop_expired and expire is not None and expire < now_ms:
                 contents.keys_expired += 1
                 continue
-            entry = entry_of_key(item, path)
             contents.keys_loaded += 1
-            contents.keys[shard_of_key(item.key, shards)].append((item.db, item.key, entry))
+            shard = shard_of_key(item.key, shards)
+            if shards_kept is None or shard in shards_kept:
+                contents.keys[shard].append((item.db, item.key, entry_of_key(item, path)))
         elif isinstance(item, RdbFunction):
             contents.functions.append(item.code)
         elif isinstance(item, RdbAux):

@@ -247,9 +247,11 @@ class Router:
         Raises:
             ResumeError: some of ``shards`` already hold its records and others do not.
         """
-        if self.exchange is not None and not self.exchange.owns_all(shards):
+        exchange = self.exchange
+        if exchange is not None and (argv[0].upper() == b"SORT" or not exchange.owns_all(shards)):
+            # (SORT BY/GET: its patterns may read keys of any worker's shards)
             self._involved.update(shards)
-            return self.exchange.across(self, db, argv, now_us, shards)
+            return exchange.across(self, db, argv, now_us, shards)
         done = [shard for shard in shards if self.skip[shard]]
         if done:
             if len(done) == len(shards):

@@ -27,20 +27,31 @@ from moonish.state.keyspace import WRONGTYPE, Access
 from moonish.state.values import HASH, LIST, SET, STRING, ZSET, Entry
 
 
-def _lookup_pattern(acc: Access, db: int, pattern: bytes, element: bytes) -> bytes | None:
-    """``lookupKeyByPattern``: ``#`` is the element; else the first ``*`` (of the pattern as a
-    C string) becomes the element, and ``key->field`` reads a hash field; a pattern without
-    ``*``, a missing key or one of another type is None."""
+def _split_pattern(pattern: bytes) -> tuple[bytes, bytes, bytes | None] | None:
+    """A ``BY``/``GET`` pattern as (key prefix, key suffix, hash field or ``None``): the key
+    is the prefix, an element, the suffix; ``None`` for a pattern without ``*`` (of the
+    pattern as a C string)."""
     text = pattern.split(b"\0", 1)[0]
-    if text == b"#":
-        return element
     star = text.find(b"*")
     if star < 0:
         return None
     arrow = text.find(b"->", star + 1)
     field = pattern[arrow + 2 :] if arrow >= 0 and arrow + 2 < len(text) else None
     end = len(pattern) - (len(field) + 2 if field is not None else 0)
-    key = pattern[:star] + element + pattern[star + 1 : end]
+    return pattern[:star], pattern[star + 1 : end], field
+
+
+def _lookup_pattern(acc: Access, db: int, pattern: bytes, element: bytes) -> bytes | None:
+    """``lookupKeyByPattern``: ``#`` is the element; else the first ``*`` (of the pattern as a
+    C string) becomes the element, and ``key->field`` reads a hash field; a pattern without
+    ``*``, a missing key or one of another type is None."""
+    if pattern.split(b"\0", 1)[0] == b"#":
+        return element
+    split = _split_pattern(pattern)
+    if split is None:
+        return None
+    prefix, suffix, field = split
+    key = prefix + element + suffix
     entry = acc.get(db, key)
     if entry is None:
         return None
@@ -163,6 +174,22 @@ def reads_patterns(argv: list[bytes]) -> bool:
     return any(
         argv[i].upper() in (b"BY", b"GET") and b"*" in argv[i + 1] for i in range(2, len(argv) - 1)
     )
+
+
+def pattern_keys(argv: list[bytes]) -> Callable[[bytes], bool]:
+    """Whether a key is one ``SORT``'s ``BY``/``GET`` patterns may read (a key of the form
+    prefix, anything, suffix of one of them); a superset when options repeat."""
+    affixes = [split for i in range(2, len(argv) - 1) if argv[i].upper() in (b"BY", b"GET")
+               and (split := _split_pattern(argv[i + 1])) is not None]  # fmt: skip
+
+    def reads(key: bytes) -> bool:
+        return any(
+            len(key) >= len(prefix) + len(suffix) and key.startswith(prefix)
+            and key.endswith(suffix)
+            for prefix, suffix, _ in affixes
+        )  # fmt: skip
+
+    return reads
 
 
 COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {

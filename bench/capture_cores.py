@@ -1,0 +1,154 @@
+"""Benchmark of a live capture on this machine's cores (``make bench``, ``python -m bench.run
+capture-cores``): how fast ``moonish wal capture --shards 4`` applies a backlog of commands
+with ``--processes 1`` and ``--processes 2``.
+
+- A redis-server 7.0 (``--repl-backlog-size 1gb``, no persistence) is followed by a capture
+  until it is an online replica that has ACKed the master's offset, then the capture stops
+  (SIGTERM: every shard stores its position) and its data directory is kept as the base.
+- With no capture connected, ``redis-benchmark`` writes ``MOONISH_BENCH_CORES_COMMANDS``
+  commands (default 1,000,000; the write tests of bench.capture, random keys from a million,
+  pipelines of 10 on 10 connections) into the master's backlog.
+- Each round, for each process count in a shuffled order: a fresh copy of the base, then
+  ``moonish wal capture ... --processes P`` (not pinned: it may use both cores; Redis only
+  serves the backlog) sends ``PSYNC`` and continues from the stored offset; timed from the
+  start of the process to the master seeing the ACK of its whole offset (the ACK interval is
+  100 ms). The capture is then stopped. Reported: medians of the rounds in commands/s, the
+  CPU seconds of the capture's processes, and the median speed-up of ``--processes 2`` over
+  ``--processes 1`` measured in the same round.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import redis
+
+from bench.capture import ROOT, SHARDS, TESTS, _stop, _wait_streaming
+from bench.cores import elsewhere
+
+ROUNDS = 3
+PROCESSES = (1, 2)
+
+
+def bench_capture_cores(data: Path) -> list[str]:
+    from tests.redis_server import redis_server
+
+    commands = int(os.environ.get("MOONISH_BENCH_CORES_COMMANDS", "1000000"))
+    workdir, base = data / "cores-redis", data / "cores-base"
+    for path in (workdir, base):
+        shutil.rmtree(path, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    with contextlib.ExitStack() as stack:
+        with elsewhere():
+            client = stack.enter_context(redis_server(
+                workdir, "--repl-backlog-size", "1gb", "--appendonly", "no", "--save", ""
+            ))  # fmt: skip
+        port = int(client.connection_pool.connection_kwargs["port"])
+        first = _start(port, base, 1)
+        _wait_streaming(client)
+        _stop(first)
+        before = int(client.info("replication")["master_repl_offset"])
+        _write(port, commands)
+        backlog = int(client.info("replication")["master_repl_offset"]) - before
+        times: dict[int, list[float]] = {count: [] for count in PROCESSES}
+        cpus: dict[int, list[float]] = {count: [] for count in PROCESSES}
+        for round_ in range(ROUNDS):
+            order = list(PROCESSES)
+            random.Random(round_).shuffle(order)
+            for count in order:
+                target = data / f"cores-data-{count}"
+                shutil.rmtree(target, ignore_errors=True)
+                shutil.copytree(base, target)
+                began = time.monotonic()
+                process = _start(port, target, count)
+                _caught_up(client, began)
+                elapsed = time.monotonic() - began
+                cpu = _cpu_of_tree(process.pid)
+                _stop(process)
+                shutil.rmtree(target)
+                times[count].append(elapsed)
+                cpus[count].append(cpu)
+    lines = [
+        f"backlog: {commands:,} commands from redis-benchmark ({TESTS}), {backlog / 2**20:,.0f} "
+        f"MiB of replication stream; capture --shards {SHARDS}, NEW_AND_OLD_IMAGES, "
+        f"{os.cpu_count()} cores, {ROUNDS} rounds"
+    ]
+    for count in PROCESSES:
+        median = statistics.median(times[count])
+        lines.append(
+            f"--processes {count}: catch-up median {median:.2f} s = **{commands / median:,.0f} "
+            f"commands/s** (rounds {', '.join(f'{t:.2f}' for t in times[count])}); CPU "
+            f"{statistics.median(cpus[count]):.1f} s"
+        )
+    ratios = [one / two for one, two in zip(times[1], times[2], strict=True)]
+    lines.append(
+        f"--processes 2 against --processes 1: median speed-up "
+        f"**{statistics.median(ratios):.2f}x** (rounds {', '.join(f'{r:.2f}' for r in ratios)})"
+    )
+    return lines
+
+
+def _start(port: int, target: Path, processes: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    args = [sys.executable, "-m", "cli.main", "wal", "capture", f"redis://127.0.0.1:{port}",
+            str(target), "--shards", str(SHARDS), "--ack-interval-ms", "100",
+            "--processes", str(processes), "--quiet"]  # fmt: skip
+    with _unpinned():
+        return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
+
+
+class _unpinned:
+    """Within the block, the calling thread may run on every core (its children too)."""
+
+    def __enter__(self) -> None:
+        self._mine = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, set(range(os.cpu_count() or 1)))
+
+    def __exit__(self, *exc: object) -> None:
+        os.sched_setaffinity(0, self._mine)
+
+
+def _caught_up(client: redis.Redis, since: float) -> None:
+    """Until a replica is online and has ACKed the master's whole offset."""
+    while True:
+        info = client.info("replication")
+        replica = info.get("slave0") or {}
+        if replica.get("state") == "online" and int(replica["offset"]) >= int(
+            info["master_repl_offset"]
+        ):
+            return
+        if time.monotonic() - since > 900:
+            raise RuntimeError("the capture did not catch up within 900 s")
+        time.sleep(0.02)
+
+
+def _write(port: int, commands: int) -> None:
+    per_test = commands // len(TESTS.split(","))
+    args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", TESTS,
+            "-n", str(per_test), "-r", "1000000", "-c", "10", "-P", "10", "-q"]  # fmt: skip
+    with elsewhere():
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def _cpu_of_tree(pid: int) -> float:
+    """CPU seconds (user + system) of a process and its children still running."""
+    total = 0.0
+    pids = [pid]
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    if children.exists():
+        pids += [int(child) for child in children.read_text().split()]
+    for each in pids:
+        try:
+            fields = Path(f"/proc/{each}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total

@@ -6,8 +6,11 @@ with ``--processes 1`` and ``--processes 2``.
   until it is an online replica that has ACKed the master's offset, then the capture stops
   (SIGTERM: every shard stores its position) and its data directory is kept as the base.
 - With no capture connected, ``redis-benchmark`` writes ``MOONISH_BENCH_CORES_COMMANDS``
-  commands (default 1,000,000; the write tests of bench.capture, random keys from a million,
-  pipelines of 10 on 10 connections) into the master's backlog.
+  commands (default 1,000,000; pipelines of 10 on 10 connections) into the master's
+  backlog, in two workloads (a fresh Redis each): its write tests as bench.capture runs them
+  (``-t``; random string keys, but every list, set, sorted set and hash command on one key
+  each, so the shards holding those four keys do most of the work), and a spread one
+  (:data:`SPREAD`: the same kinds of commands on random keys).
 - Each round, for each process count in a shuffled order: a fresh copy of the base, then
   ``moonish wal capture ... --processes P`` (not pinned: it may use both cores; Redis only
   serves the backlog) sends ``PSYNC`` and continues from the stored offset; timed from the
@@ -27,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import redis
@@ -38,10 +42,30 @@ ROUNDS = 3
 PROCESSES = (1, 2)
 
 
+SPREAD = [
+    "set key:__rand_int__ __rand_int__", "incr counter:__rand_int__",
+    "lpush list:__rand_int__ __rand_int__", "rpop list:__rand_int__",
+    "sadd set:__rand_int__ __rand_int__", "hset hash:__rand_int__ f__rand_int__ __rand_int__",
+    "zadd zset:__rand_int__ __rand_int__ m__rand_int__",
+    "mset " + " ".join(f"m{i}:__rand_int__ __rand_int__" for i in range(10)),
+]  # fmt: skip
+"""The spread workload: each command on random keys of its own (``-r 10000``)."""
+
+
 def bench_capture_cores(data: Path) -> list[str]:
+    commands = int(os.environ.get("MOONISH_BENCH_CORES_COMMANDS", "1000000"))
+    lines = [
+        f"capture --shards {SHARDS}, NEW_AND_OLD_IMAGES, {os.cpu_count()} cores, {ROUNDS} rounds; "
+        f"a backlog of {commands:,} commands each"
+    ]
+    for name, write in (("redis-benchmark -t", _write_tests), ("spread", _write_spread)):
+        lines += _workload(data, name, commands, write)
+    return lines
+
+
+def _workload(data: Path, name: str, commands: int, write: Callable[[int, int], None]) -> list[str]:
     from tests.redis_server import redis_server
 
-    commands = int(os.environ.get("MOONISH_BENCH_CORES_COMMANDS", "1000000"))
     workdir, base = data / "cores-redis", data / "cores-base"
     for path in (workdir, base):
         shutil.rmtree(path, ignore_errors=True)
@@ -56,7 +80,7 @@ def bench_capture_cores(data: Path) -> list[str]:
         _wait_streaming(client)
         _stop(first)
         before = int(client.info("replication")["master_repl_offset"])
-        _write(port, commands)
+        write(port, commands)
         backlog = int(client.info("replication")["master_repl_offset"]) - before
         times: dict[int, list[float]] = {count: [] for count in PROCESSES}
         cpus: dict[int, list[float]] = {count: [] for count in PROCESSES}
@@ -70,27 +94,21 @@ def bench_capture_cores(data: Path) -> list[str]:
                 began = time.monotonic()
                 process = _start(port, target, count)
                 _caught_up(client, began)
-                elapsed = time.monotonic() - began
-                cpu = _cpu_of_tree(process.pid)
+                times[count].append(time.monotonic() - began)
+                cpus[count].append(_cpu_of_tree(process.pid))
                 _stop(process)
                 shutil.rmtree(target)
-                times[count].append(elapsed)
-                cpus[count].append(cpu)
-    lines = [
-        f"backlog: {commands:,} commands from redis-benchmark ({TESTS}), {backlog / 2**20:,.0f} "
-        f"MiB of replication stream; capture --shards {SHARDS}, NEW_AND_OLD_IMAGES, "
-        f"{os.cpu_count()} cores, {ROUNDS} rounds"
-    ]
+    lines = [f"**{name}** ({backlog / 2**20:,.0f} MiB of replication stream)"]
     for count in PROCESSES:
         median = statistics.median(times[count])
         lines.append(
-            f"--processes {count}: catch-up median {median:.2f} s = **{commands / median:,.0f} "
-            f"commands/s** (rounds {', '.join(f'{t:.2f}' for t in times[count])}); CPU "
-            f"{statistics.median(cpus[count]):.1f} s"
+            f"{name}, --processes {count}: catch-up median {median:.2f} s = "
+            f"**{commands / median:,.0f} commands/s** (rounds {', '.join(f'{t:.2f}' for t in times[count])}); CPU of its "
+            f"processes {statistics.median(cpus[count]):.1f} s"
         )
     ratios = [one / two for one, two in zip(times[1], times[2], strict=True)]
     lines.append(
-        f"--processes 2 against --processes 1: median speed-up "
+        f"{name}, --processes 2 against --processes 1: median speed-up "
         f"**{statistics.median(ratios):.2f}x** (rounds {', '.join(f'{r:.2f}' for r in ratios)})"
     )
     return lines
@@ -130,12 +148,24 @@ def _caught_up(client: redis.Redis, since: float) -> None:
         time.sleep(0.02)
 
 
-def _write(port: int, commands: int) -> None:
+def _write_tests(port: int, commands: int) -> None:
+    """redis-benchmark's write tests (bench.capture's mix): its lists, sets, sorted sets and
+    hash are one key each (``mylist``, ``myset``, ``myzset``, ``myhash``)."""
     per_test = commands // len(TESTS.split(","))
     args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", TESTS,
             "-n", str(per_test), "-r", "1000000", "-c", "10", "-P", "10", "-q"]  # fmt: skip
     with elsewhere():
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+
+def _write_spread(port: int, commands: int) -> None:
+    """:data:`SPREAD`, in equal parts, on random keys out of 10,000 per command."""
+    for command in SPREAD:
+        args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n",
+                str(commands // len(SPREAD)), "-r", "10000", "-c", "10", "-P", "10", "-q",
+                *command.split()]  # fmt: skip
+        with elsewhere():
+            subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
 
 
 def _cpu_of_tree(pid: int) -> float:

@@ -57,7 +57,7 @@ from moonish.hotloop import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture_apply import ShardApplier, resume_point
 from moonish.redis.capture_status import CaptureOptions, CaptureReport, write_status
-from moonish.redis.capture_workers import Channel, LocalChannel, start_workers
+from moonish.redis.capture_workers import Batch, Channel, LocalChannel, start_workers
 from moonish.redis.import_checks import check_target
 from moonish.redis.import_shards import source_shards
 from moonish.redis.replication import Continue, FullResync, ReplicaConnection, parse_redis_url
@@ -181,7 +181,7 @@ class _Capture:
                     settle_gc()  # (the loaded keyspace lives on; moonish.hotloop)
                 backoff_ms, failures = options.backoff_min_ms, 0
                 while not stop.is_set():
-                    batch = link.read_batch(options.batch_wait_ms)
+                    batch = Batch(link.read_batch(options.batch_wait_ms))
                     for channel in self.channels:
                         channel.apply_batch(batch, link.path)
                     self.report.received_offset = link.offset

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, NamedTuple
 
 from moonish.clock import Clock
 from moonish.errors import UnsupportedFormatError
@@ -38,8 +38,7 @@ Positions = list[dict[str, Any]]
 """Per shard, its stored source position (moonish.redis.source ``decode_position``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ResumePoint:
+class ResumePoint(NamedTuple):
     """Where the stream stands for a set of stored positions (:func:`resume_point`).
 
     Attributes:
@@ -49,10 +48,10 @@ class ResumePoint:
         done: per shard, its stored offset (a command ending at or before it is skipped).
     """
 
-    replid: str = ""
-    applied: int = 0
-    db: int = 0
-    done: list[int] = field(default_factory=list)
+    replid: str
+    applied: int
+    db: int
+    done: list[int]
 
 
 def resume_point(positions: Positions) -> ResumePoint:
@@ -60,7 +59,7 @@ def resume_point(positions: Positions) -> ResumePoint:
     that differ: a capture stopped while storing a new one) a full resync."""
     replids = {position.get("replid") for position in positions}
     if len(replids) != 1 or None in replids:
-        return ResumePoint(done=[0] * len(positions))
+        return ResumePoint("", 0, 0, [0] * len(positions))
     done = [int(position["offset"]) for position in positions]
     lowest = min(range(len(positions)), key=lambda shard: done[shard])
     return ResumePoint(str(replids.pop()), done[lowest], int(positions[lowest].get("db", 0)), done)
@@ -83,6 +82,10 @@ class ApplierCounts:
     rdb_keys: int = 0
     removed_keys: int = 0
 
+    def __reduce__(self) -> tuple[Any, ...]:  # (compiled by mypyc: pickled explicitly)
+        fields = (self.commands, self.transactions, self.records, self.rdb_keys)
+        return ApplierCounts, (*fields, self.removed_keys)
+
 
 class ShardApplier:
     """Applies the replication stream to ``writers`` (one per shard; the ones not in
@@ -104,6 +107,7 @@ class ShardApplier:
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
+        self.others = any(self.foreign)  # some shards are other workers'
         self.router = Router(writers, clock, exchange=exchange)
         self.router.skip = list(self.foreign)
         self.counts = ApplierCounts(records=self.router.records)
@@ -227,6 +231,11 @@ class ShardApplier:
 
     def _apply(self, entries: list[Entry], transaction: bool, end: int, path: str) -> None:
         router, foreign = self.router, self.foreign
+        if self.others and not transaction:
+            shard = router.home(entries[0][1])
+            if shard >= 0 and foreign[shard]:  # another worker's alone: nothing to do here
+                self.counts.commands += 1
+                return
         if end <= self.skip_below:
             done = zip(foreign, self.done, strict=True)
             router.skip = [skip or stored >= end for skip, stored in done]

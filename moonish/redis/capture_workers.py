@@ -60,6 +60,22 @@ class Settled:
     counts: ApplierCounts
 
 
+class Batch:
+    """A batch of the stream's commands as each applier gets it: pickled once, for every
+    worker it goes to."""
+
+    __slots__ = ("_pickled", "commands")
+
+    def __init__(self, commands: list[ReplCommand]) -> None:
+        self.commands = commands
+        self._pickled: bytes | None = None
+
+    def pickled(self) -> bytes:
+        if self._pickled is None:
+            self._pickled = pickle.dumps(self.commands, pickle.HIGHEST_PROTOCOL)
+        return self._pickled
+
+
 class Channel(Protocol):
     """The capture's side of one applier (in this process, or a worker)."""
 
@@ -70,7 +86,7 @@ class Channel(Protocol):
 
     def continued(self, replid: str, previous_replid: str | None) -> None: ...
 
-    def apply_batch(self, batch: list[ReplCommand], path: str) -> None: ...
+    def apply_batch(self, batch: Batch, path: str) -> None: ...
 
     def disconnected(self) -> None: ...
 
@@ -104,8 +120,8 @@ class LocalChannel:
     def continued(self, replid: str, previous_replid: str | None) -> None:
         self.applier.continued(replid, previous_replid)
 
-    def apply_batch(self, batch: list[ReplCommand], path: str) -> None:
-        self.applier.apply_batch(batch, path)
+    def apply_batch(self, batch: Batch, path: str) -> None:
+        self.applier.apply_batch(batch.commands, path)
         self.applier.tick()
 
     def disconnected(self) -> None:
@@ -155,8 +171,8 @@ class RemoteChannel:
     def continued(self, replid: str, previous_replid: str | None) -> None:
         self._send(("continue", replid, previous_replid))
 
-    def apply_batch(self, batch: list[ReplCommand], path: str) -> None:
-        self._send(("batch", batch, path, self.seen))
+    def apply_batch(self, batch: Batch, path: str) -> None:
+        self._send(("batch", batch.pickled(), path, self.seen))
         while self.link.poll():
             self._receive()
 
@@ -354,8 +370,8 @@ def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> 
             return
         kind = message[0]
         if kind == "batch":
-            _, batch, path, seen = message
-            applier.apply_batch(batch, path)
+            _, pickled, path, seen = message
+            applier.apply_batch(pickle.loads(pickled), path)
             if (applier.tick() or applier.durable > reported) and sent - seen < REPORTS_IN_FLIGHT:
                 link.send(("durable", applier.applied, applier.durable, applier.counts))
                 sent += 1

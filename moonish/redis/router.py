@@ -202,10 +202,7 @@ class Router:
         name = argv[0].upper()
         single = self._single.get(name)
         if single is None:
-            found = COMMANDS.get(name)
-            if found is not None:  # (an unknown command raises below, in keys_of)
-                single = name not in KEYLESS and name != b"SORT" and found[1] == [1]
-                self._single[name] = single
+            single = self._is_single(name)
         if single and len(argv) > 1:  # most commands: the shard of argv[1]
             shard = shard_of_key(argv[1], shards)
             if skip[shard]:
@@ -236,6 +233,27 @@ class Router:
             for shard, sub in parts
             if not skip[shard]
         ]
+
+    def _is_single(self, name: bytes) -> bool | None:
+        """Whether the command ``name`` (upper case) has exactly one key, ``argv[1]``
+        (cached); ``None`` for a command moonish does not know (running it raises)."""
+        found = COMMANDS.get(name)
+        if found is None:
+            return None
+        single = name not in KEYLESS and name != b"SORT" and found[1] == [1]
+        self._single[name] = single
+        return single
+
+    def home(self, argv: list[bytes]) -> int:
+        """The shard a command whose only key is ``argv[1]`` runs in (most commands), or -1
+        for any other (keyless, several keys, SORT, unknown): those may run anywhere."""
+        name = argv[0].upper()
+        single = self._single.get(name)
+        if single is None:
+            single = self._is_single(name)
+        if single and len(argv) > 1:
+            return shard_of_key(argv[1], len(self.writers))
+        return -1
 
     def _across(
         self, db: int, argv: list[bytes], now_us: int, shards: list[int]

@@ -304,9 +304,7 @@ def test_a_capture_killed_and_restarted_applies_every_command_once(
 
 
 @pytest.mark.parametrize("processes", [1, 2])
-def test_a_backlog_overrun_resyncs_as_a_diff(
-    tmp_path: Path, workdir: Path, processes: int
-) -> None:
+def test_a_backlog_overrun_resyncs_as_a_diff(tmp_path: Path, workdir: Path, processes: int) -> None:
     data_dir = tmp_path / "data"
     with redis_server(workdir, "--repl-backlog-size", "16kb") as client:
         for i in range(200):

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 import redis
 
-from moonish.errors import UnavailableError, UnsupportedFormatError
-from tests.redis_server import redis_server
+from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
+from moonish.redis.capture import capture
+from tests.redis_server import redis_server, shard_writer
 from tests.test_capture import (
     Running,
     client_of,
@@ -152,3 +153,22 @@ def test_a_worker_that_dies_stops_the_capture(tmp_path: Path) -> None:
         with pytest.raises(UnavailableError, match="capture worker moonish-capture-1 ended"):
             running.finish()
     assert not multiprocessing.active_children()
+
+
+def test_a_shard_another_process_writes_is_refused_by_its_worker(tmp_path: Path) -> None:
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    with redis_server(workdir) as client:
+        client.set("a", 1)
+        with Running(client, tmp_path / "data", 4) as running:  # the directory, 4 shards
+            running.caught_up(client)
+            running.finish()
+        with shard_writer(tmp_path / "data" / "shard-3"), pytest.raises(WriterLockedError):
+            capture(url_of(client), tmp_path / "data", 4, processes=2)
+        assert not multiprocessing.active_children()
+        with Running(client, tmp_path / "data", 4, processes=2) as running:  # then it runs
+            client.set("b", 2)
+            running.caught_up(client)
+            expected = redis_state(client, (0,))
+            report = running.finish()
+    assert report.continues == 1 and our_state(tmp_path / "data") == expected

@@ -274,7 +274,7 @@ def start_workers(
             links[a, b], links[b, a] = context.Pipe()
     channels: list[RemoteChannel] = []
     try:
-        for number in range(processes):
+        for number in range(processes):  # (a failure here: the finally below stops them)
             mine, theirs = context.Pipe()
             peers = {peer: links[number, peer] for peer in range(processes) if peer != number}
             others = [end for pair, end in links.items() if pair[0] != number]
@@ -285,10 +285,8 @@ def start_workers(
             process.start()
             theirs.close()
             channels.append(RemoteChannel(mine, process))
-    finally:
         for end in links.values():  # only the workers hold them now: a dead peer reads as EOF
             end.close()
-    try:
         yield Workers(channels, groups, shards)
     except PeerStoppedError:  # the worker that stopped first says why
         for channel in channels:
@@ -297,6 +295,8 @@ def start_workers(
                 raise cause from None
         raise
     finally:
+        for end in links.values():  # (idempotent)
+            end.close()
         for channel in channels:
             with contextlib.suppress(OSError):  # (it ended already)
                 channel.link.send_bytes(pickle.dumps(("stop",)))

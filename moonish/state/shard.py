@@ -63,6 +63,7 @@ _OFF: Final = ViewType.OFF
 _NONE: Final = Replay.NONE
 _COMMAND: Final = Replay.COMMAND
 _STATE: Final = Replay.STATE
+_KV_CHANGE: Final = KvChange  # (imported from an interpreted module: a lookup at each use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -317,13 +318,13 @@ class ShardWriter:
                     after = full_image(db, key, entry, limit) if new else only_key
             if replay is _STATE:
                 state = b"" if entry is None else state_image(db, key, entry)
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
                            _STATE, state, (), loading, b"", "")))  # fmt: skip
             elif out:
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
                            _NONE, b"", (), loading, b"", "")))  # fmt: skip
             else:  # the first record replays the command
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
                            _COMMAND, b"", tuple(argv), loading, b"", "")))  # fmt: skip
         return out
 

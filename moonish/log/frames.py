@@ -164,9 +164,9 @@ def encode_records(
         ValueError: a record cannot be encoded, or a payload exceeds 512 MiB.
     """
     count = len(records)
-    if count == 1:
-        return encode_frame(first_lsn, *encode_payload(records[0], source), commit_us, 0, 1,
-                            flags)  # fmt: skip
+    if count == 1:  # (unpacked: a call with *args would not be a C call)
+        kind, payload = encode_payload(records[0], source)
+        return encode_frame(first_lsn, kind, payload, commit_us, 0, 1, flags)
     last, frames = count - 1, []
     for i, record in enumerate(records):
         kind, payload = encode_payload(record, source if i == last else None)

@@ -115,6 +115,15 @@ __all__ = [  # the record types are defined in moonish.log.record_types, re-expo
 ]
 
 
+# What encode_payload reads per record, bound here: compiled, a Final of this module is a C
+# static, while a name imported from record_types (not compiled: its classes are pickled)
+# is a dictionary lookup at every use.
+_KV_CHANGE: Final = KvChange
+_SMALL_LENGTHS: Final = _U32_SMALL
+_PACK_LENGTH: Final = _U32_PACK
+_PACK_CHANGE_HEAD: Final = _CHANGE_HEAD_AND_SIZE
+
+
 def _blob(value: bytes) -> bytes:
     return _U32.pack(len(value)) + value
 
@@ -127,7 +136,7 @@ def encode_payload(record: Record, source: bytes | None = None) -> tuple[RecordT
     Raises:
         ValueError: a field is out of range (db above 65535, key_pos outside argv, empty argv).
     """
-    if type(record) is KvChange:  # the write path's record: first, and without attributes
+    if type(record) is _KV_CHANGE:  # the write path's record: first, and without attributes
         (op, db, command, key, before, after, view, expired, replay, state, argv, loading, own,
          row) = record  # fmt: skip
         if source is None:
@@ -138,10 +147,10 @@ def encode_payload(record: Record, source: bytes | None = None) -> tuple[RecordT
             (CHANGE_EXPIRED if expired else 0) | (CHANGE_LOADING if loading else 0)
             | (CHANGE_SOURCE if source else 0) | (_ROW_FLAGS[row] if row else 0)
         )  # fmt: skip
-        small, pack = _U32_SMALL, _U32_PACK  # a table lookup is faster than a pack call
+        small, pack = _SMALL_LENGTHS, _PACK_LENGTH  # a table lookup is faster than a pack call
         k, b, a = len(key), len(before), len(after)
         parts = [
-            _CHANGE_HEAD_AND_SIZE(ord(op), flags, view, replay, db, 0, len(command)), command,
+            _PACK_CHANGE_HEAD(ord(op), flags, view, replay, db, 0, len(command)), command,
             small[k] if k < _SMALL else pack(k), key, small[b] if b < _SMALL else pack(b),
             before, small[a] if a < _SMALL else pack(a), after, pack(len(state)), state,
             pack(len(argv)),
@@ -150,7 +159,7 @@ def encode_payload(record: Record, source: bytes | None = None) -> tuple[RecordT
             k = len(arg)
             parts += (small[k] if k < _SMALL else pack(k), arg)
         if source:
-            parts += (_U32_PACK(len(source)), source)
+            parts += (pack(len(source)), source)
         return RecordType.KV_CHANGE, b"".join(parts)
     if isinstance(record, Message):
         if not 0 <= record.db <= MAX_DB:

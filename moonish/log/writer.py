@@ -236,7 +236,7 @@ class WalWriter:
                 undone, a failed fdatasync, rotation, a failed write of gathered appends;
                 close it and open a new writer).
         """
-        return self._append((record,), 0, commit_us, source)[0]
+        return self._append((record,), 0, commit_us, source)
 
     def append_batch(
         self, records: Sequence[Record], commit_us: int | None = None, *,
@@ -257,12 +257,14 @@ class WalWriter:
             InvalidArgumentError: the writer is closed.
             UnavailableError: as :meth:`append`; a batch is undone whole.
         """
-        return self._append(records, FLAG_BATCH, commit_us, source)
+        first = self._append(records, FLAG_BATCH, commit_us, source)
+        return list(range(first, first + len(records)))
 
     def _append(
         self, records: Sequence[Record], flags: int, commit_us: int | None = None,
         source: bytes | None = None,
-    ) -> list[int]:  # fmt: skip
+    ) -> int:  # fmt: skip
+        """Append ``records`` with ``flags``; the first one's LSN."""
         if not records:
             raise ValueError("an atomic batch needs at least one record")
         if commit_us is None:
@@ -308,7 +310,7 @@ class WalWriter:
                 self._fdatasync(self._fd, first + count - 1)
             else:
                 self._dirty = True
-        return list(range(first, first + count))
+        return first
 
     def flush(self) -> None:
         """Write the appends gathered in memory (``WriterOptions.write_buffer_bytes``), so

@@ -25,6 +25,9 @@ from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 
 MANIFEST_SUFFIX: Final = ".manifest"
 READ_CHUNK_BYTES: Final = 1024 * 1024
+FEED_BYTES: Final = 64 * 1024
+"""What :class:`AofCommands` reads and feeds hiredis at a time: its reader moves the unread
+rest of its buffer after each KiB it parses, which costs more the larger the buffer."""
 RDB_MAGIC: Final = b"REDIS"
 
 
@@ -109,11 +112,29 @@ def resp_command(argv: list[bytes]) -> bytes:
 def resp_bytes(argv: list[bytes]) -> int:
     """Size of ``argv`` as Redis writes it to the AOF: ``*<n>\r\n`` (3 bytes and the digits of
     ``n``), then per argument ``$<len>\r\n<bytes>\r\n`` (5 bytes, the digits of its length and
-    its bytes). The digits of every length at once: ``str`` of the list of lengths, less the
-    list's brackets and separators (2 per element)."""
-    count = len(argv)
-    lengths = list(map(len, argv))
-    return 3 + len(str(count)) + 3 * count + sum(lengths) + len(str(lengths))
+    its bytes)."""
+    size = 3 + _digits(len(argv)) + 5 * len(argv)
+    for arg in argv:
+        size += len(arg) + _digits(len(arg))
+    return size
+
+
+def _digits(n: int) -> int:
+    """How many decimal digits ``n`` (0 or more) has: a few comparisons, no string."""
+    if n < 10:
+        return 1
+    if n < 100:
+        return 2
+    if n < 1000:
+        return 3
+    if n < 10000:
+        return 4
+    digits = 5
+    n //= 100000
+    while n:
+        digits += 1
+        n //= 10
+    return digits
 
 
 class AofCommands:
@@ -165,24 +186,19 @@ class AofCommands:
                     reader = hiredis.Reader()
                     continue
                 if item is False:
-                    chunk = handle.read(READ_CHUNK_BYTES)
+                    chunk = handle.read(FEED_BYTES)
                     if not chunk:
                         break
                     reader.feed(chunk)
                     fed += len(chunk)
                     continue
-                try:  # a command is a non-empty array of bulk strings: join refuses the rest
-                    if type(item) is not list or not item:
-                        raise TypeError
-                    size = len(b"".join(item))
-                except TypeError:
+                end = _span_end(item, pos)
+                if end < 0:
                     raise AofFormatError(
                         f"expected a command (an array of bulk strings), got {item!r:.60}",
                         path=self.path,
                         offset=pos,
-                    ) from None
-                count = len(item)  # resp_bytes, inline
-                end = pos + 3 + len(str(count)) + 3 * count + size + len(str(list(map(len, item))))
+                    )
                 yield pos, end, item
                 pos = end
             if pos > fed:
@@ -190,3 +206,17 @@ class AofCommands:
                     "commands are not in Redis's canonical RESP form", path=self.path, offset=fed
                 )
             self.trailing_offset, self.trailing_bytes = pos, fed - pos
+
+
+def _span_end(item: object, pos: int) -> int:
+    """Where the command ``item`` (what hiredis parsed at ``pos``) ends, as :func:`resp_bytes`
+    counts it; -1 when it is not a command: a non-empty array of bulk strings."""
+    if type(item) is not list or not item:
+        return -1
+    args: list[object] = item
+    end = pos + 3 + _digits(len(args)) + 5 * len(args)
+    for arg in args:
+        if type(arg) is not bytes:
+            return -1
+        end += len(arg) + _digits(len(arg))
+    return end

@@ -56,7 +56,8 @@ from moonish.redis.aof import READ_CHUNK_BYTES, AofCommands, AofFormatError, sta
 from moonish.redis.import_checks import check_import
 from moonish.redis.import_shards import OpenShards, open_shards, source_shards
 from moonish.redis.rdb_load import read_file_contents
-from moonish.redis.router import Entry, Exchange, Router, selected_db
+from moonish.redis.replay import FileReplay, Resume
+from moonish.redis.router import Exchange, Router
 from moonish.redis.source import decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
@@ -66,9 +67,6 @@ from moonish.state.shard import ShardWriter
 WRITE_BUFFER_BYTES: Final = 256 * 1024
 """Each shard's appends are gathered up to this many bytes and written together (each still
 with its own frames and source position: a kill cuts the log at an append's end)."""
-
-Resume = tuple[int, int]
-"""Where a shard stands in the manifest's files: (file index, byte offset); (-1, 0): nowhere."""
 
 
 @dataclass
@@ -352,44 +350,19 @@ def _replay_file(
             progress(size)
         return
     commands = AofCommands(path)
-    positions = _FilePositions(router, resume, index, name)
-    db = 0
-    transaction: list[Entry] | None = None
-    transaction_offset = 0
-    done = 0
-    apply = router.apply
+    replay = FileReplay(router, resume, index, path, name, progress)
     # Closed here, not left to the garbage collector: compiled by mypyc (docs/build.md), a
     # generator dropped unfinished (a command raised) does not close its file.
     with contextlib.closing(commands.spans()) as spans:
-        for offset, end, argv in spans:
-            if progress is not None and offset - done >= 1 << 16:
-                progress(offset - done)
-                done = offset
-            command = argv[0].upper()
-            if command not in _CONTROL:
-                if transaction is not None:
-                    transaction.append((db, argv, offset))
-                elif positions.due(end):
-                    apply([(db, argv, offset)], False, path)
-            elif command == b"SELECT":
-                db = _select(argv, path, offset)
-            elif command == b"MULTI":
-                if transaction is not None:
-                    raise AofFormatError("MULTI inside MULTI", path=path, offset=offset)
-                transaction, transaction_offset = [], offset
-            else:  # EXEC
-                if transaction is None:
-                    raise AofFormatError("EXEC without MULTI", path=path, offset=offset)
-                if positions.due(end):
-                    apply(transaction, True, path)
-                    report.transactions += 1
-                transaction = None
+        replay.run(spans)
+    report.transactions += replay.transactions
+    transaction = replay.transaction
     size = os.path.getsize(path)
     report.bytes += size
     if progress is not None:
-        progress(size - done)
+        progress(size - replay.done)
     if commands.trailing_bytes or transaction is not None:
-        start = transaction_offset if transaction is not None else commands.trailing_offset
+        start = replay.transaction_offset if transaction is not None else commands.trailing_offset
         what = (
             f"an unfinished MULTI of {len(transaction)} command(s)"
             if transaction is not None
@@ -399,40 +372,3 @@ def _replay_file(
             raise AofFormatError(f"{what} before the end of the AOF", path=path, offset=start)
         report.truncated_tail = f"{what} at offset {start} of {path} (not applied, as Redis does)"
     report.position = describe({"aof": name, "offset": commands.trailing_offset})
-
-
-_CONTROL: Final = frozenset({b"SELECT", b"MULTI", b"EXEC"})
-
-
-class _FilePositions:
-    """The router's position and skips for the commands of file ``name`` (``index`` in the
-    manifest's order), per shard ``resume`` point."""
-
-    def __init__(self, router: Router, resume: list[Resume], index: int, name: str) -> None:
-        self.router, self.resume, self.index = router, resume, index
-        self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
-        self.fixed = [point[0] > index for point in resume]  # past the file, or before it
-        self.varying = [shard for shard, point in enumerate(resume) if point[0] == index]
-
-    def due(self, end: int) -> bool:
-        """Set the router's position to ``end`` of the file (the stored form of
-        ``encode_position({"aof": name, "offset": end})``) and its skips; whether any shard
-        still has to apply the command that ends there."""
-        router = self.router
-        router.position = self.prefix + b"%d}" % end
-        if not self.varying:  # some shard is before the file (_replay_file checked)
-            router.skip = self.fixed
-            return True
-        skip = self.fixed.copy()
-        point = (self.index, end)
-        for shard in self.varying:
-            skip[shard] = self.resume[shard] >= point
-        router.skip = skip
-        return not all(skip)
-
-
-def _select(argv: list[bytes], path: str, offset: int) -> int:
-    db = selected_db(argv)
-    if db is None:
-        raise AofFormatError(f"bad SELECT {argv[1:]!r}", path=path, offset=offset)
-    return db

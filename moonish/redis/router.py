@@ -82,7 +82,7 @@ class Router:
         self.clock = clock
         self.skip_unsupported = skip_unsupported
         self.commands = 0
-        self._names: Counter[bytes] = Counter()  # commands applied, by name as received
+        self._names: dict[bytes, int] = {}  # commands applied, by name as received
         self._single: dict[bytes, bool] = {}  # upper-case name: its only key is argv[1]
         self.skipped: Counter[str] = Counter()
         self.records = [0] * len(writers)
@@ -121,7 +121,8 @@ class Router:
             except CommandError as exc:
                 raise CommandError(exc.message, path=path, offset=offset) from None
             self.commands += 1
-            self._names[argv[0]] += 1
+            names, name = self._names, argv[0]
+            names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
             for shard, (reply, expired, records) in results:
                 if isinstance(reply, CommandError):
                     raise CommandError(reply.message, path=path, offset=offset)
@@ -155,7 +156,8 @@ class Router:
     def add_counts(self, other: Router) -> None:
         """Count ``other``'s commands (applied and skipped) as this router's too."""
         self.commands += other.commands
-        self._names += other._names
+        for name, count in other._names.items():
+            self._names[name] = self._names.get(name, 0) + count
         self.skipped += other.skipped
 
     def _skip(

@@ -33,7 +33,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CommandError, MoonishError, UnavailableError
@@ -56,6 +56,14 @@ from moonish.state.snapshot import write_snapshot
 from moonish.state.values import Entry, full_image, key_image, state_image
 
 Command = Sequence[bytes | str]
+
+# The enum members the write path uses, read once: compiled code reads a Final from a C
+# static, while ``Replay.STATE`` is a class attribute lookup through enum's metaclass.
+_OFF: Final = ViewType.OFF
+_NONE: Final = Replay.NONE
+_COMMAND: Final = Replay.COMMAND
+_STATE: Final = Replay.STATE
+_KV_CHANGE: Final = KvChange  # (imported from an interpreted module: a lookup at each use)
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,11 +268,11 @@ class ShardWriter:
         if acc.expired or acc.expired_fields:
             expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
             expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
-        replay = Replay.STATE if acc.by_value else Replay.COMMAND
+        replay = _STATE if acc.by_value else _COMMAND
         records = self.records(acc, acc.log_argv or argv, replay)
         if acc.messages:
             records += acc.messages
-        return Prepared(reply, expired, records)
+        return tuple.__new__(Prepared, (reply, expired, records))  # without Prepared.__new__
 
     def access(
         self, now_ms: int, resolve: Callable[[bytes], Keyspace] | None = None,
@@ -285,7 +293,7 @@ class ShardWriter:
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
         or value changed: ``c``/``u``/``d`` with images per the view type."""
         view, limit, old, new = self._facts
-        off, loading = view is ViewType.OFF, not acc.expire
+        off, loading = view is _OFF, not acc.expire
         dbs, before_of = self.keyspace.dbs, acc.before
         command, new_change = argv[0], tuple.__new__  # KvChange without __new__
         out: list[KvChange | Message] = []
@@ -308,16 +316,16 @@ class ShardWriter:
                     before = before_image if old and before_image else only_key
                 if entry is not None:
                     after = full_image(db, key, entry, limit) if new else only_key
-            if replay is Replay.STATE:
+            if replay is _STATE:
                 state = b"" if entry is None else state_image(db, key, entry)
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
-                           Replay.STATE, state, (), loading, b"", "")))  # fmt: skip
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
+                           _STATE, state, (), loading, b"", "")))  # fmt: skip
             elif out:
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
-                           Replay.NONE, b"", (), loading, b"", "")))  # fmt: skip
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
+                           _NONE, b"", (), loading, b"", "")))  # fmt: skip
             else:  # the first record replays the command
-                out.append(new_change(KvChange, (op, db, command, key, before, after, view, False,
-                           Replay.COMMAND, b"", tuple(argv), loading, b"", "")))  # fmt: skip
+                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
+                           _COMMAND, b"", tuple(argv), loading, b"", "")))  # fmt: skip
         return out
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:

@@ -101,9 +101,10 @@ def _workload(data: Path, name: str, commands: int, write: Callable[[int, int], 
     lines = [f"**{name}** ({backlog / 2**20:,.0f} MiB of replication stream)"]
     for count in PROCESSES:
         median = statistics.median(times[count])
+        rounds = ", ".join(f"{t:.2f}" for t in times[count])
         lines.append(
             f"{name}, --processes {count}: catch-up median {median:.2f} s = "
-            f"**{commands / median:,.0f} commands/s** (rounds {', '.join(f'{t:.2f}' for t in times[count])}); CPU of its "
+            f"**{commands / median:,.0f} commands/s** (rounds {rounds}); CPU of its "
             f"processes {statistics.median(cpus[count]):.1f} s"
         )
     ratios = [one / two for one, two in zip(times[1], times[2], strict=True)]

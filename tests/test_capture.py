@@ -381,9 +381,12 @@ def test_an_unreachable_master_gives_up_after_max_reconnects(tmp_path: Path) -> 
     assert not (tmp_path / "data").exists()  # nothing written: nothing left behind
 
 
-def test_a_dropped_connection_reconnects_and_continues(tmp_path: Path, workdir: Path) -> None:
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_dropped_connection_reconnects_and_continues(
+    tmp_path: Path, workdir: Path, processes: int
+) -> None:
     data_dir = tmp_path / "data"
-    with redis_server(workdir) as client, Running(client, data_dir, 2) as running:
+    with redis_server(workdir) as client, Running(client, data_dir, 2, processes) as running:
         running.caught_up(client)
         for round_ in range(3):
             for i in range(200):

@@ -17,6 +17,9 @@ import redis
 
 from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
 from moonish.redis.capture import capture
+from moonish.redis.capture_apply import StreamRoute
+from moonish.redis.resp import ReplCommand
+from moonish.redis.slots import shard_of_key
 from tests.redis_server import redis_server, shard_writer
 from tests.test_capture import (
     Running,
@@ -172,3 +175,29 @@ def test_a_shard_another_process_writes_is_refused_by_its_worker(tmp_path: Path)
             expected = redis_state(client, (0,))
             report = running.finish()
     assert report.continues == 1 and our_state(tmp_path / "data") == expected
+
+
+def test_the_route_gives_each_worker_its_commands_and_where_the_stream_stands() -> None:
+    owner = [0, 0, 1, 1]
+    key = {shard: next(f"k{i}".encode() for i in range(999) if shard_of_key(f"k{i}".encode(),
+           4) == shard) for shard in range(4)}  # fmt: skip
+    route = StreamRoute(owner, 2)
+    stream = [
+        [b"SET", key[0], b"1"], [b"SELECT", b"3"], [b"INCR", key[3]], [b"PING"],
+        [b"MSET", key[0], b"a", key[3], b"b"], [b"MULTI"], [b"SET", key[2], b"x"],
+    ]  # fmt: skip
+    first = [ReplCommand(i * 10, i * 10 + 10, argv) for i, argv in enumerate(stream)]
+    parts, dropped, end, db = route.split(first)
+    assert [argv for _, _, argv in parts[0]] == [stream[0], stream[1], stream[4], stream[5],
+                                                 stream[6]]  # fmt: skip
+    assert [argv for _, _, argv in parts[1]] == [stream[1], stream[2], *stream[4:]]
+    assert dropped == [1, 1]  # INCR, SET: another worker's alone; PING: nobody's
+    assert (end, db) == (50, 3)  # the MULTI is open after 50
+    second = [ReplCommand(70, 80, [b"SELECT", b"5"]), ReplCommand(80, 90, [b"EXEC"]),
+              ReplCommand(90, 100, [b"SET", key[1], b"y"])]  # fmt: skip
+    parts, dropped, end, db = route.split(second)
+    assert [len(part) for part in parts] == [3, 2] and dropped == [0, 1]
+    assert (end, db) == (100, 5)
+    route.reset(0)
+    parts, dropped, end, db = route.split([ReplCommand(100, 110, [b"PING"])])
+    assert parts == [[], []] and dropped == [0, 0] and (end, db) == (110, 0)

@@ -55,7 +55,7 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError, UnavailableError
 from moonish.hotloop import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.capture_apply import ShardApplier, resume_point
+from moonish.redis.capture_apply import ShardApplier, StreamRoute, resume_point
 from moonish.redis.capture_status import CaptureOptions, CaptureReport, write_status
 from moonish.redis.capture_workers import Batch, Channel, LocalChannel, start_workers
 from moonish.redis.import_checks import check_target
@@ -139,7 +139,8 @@ def capture(
             writer.close()
         with start_workers(out_dir, shards, processes, log, stream, options, clock) as workers:
             positions = workers.positions()
-            session = _Capture(url, out_dir, workers.channels, positions, options, clock)
+            session = _Capture(url, out_dir, workers.channels, positions, options, clock,
+                               workers.route)  # fmt: skip
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
     return session.report
@@ -151,14 +152,16 @@ class _Capture:
 
     def __init__(
         self, url: str, data_dir: str, channels: list[Channel], positions: list[dict[str, object]],
-        options: CaptureOptions, clock: Clock,
+        options: CaptureOptions, clock: Clock, route: StreamRoute | None = None,
     ) -> None:  # fmt: skip
         self.url, self.data_dir, self.channels = url, data_dir, channels
+        self.route = route  # what each worker gets (several processes)
         self.options, self.clock = options, clock
         self.positions = positions
         self.report = CaptureReport(per_shard=[0] * len(positions))
         self.replid = ""
         self.applied = 0  # the offset the appliers applied up to, at the last sync point
+        self.db = 0  # the db the stream had selected there
         now = clock.now_us()
         self.last_status_us = now
         self.last_commands = 0
@@ -169,7 +172,7 @@ class _Capture:
         """Connect, sync and apply until ``stop``; reconnect after network errors."""
         self.report.resumed_from = [describe(position) for position in self.positions]
         point = resume_point(self.positions)
-        self.replid, self.applied = point.replid, point.applied
+        self.replid, self.applied, self.db = point.replid, point.applied, point.db
         self._each(lambda channel: channel.start(point))
         options = self.options
         backoff_ms, failures = options.backoff_min_ms, 0
@@ -181,7 +184,7 @@ class _Capture:
                     settle_gc()  # (the loaded keyspace lives on; moonish.hotloop)
                 backoff_ms, failures = options.backoff_min_ms, 0
                 while not stop.is_set():
-                    batch = Batch(link.read_batch(options.batch_wait_ms))
+                    batch = Batch(link.read_batch(options.batch_wait_ms), self.route)
                     for channel in self.channels:
                         channel.apply_batch(batch, link.path)
                     self.report.received_offset = link.offset
@@ -213,7 +216,7 @@ class _Capture:
         theirs (every applier sees the whole stream: they agree)."""
         self._each(call)
         states = [channel.settle() for channel in self.channels]
-        self.applied = states[0].applied
+        self.applied, self.db = states[0].applied, states[0].db
 
     def _sync(self, link: ReplicaConnection) -> None:
         """``PSYNC`` from the applied offset (or ``? -1``) and apply the answer."""
@@ -222,6 +225,8 @@ class _Capture:
             self._full_resync(link, answer)
         else:
             self._continue(answer)
+        if self.route is not None:
+            self.route.reset(self.db)
 
     def _continue(self, answer: Continue) -> None:
         self.report.continues += 1
@@ -244,7 +249,7 @@ class _Capture:
                 spool.flush()
                 name = spool.name
                 self._settle(lambda channel: channel.full_resync(replid, offset, name, link.path))
-        self.replid, self.applied = answer.replid, answer.offset
+        self.replid, self.applied, self.db = answer.replid, answer.offset, 0
         self.report.replid = answer.replid
         link.ack(answer.offset)
         self.report.durable_offset = answer.offset

@@ -26,7 +26,8 @@ from moonish.errors import UnsupportedFormatError
 from moonish.redis.capture_status import CaptureOptions
 from moonish.redis.rdb_load import read_contents
 from moonish.redis.resp import ReplCommand
-from moonish.redis.router import Entry, Exchange, Router, selected_db
+from moonish.redis.router import Entry, Exchange, Router, is_single, selected_db
+from moonish.redis.slots import shard_of_key
 from moonish.redis.source import decode_position, encode_position
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
@@ -195,6 +196,17 @@ class ShardApplier:
 
     # -- the command stream -------------------------------------------------------------
 
+    def apply_part(
+        self, part: list[ReplCommand], path: str, dropped: int, settled_end: int,
+        settled_db: int,
+    ) -> None:  # fmt: skip
+        """Apply a worker's part of a batch (:class:`StreamRoute`): its commands, then
+        count the ``dropped`` ones as applied and stand where the batch left the stream."""
+        self.apply_batch(part, path)
+        self.counts.commands += dropped
+        if settled_end > self.applied:
+            self.applied, self.db = settled_end, settled_db
+
     def apply_batch(self, batch: list[ReplCommand], path: str) -> None:
         """Apply ``batch`` in order (moonish.redis.capture's docstring, 2); errors name
         ``path`` (the master) and the command's offset.
@@ -298,6 +310,75 @@ class ShardApplier:
             self.writers[shard].sync()
             self.synced_lsn[shard] = self.writers[shard].next_lsn
         self.durable = self.applied
+
+
+class StreamRoute:
+    """Which worker of a capture in several processes needs which command of the stream
+    (moonish.redis.capture_workers): a command of one key (``argv[1]``) outside ``MULTI``
+    goes to the worker of that key's shard alone; ``SELECT``, ``MULTI``, ``EXEC``, what is
+    between them and every other command go to every worker; ``PING``, ``PUBLISH`` and
+    ``REPLCONF`` to none. It follows the stream's state as the appliers do (the selected db,
+    an open ``MULTI``), so it can tell them where the stream stands after each batch.
+
+    Args:
+        owner: the worker of each shard.
+        workers: how many workers.
+    """
+
+    def __init__(self, owner: list[int], workers: int) -> None:
+        self.owner, self.workers = owner, workers
+        self.db = 0
+        self.in_multi = False
+        self._single: dict[bytes, bool] = {}
+
+    def reset(self, db: int) -> None:
+        """A new stream (a connection): ``db`` selected, no ``MULTI`` open."""
+        self.db, self.in_multi = db, False
+
+    def split(self, batch: list[ReplCommand]) -> tuple[list[list[Any]], list[int], int, int]:
+        """``batch`` split by worker: per worker its commands (plain tuples) and how many
+        write commands it does not get (counted as applied: they are not its shards'), then
+        the offset after which the stream is outside a ``MULTI`` (-1: nowhere in the batch)
+        and the db selected there."""
+        parts: list[list[Any]] = [[] for _ in range(self.workers)]
+        dropped = [0] * self.workers
+        settled_end, settled_db = -1, self.db
+        owner, count = self.owner, len(self.owner)
+        for start, end, argv in batch:
+            name = argv[0].upper()
+            to = -1  # every worker
+            if name == b"SELECT":
+                db = selected_db(argv)
+                if db is not None:  # (a bad one: the workers raise)
+                    self.db = db
+            elif name == b"MULTI":
+                self.in_multi = True
+            elif name == b"EXEC":
+                self.in_multi = False
+            elif self.in_multi:
+                pass
+            elif name in IGNORED:
+                to = -2  # none
+            else:
+                single = self._single.get(name)
+                if single is None:
+                    single = is_single(name)
+                    if single is not None:
+                        self._single[name] = single
+                if single and len(argv) > 1:
+                    to = owner[shard_of_key(argv[1], count)]
+            item = (start, end, argv)
+            if to == -1:
+                for part in parts:
+                    part.append(item)
+            elif to >= 0:
+                parts[to].append(item)
+                for worker in range(self.workers):
+                    if worker != to:
+                        dropped[worker] += 1
+            if not self.in_multi:
+                settled_end, settled_db = end, self.db
+        return parts, dropped, settled_end, settled_db
 
 
 def _member(keys: set[tuple[int, bytes]]) -> Callable[[int, bytes], bool]:

@@ -239,11 +239,9 @@ class Router:
     def _is_single(self, name: bytes) -> bool | None:
         """Whether the command ``name`` (upper case) has exactly one key, ``argv[1]``
         (cached); ``None`` for a command moonish does not know (running it raises)."""
-        found = COMMANDS.get(name)
-        if found is None:
-            return None
-        single = name not in KEYLESS and name != b"SORT" and found[1] == [1]
-        self._single[name] = single
+        single = is_single(name)
+        if single is not None:
+            self._single[name] = single
         return single
 
     def home(self, argv: list[bytes]) -> int:
@@ -316,6 +314,15 @@ class Router:
             records = writer.records(acc, argv, Replay.STATE, owns=_owned_by(route, shard))
             results.append((shard, Prepared(reply, expired, records)))
         return results
+
+
+def is_single(name: bytes) -> bool | None:
+    """Whether the command ``name`` (upper case) has exactly one key, ``argv[1]`` (then it
+    runs in that key's shard alone); ``None`` for a command moonish does not know."""
+    found = COMMANDS.get(name)
+    if found is None:
+        return None
+    return name not in KEYLESS and name != b"SORT" and found[1] == [1]
 
 
 def selected_db(argv: list[bytes]) -> int | None:

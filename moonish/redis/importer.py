@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.hotloop import raised_gc_thresholds
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.aof import READ_CHUNK_BYTES, AofCommands, AofFormatError, starts_with_rdb
@@ -187,8 +188,10 @@ def import_aof(
             for writer in opened.writers:  # the workers open them again
                 writer.close()
             setup = Setup(paths, shards, log, stream, clock, skip_unsupported)
-            return run_workers(setup, out_dir, min(processes, shards), progress)
-        return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
+            with raised_gc_thresholds():  # (the workers inherit it)
+                return run_workers(setup, out_dir, min(processes, shards), progress)
+        with raised_gc_thresholds():
+            return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
 
 
 _SORT: Final = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")

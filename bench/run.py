@@ -24,7 +24,8 @@
     --shards 1 and 4) against redis-server's own load time of the same file (bench.importer).
 11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
     "capture-cores": a capture catching up a backlog with --processes 1 and 2, the speed-up on
-    this machine's cores (bench.capture_cores).
+    this machine's cores (bench.capture_cores). "import-rdb": ``wal import-rdb`` of a dump with
+    --processes 1 and 2 beside redis-server's load of it (bench.rdb_import).
 
 The benchmark process pins itself to one core (the spark section uses both). Data goes to
 bench-data/ (reused across runs).
@@ -51,6 +52,7 @@ from bench.capture_cores import bench_capture_cores
 from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
+from bench.rdb_import import bench_import_rdb
 from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
 from bench.spark import bench_spark
@@ -372,6 +374,7 @@ def main() -> None:
         ("serve", lambda: bench_serve(DATA, AOF, READ_RECORDS)),
         ("import", lambda: bench_import(DATA)), ("capture", lambda: bench_capture(DATA)),
         ("capture-cores", lambda: bench_capture_cores(DATA)),
+        ("import-rdb", lambda: bench_import_rdb(DATA)),
     ]  # fmt: skip
     only = sys.argv[1:]
     for title, bench in sections:

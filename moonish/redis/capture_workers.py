@@ -5,8 +5,10 @@ The write path (Redis semantics, images, framing) is what bounds a capture, as i
 import (docs/benchmarks.md §10, §11). With ``P`` processes, worker ``w`` writes the shards
 ``[w * N // P, (w + 1) * N // P)`` through a :class:`~moonish.redis.capture_apply.ShardApplier`
 and holds stand-ins for the others. The capture's process connects, reads and splits the
-stream, and sends every batch of commands to every worker (pickled once); each worker runs the
-commands of its own shards and skips the rest, as a parallel import's worker does
+stream, and sends each worker its part of every batch
+(:class:`~moonish.redis.capture_apply.StreamRoute`: a one-key command to its shard's worker
+only, the rest to all; pickled once), with where the batch leaves the stream; each worker runs
+the commands of its own shards and skips the rest, as a parallel import's worker does
 (moonish.redis.parallel), and a command across shards of several workers goes through their
 :class:`~moonish.redis.parallel.PeerExchange`. So each shard's log is what a capture in one
 process writes, up to commit times.
@@ -44,6 +46,7 @@ from moonish.redis.capture_apply import ApplierCounts, ResumePoint, ShardApplier
 from moonish.redis.capture_status import CaptureOptions
 from moonish.redis.parallel import PeerExchange, PeerStoppedError
 from moonish.redis.resp import ReplCommand
+from moonish.redis.slots import shard_groups
 from moonish.state.config import StreamConfig
 from moonish.state.shadow import KeyspaceShard
 from moonish.state.shard import ShardOptions, ShardWriter
@@ -282,9 +285,7 @@ def start_workers(
     """Start ``processes`` workers on the (closed) shards of ``data_dir`` for the block;
     after it, they are told to stop (if still waiting) and joined."""
     context = multiprocessing.get_context("fork")  # inherit the settings, no pickling
-    groups = [range(w * shards // processes, (w + 1) * shards // processes)
-              for w in range(processes)]  # fmt: skip
-    owner = [w for w, group in enumerate(groups) for _ in group]
+    owner = [w for w, group in enumerate(shard_groups(shards, processes)) for _ in group]
     links: dict[tuple[int, int], Connection] = {}
     for a in range(processes):
         for b in range(a + 1, processes):

@@ -43,7 +43,7 @@ from moonish.clock import Clock
 from moonish.errors import UnavailableError
 from moonish.redis.importer import ImportReport, Setup, replay_aof
 from moonish.redis.router import Router
-from moonish.redis.slots import shard_of_key
+from moonish.redis.slots import shard_groups, shard_of_key
 from moonish.state.cmd_sort import pattern_keys
 from moonish.state.config import StreamConfig
 from moonish.state.execute import keys_of
@@ -67,8 +67,7 @@ def run_workers(
     """
     context = multiprocessing.get_context("fork")  # the workers inherit setup, no pickling
     shards = setup.shards
-    groups = [range(w * shards // processes, (w + 1) * shards // processes)
-              for w in range(processes)]  # fmt: skip
+    groups = shard_groups(shards, processes)
     links: dict[tuple[int, int], Connection] = {}  # (this worker, peer) -> this worker's end
     for a in range(processes):
         for b in range(a + 1, processes):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError
@@ -26,6 +27,7 @@ from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.import_checks import check_target
 from moonish.redis.import_shards import source_shards
 from moonish.redis.rdb_load import RdbContents, rdb_identity, read_file_contents
+from moonish.redis.rdb_parallel import LoadSetup, load_in_processes
 from moonish.redis.source import check_source, decode_position, describe, encode_position
 from moonish.state.config import StreamConfig
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
@@ -66,6 +68,7 @@ def import_rdb(
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     progress: Callable[[int], None] | None = None,
+    processes: int = 1,
 ) -> RdbImportReport:
     """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
     module docstring).
@@ -78,6 +81,9 @@ def import_rdb(
         stream: the stream configuration of shards the import creates.
         segment_bytes: the writers' segment size.
         progress: called with the number of records appended since the previous call.
+        processes: with more than 1 (and more than 1 shard), the shards are loaded by up to
+            this many forked processes, each its share, once the file is read
+            (moonish.redis.rdb_parallel); the logs are the same as with one.
 
     Returns:
         An :class:`RdbImportReport`.
@@ -89,8 +95,10 @@ def import_rdb(
         RdbCorruptionError, RdbUnsupportedError: a damaged file (a bad CRC-64, truncation),
             module values, an unknown type (file, byte offset and key in the error); nothing
             was written.
-        WriterLockedError, UnavailableError: a shard cannot be opened.
+        WriterLockedError, UnavailableError: a shard cannot be opened, or a worker died.
     """
+    if processes < 1:
+        raise InvalidArgumentError(f"processes must be at least 1, got {processes}")
     path, out_dir = os.fspath(rdb_path), os.fspath(data_dir)
     if not os.path.isfile(path):
         raise InvalidArgumentError("the RDB file does not exist or is not a file", path=path)
@@ -109,34 +117,54 @@ def import_rdb(
     with source_shards(out_dir, shards, "rdb", location, log, stream or StreamConfig(),
                        clock) as opened:  # fmt: skip
         position = encode_position({"rdb": identity})
-        for shard, writer in enumerate(opened.writers):
-            report.resumed_from.append(describe(decode_position(writer.source)))
-            _load_shard(writer, shard, contents, position, report, clock, progress)
-        for writer in opened.writers:
-            writer.sync()
+        report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]
+
+        def load(writer: ShardWriter, shard: int, heard: Callable[[int], None] | None) -> Done:
+            return _load_shard(writer, shard, contents, position, identity, clock, heard)
+
+        processes = min(processes, shards)
+        if processes > 1:
+            for writer in opened.writers:  # the workers open them again
+                writer.close()
+            setup = LoadSetup(out_dir, shards, log, stream or StreamConfig(), clock, contents)
+            done = load_in_processes(setup, processes, load, progress)
+        else:
+            done = [load(writer, shard, progress) for shard, writer in enumerate(opened.writers)]
+            for writer in opened.writers:
+                writer.sync()
+    for shard, each in enumerate(done):
+        report.per_shard[shard] = each["records"]
+        report.records += each["records"]
+        for op, count in each["ops"].items():
+            report.ops[op] = report.ops.get(op, 0) + count
     return report
 
 
+Done = dict[str, Any]
+"""What loading a shard did: ``{"records": n, "ops": {op: n}}``."""
+
+
 def _load_shard(
-    writer: ShardWriter, shard: int, contents: RdbContents, position: bytes,
-    report: RdbImportReport, clock: Clock, progress: Callable[[int], None] | None,
-) -> None:  # fmt: skip
+    writer: ShardWriter, shard: int, contents: RdbContents, position: bytes, identity: str,
+    clock: Clock, progress: Callable[[int], None] | None,
+) -> Done:  # fmt: skip
     """Load one shard's keys: ``r`` rows when it has loaded no RDB yet (or was cut short
     loading this one), differences when it holds another RDB's keys; nothing when it holds
     this one."""
+    done: Done = {"records": 0, "ops": {}}
     stored = decode_position(writer.source, writer.shard_dir)
-    if stored.get("rdb") == report.rdb:
-        return
+    if stored.get("rdb") == identity:
+        return done
     rows = not stored  # never finished a load: the first (or a resumed) snapshot
     set_libraries(writer, contents.functions)  # before the keys: the position goes last
     loader = loader_for(writer, b"RDB")
+    ops: dict[str, int] = done["ops"]
 
     def append(records: list[KvChange], source: bytes) -> None:
         writer.append(records, False, clock.now_us(), source)
-        report.per_shard[shard] += len(records)
-        report.records += len(records)
+        done["records"] += len(records)
         for record in records:
-            report.ops[record.op] = report.ops.get(record.op, 0) + 1
+            ops[record.op] = ops.get(record.op, 0) + 1
         if progress is not None:
             progress(len(records))
 
@@ -145,3 +173,4 @@ def _load_shard(
         present = {(db, key) for db, key, _ in keys}
         remove_missing(loader, lambda db, key: (db, key) in present, append)
     load_entries(loader, keys, append, rows=rows, source=position)
+    return done

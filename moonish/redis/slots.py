@@ -38,3 +38,11 @@ def shard_of_slot(slot: int, shards: int) -> int:
 def shard_of_key(key: bytes, shards: int) -> int:
     """The shard that owns ``key``."""
     return crc_hqx(hash_tag(key), 0) % SLOT_COUNT * shards // SLOT_COUNT
+
+
+def shard_groups(shards: int, processes: int) -> list[range]:
+    """The shards each of ``processes`` processes writes when an import or a capture runs in
+    several: process ``w`` writes ``[w * shards // processes, (w + 1) * shards // processes)``
+    (contiguous, as even as the counts allow)."""
+    return [range(w * shards // processes, (w + 1) * shards // processes)
+            for w in range(processes)]  # fmt: skip

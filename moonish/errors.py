@@ -18,6 +18,7 @@ the CLI can act on it without parsing messages:
 from __future__ import annotations
 
 import os
+from typing import Any
 
 
 class MoonishError(Exception):
@@ -45,6 +46,11 @@ class MoonishError(Exception):
         self.lsn = lsn
         super().__init__(self._render())
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole, whatever its class's ``__init__`` takes (an error a worker process
+        sends: moonish.redis.capture_workers, moonish.redis.parallel)."""
+        return _rebuild, (type(self), self.args, self.__dict__)
+
     def _render(self) -> str:
         where = []
         if self.path is not None:
@@ -54,6 +60,13 @@ class MoonishError(Exception):
         if self.lsn is not None:
             where.append(f"LSN {self.lsn}")
         return f"{self.message} ({', '.join(where)})" if where else self.message
+
+
+def _rebuild(cls: type[MoonishError], args: tuple[Any, ...], state: dict[str, Any]) -> MoonishError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class InvalidArgumentError(MoonishError):

@@ -238,7 +238,9 @@ def incr_chains(data_dir: Path) -> dict[str, list[int]]:
 
 @pytest.fixture
 def writing() -> Iterator[Callable[[redis.Redis], threading.Event]]:
-    """Starts INCRs of 20 counters in a thread until the returned Event is set."""
+    """Starts INCRs of 20 counters in a thread until the returned Event is set, and every
+    tenth time an LMOVE between two lists of different shards (``lsrc`` and ``ldst``, shards
+    0 and 1 of 2: a command across shards, of two workers with ``--processes 2``)."""
     stops: list[threading.Event] = []
     threads = []
 
@@ -250,6 +252,9 @@ def writing() -> Iterator[Callable[[redis.Redis], threading.Event]]:
             i = 0
             while not stop.is_set():
                 own.incr(f"counter{i % 20}")
+                if i % 10 == 0:
+                    own.rpush("lsrc", i)
+                    own.lmove("lsrc", "ldst", "LEFT", "RIGHT")
                 i += 1
                 stop.wait(0.0005)  # about 2,000 a second: the capture keeps up
             own.close()

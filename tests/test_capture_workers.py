@@ -9,17 +9,26 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
 
+from moonish.clock import SYSTEM_CLOCK
 from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
 from moonish.redis.capture import capture
-from moonish.redis.capture_apply import StreamRoute
+from moonish.redis.capture_apply import ResumePoint, ShardApplier, StreamRoute
+from moonish.redis.capture_status import CaptureOptions
+from moonish.redis.parallel import PeerExchange
 from moonish.redis.resp import ReplCommand
+from moonish.redis.router import ResumeError
 from moonish.redis.slots import shard_of_key
+from moonish.state.config import StreamConfig
+from moonish.state.shadow import KeyspaceShard
+from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.values import Entry
 from tests.redis_server import redis_server, shard_writer
 from tests.test_capture import (
     Running,
@@ -201,3 +210,55 @@ def test_the_route_gives_each_worker_its_commands_and_where_the_stream_stands() 
     route.reset(0)
     parts, dropped, end, db = route.split([ReplCommand(100, 110, [b"PING"])])
     assert parts == [[], []] and dropped == [0, 0] and (end, db) == (110, 0)
+
+
+@pytest.mark.parametrize(
+    ("stored", "outcome"),
+    [((10, 10), "runs"), ((20, 20), "skipped"), ((20, 10), "refused"), ((10, 20), "refused")],
+)
+def test_a_resumed_command_across_workers_is_decided_alike_in_each(
+    tmp_path: Path, stored: tuple[int, int], outcome: str
+) -> None:
+    """Two workers (shard 0 and shard 1) resume with their shards at the stored offsets;
+    ``RENAME a b`` (keys of both) ends at 20: every worker skips it, runs it through the
+    exchange, or refuses it, alike (never one alone, waiting for the other forever)."""
+    keys = {shard_of_key(key, 2): key for key in (b"a", b"b", b"c", b"d")}
+    a, b = keys[0], keys[1]
+    left, right = multiprocessing.Pipe()
+    clock = SYSTEM_CLOCK
+    appliers = []
+    for number, peer in ((0, left), (1, right)):
+        writers: list[ShardWriter] = [KeyspaceShard(StreamConfig(), clock) for _ in range(2)]
+        writers[number] = ShardWriter(tmp_path / f"shard-{number}",
+                                      ShardOptions(expiry_sweep_ms=0), clock)  # fmt: skip
+        writers[number].keyspace.put(0, a if number == 0 else b"other", Entry("string", b"v"))
+        exchange = PeerExchange([0, 1], number, {1 - number: peer}, StreamConfig(), clock)
+        applier = ShardApplier(writers, {number}, CaptureOptions(), clock, exchange)
+        applier.start(ResumePoint("f" * 40, min(stored), 0, list(stored)))
+        appliers.append(applier)
+    batch = [ReplCommand(10, 20, [b"RENAME", a, b])]
+    results: list[Any] = [None, None]
+
+    def run(number: int) -> None:
+        try:
+            appliers[number].apply_batch(batch, "redis://test")
+            results[number] = "done"
+        except Exception as error:
+            results[number] = error
+
+    threads = [threading.Thread(target=run, args=(n,), daemon=True) for n in (0, 1)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert not any(thread.is_alive() for thread in threads), "a worker waits for the other"
+    if outcome == "refused":
+        assert all(isinstance(result, ResumeError) for result in results), results
+    else:
+        assert results == ["done", "done"]
+        moved = appliers[1].writers[1].keyspace.get(0, b) is not None
+        assert moved == (outcome == "runs")
+        assert (appliers[0].writers[0].keyspace.get(0, a) is None) == (outcome == "runs")
+    for applier in appliers:
+        for writer in applier.writers:
+            writer.close()

@@ -127,6 +127,9 @@ def capture(
     options = options or CaptureOptions()
     stream = stream or StreamConfig()
     with source_shards(out_dir, shards, "replica", location, log, stream, clock) as opened:
+        for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
+            if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)
+                os.unlink(os.path.join(out_dir, name))
         processes = min(processes, shards)
         if processes == 1:
             applier = ShardApplier(opened.writers, None, options, clock)
@@ -291,7 +294,7 @@ class _Capture:
             for shard, records in enumerate(each.records):
                 per_shard[shard] += records
         report.per_shard = per_shard
-        report.records = sum(report.per_shard)
+        report.records = sum(channel.appended() for channel in self.channels)
         report.rdb_keys = sum(c.rdb_keys for c in counts)
         report.removed_keys = sum(c.removed_keys for c in counts)
 

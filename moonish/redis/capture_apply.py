@@ -248,13 +248,15 @@ class ShardApplier:
             if shard >= 0 and foreign[shard]:  # another worker's alone: nothing to do here
                 self.counts.commands += 1
                 return
-        if end <= self.skip_below:
-            done = zip(foreign, self.done, strict=True)
-            router.skip = [skip or stored >= end for skip, stored in done]
-            if all(router.skip):
+        if end <= self.skip_below:  # some shards may hold it (a restart): the same in every worker
+            resumed = [stored >= end for stored in self.done]
+            if all(resumed):
                 return
+            router.skip = [skip or done for skip, done in zip(foreign, resumed, strict=True)]
+            router.resumed = resumed
         elif router.skip != foreign:
             router.skip = list(foreign)
+            router.resumed = [False] * len(foreign)
         router.position = encode_position(
             {"replid": self.replid, "offset": end, "db": self.stream_db}
         )

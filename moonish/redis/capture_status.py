@@ -83,7 +83,8 @@ class CaptureReport:
         commands: write commands applied (not counting SELECT, MULTI, EXEC, PING, PUBLISH).
         transactions: MULTI/EXEC blocks applied.
         records: records appended over all shards (position markers included).
-        per_shard: records appended to each shard.
+        per_shard: records appended to each shard (with ``processes`` > 1, as of the last
+            start, resync, reconnect or stop; ``records`` is current).
         full_resyncs: full resyncs received (``+FULLRESYNC``).
         continues: partial resyncs (``+CONTINUE``).
         rdb_keys: keys of full resyncs' RDBs written (``r`` rows, or ``c``/``u`` differences).

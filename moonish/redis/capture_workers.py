@@ -33,6 +33,8 @@ import multiprocessing
 import os
 import pickle
 import signal
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
@@ -114,7 +116,11 @@ class Channel(Protocol):
     def durable(self) -> int:
         """The offset the applier's shards are known to be synced up to."""
 
-    def counts(self) -> ApplierCounts: ...
+    def counts(self) -> ApplierCounts:
+        """What the applier did; per shard as of the last settled step (a worker's)."""
+
+    def appended(self) -> int:
+        """Records the applier appended, over its shards."""
 
 
 class LocalChannel:
@@ -155,6 +161,9 @@ class LocalChannel:
     def counts(self) -> ApplierCounts:
         return self.applier.counts
 
+    def appended(self) -> int:
+        return sum(self.applier.counts.records)
+
 
 class RemoteChannel:
     """A worker process: steps are sent through its pipe; its reports are read as they come
@@ -164,7 +173,9 @@ class RemoteChannel:
         self.link, self.process, self.number = link, process, number
         self.seen = 0  # reports read
         self._durable = 0
-        self._counts = ApplierCounts()
+        self._counts = ApplierCounts()  # per shard: as of the last settled step
+        self.records = 0
+        """Records the worker appended, as of its last report."""
 
     def _send(self, message: tuple[Any, ...]) -> None:
         self._send_bytes(pickle.dumps(message, pickle.HIGHEST_PROTOCOL))
@@ -172,9 +183,9 @@ class RemoteChannel:
     def _send_bytes(self, data: bytes) -> None:
         try:
             self.link.send_bytes(data)
-        except OSError:  # it ended: what it said, or that it died
-            self._receive()
-            raise self._died() from None
+        except OSError:  # it ended: what it said (its error), or that it died
+            while True:
+                self._receive()  # raises its error, or at the end of the pipe _died()
 
     def start(self, point: ResumePoint) -> None:
         self._send(("start", point))
@@ -212,6 +223,9 @@ class RemoteChannel:
     def counts(self) -> ApplierCounts:
         return self._counts
 
+    def appended(self) -> int:
+        return self.records
+
     def _receive(self) -> Settled | None:
         """Read one report: a settled state (returned), a durable offset, or an error
         (raised)."""
@@ -222,15 +236,30 @@ class RemoteChannel:
         self.seen += 1
         if kind == "error":
             raise values[0]
-        applied, db, durable, counts = values
-        self._durable, self._counts = durable, counts
-        return Settled(applied, db, counts) if kind == "settled" else None
+        if kind == "durable":  # (small: commands, transactions, records, rdb and removed keys)
+            self._durable, totals = values
+            counts = self._counts
+            counts.commands, counts.transactions, self.records, *rest = totals
+            counts.rdb_keys, counts.removed_keys = rest
+            return None
+        applied, db, self._durable, self._counts = values
+        self.records = sum(self._counts.records)
+        return Settled(applied, db, self._counts)
+
+    def stop_sending(self) -> None:
+        """Close the capture's side of the pipe for writing: the worker reads its end (it
+        syncs what it applied and exits) and what it still sends can be read."""
+        with contextlib.suppress(OSError):  # (closed already)
+            sock = socket.socket(fileno=os.dup(self.link.fileno()))
+            try:
+                sock.shutdown(socket.SHUT_WR)
+            finally:
+                sock.close()
 
     def last_error(self) -> BaseException | None:
         """After the capture stopped on another worker's error: the error this worker sent
         (read until it ends; ``None`` if it sent none)."""
-        with contextlib.suppress(OSError):
-            self.link.send_bytes(pickle.dumps(("stop",)))
+        self.stop_sending()
         try:
             while self.link.poll(10):
                 kind, *values = self.link.recv()
@@ -270,8 +299,7 @@ class Workers:
                 kind, value = channel.link.recv()
             except (EOFError, OSError):
                 raise channel._died() from None
-            channel.seen += 1
-            if kind == "error":
+            if kind == "error":  # (not a report: the credit counts those)
                 raise value
             found.update(value)
         return [found[shard] for shard in range(self._shards)]
@@ -311,19 +339,21 @@ def start_workers(
             cause = channel.last_error()
             if cause is not None and not isinstance(cause, PeerStoppedError):
                 raise cause from None
+            if cause is None and (channel.process.exitcode or 0) < 0:  # killed
+                raise channel._died() from None
         raise
     finally:
         for end in links.values():  # (idempotent)
             end.close()
+        for channel in channels:  # every worker syncs and exits at once
+            channel.stop_sending()
+        deadline = time.monotonic() + 30
         for channel in channels:
-            with contextlib.suppress(OSError):  # (it ended already)
-                channel.link.send_bytes(pickle.dumps(("stop",)))
-            channel.link.close()
-        for channel in channels:
-            channel.process.join(30)
+            channel.process.join(max(0.0, deadline - time.monotonic()))
             if channel.process.is_alive():
                 channel.process.kill()
                 channel.process.join()
+            channel.link.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -383,7 +413,7 @@ def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> 
     while True:
         try:
             message = link.recv()
-        except EOFError:  # the capture stopped (or died): keep what was applied
+        except (EOFError, OSError):  # the capture stopped (or died): keep what was applied
             applier.sync()
             return
         kind = message[0]
@@ -391,7 +421,10 @@ def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> 
             _, pickled, path, seen, dropped, settled_end, settled_db = message
             applier.apply_part(pickle.loads(pickled), path, dropped, settled_end, settled_db)
             if (applier.tick() or applier.durable > reported) and sent - seen < REPORTS_IN_FLIGHT:
-                link.send(("durable", applier.applied, applier.db, applier.durable, applier.counts))
+                counts = applier.counts
+                totals = (counts.commands, counts.transactions, sum(counts.records),
+                          counts.rdb_keys, counts.removed_keys)  # fmt: skip
+                link.send(("durable", applier.durable, totals))
                 sent += 1
                 reported = applier.durable
             continue
@@ -407,9 +440,6 @@ def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> 
             applier.disconnected()
         elif kind == "finish":
             applier.finish()
-        elif kind == "stop":  # another worker failed
-            applier.sync()
-            return
         if kind in ("full", "continue") and options.settle_gc and not settled:
             settle_gc()  # (the loaded keyspace lives on; moonish.hotloop)
             settled = True

@@ -160,7 +160,7 @@ class PeerExchange:
             return []
         if workers[0] != self.number:  # lend this worker's keys, take back what happened
             link = self.peers[workers[0]]
-            link.send(_lend(router.writers, keys, self.owner, self.number))
+            _send(link, _lend(router.writers, keys, self.owner, self.number))
             reply, records, after = _receive(link)
             for key_db, key, entry in after:
                 keyspace = router.writers[shard_of_key(key, count)].keyspace
@@ -184,7 +184,7 @@ class PeerExchange:
         for peer in workers[1:]:
             theirs = {shard: prepared.records for shard, prepared in results
                       if self.owner[shard] == peer}  # fmt: skip
-            self.peers[peer].send((reply, theirs, _after(lent[peer], writers)))
+            _send(self.peers[peer], (reply, theirs, _after(lent[peer], writers)))
         return [(shard, prepared) for shard, prepared in results
                 if self.owner[shard] == self.number]  # fmt: skip
 
@@ -225,11 +225,25 @@ def _receive(link: Connection) -> Any:
     """The next message from a peer.
 
     Raises:
-        UnavailableError: the peer ended (it failed: its error is the one reported).
+        PeerStoppedError: the peer ended (it failed: its error is the one reported).
     """
     try:
         return link.recv()
-    except EOFError:
+    except (EOFError, OSError):  # (a peer gone with unread data resets the pipe)
+        raise PeerStoppedError(
+            "another worker stopped before a command across shards was complete"
+        ) from None
+
+
+def _send(link: Connection, message: Any) -> None:
+    """Send ``message`` to a peer.
+
+    Raises:
+        PeerStoppedError: the peer ended.
+    """
+    try:
+        link.send(message)
+    except OSError:
         raise PeerStoppedError(
             "another worker stopped before a command across shards was complete"
         ) from None

@@ -5,8 +5,11 @@ anything is written: moonish.redis.rdb_import). Loading the keys into the shards
 records, appends) is the larger part of the work, and each shard's is its own, so with ``P``
 processes worker ``w`` loads the shards ``[w * N // P, (w + 1) * N // P)``
 (moonish.redis.slots ``shard_groups``). The workers are forked, so they share the
-read keys with the importing process (copy on write: pages they touch are copied, so memory
-can grow by up to the keys' size once more) and nothing is pickled but their reports. Each
+read keys with the importing process and nothing is pickled but their reports; but it is copy
+on write, and since every shard's keys share memory pages and reading an object writes its
+reference count, each worker ends up copying most pages: memory can grow by up to ``P``
+times the keys' size (measured: 1.55 GiB peak RSS in the importing process for 2.2 million
+keys; docs/benchmarks.md §10). Each
 shard's log is what one process writes, up to commit times.
 
 A worker that fails reports its error, which the import raises once every worker ended (the

@@ -88,6 +88,11 @@ class Router:
         self.records = [0] * len(writers)
         self.first_lsn: list[int | None] = [None] * len(writers)
         self.skip = [False] * len(writers)
+        self.resumed = [False] * len(writers)
+        """With an exchange (several workers): per shard, whether its log holds the next
+        command already, as every worker sees it (``skip`` also marks other workers'
+        shards); a command across shards some of which hold it is a ResumeError in every
+        worker alike."""
         self.position = b""
         self._involved: set[int] = set()  # shards of a command across shards
 
@@ -266,11 +271,15 @@ class Router:
             ResumeError: some of ``shards`` already hold its records and others do not.
         """
         exchange = self.exchange
-        if exchange is not None and (argv[0].upper() == b"SORT" or not exchange.owns_all(shards)):
-            # (SORT BY/GET: its patterns may read keys of any worker's shards)
+        stored = self.skip if exchange is None else self.resumed  # (skip: others' too)
+        done = [shard for shard in shards if stored[shard]]
+        if (
+            not done
+            and exchange is not None
+            and (argv[0].upper() == b"SORT" or not exchange.owns_all(shards))
+        ):  # (SORT BY/GET: its patterns may read keys of any worker's shards)
             self._involved.update(shards)
             return exchange.across(self, db, argv, now_us, shards)
-        done = [shard for shard in shards if self.skip[shard]]
         if done:
             if len(done) == len(shards):
                 return []

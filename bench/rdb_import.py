@@ -26,6 +26,7 @@ from pathlib import Path
 
 from bench.aof_workload import free_port, redis_args, wait_ping
 from bench.capture_cores import SPREAD
+from bench.importer import timed_load
 
 ROUNDS = 3
 SHARDS = 4
@@ -132,15 +133,7 @@ def _redis_load(dump: Path, scratch: Path) -> float:
     shutil.rmtree(scratch, ignore_errors=True)
     scratch.mkdir(parents=True)
     shutil.copy(dump, scratch / "dump.rdb")
-    port = free_port()
-    args = [*redis_args(scratch, port), "--appendonly", "no"]
-    process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        wait_ping(port, process)
+        return timed_load(scratch, _LOADED, "--appendonly", "no")[0]
     finally:
-        process.terminate()
-        output, _ = process.communicate(timeout=60)
-    shutil.rmtree(scratch)
-    found = _LOADED.search(output)
-    assert found, output[-2000:]
-    return float(found.group(1))
+        shutil.rmtree(scratch)

@@ -167,7 +167,11 @@ def test_a_worker_that_dies_stops_the_capture(tmp_path: Path) -> None:
     assert not multiprocessing.active_children()
 
 
-def test_a_shard_another_process_writes_is_refused_by_its_worker(tmp_path: Path) -> None:
+def test_a_locked_shard_stops_a_capture_in_several_processes_before_it_starts(
+    tmp_path: Path,
+) -> None:
+    """The capture's process opens every shard before it forks (the source check): a shard
+    another process writes is refused there, no worker is left, and a rerun works."""
     workdir = tmp_path / "redis"
     workdir.mkdir()
     with redis_server(workdir) as client:

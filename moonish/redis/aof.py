@@ -213,10 +213,7 @@ def _span_end(item: object, pos: int) -> int:
     counts it; -1 when it is not a command: a non-empty array of bulk strings."""
     if type(item) is not list or not item:
         return -1
-    args: list[object] = item
-    end = pos + 3 + _digits(len(args)) + 5 * len(args)
-    for arg in args:
+    for arg in item:
         if type(arg) is not bytes:
             return -1
-        end += len(arg) + _digits(len(arg))
-    return end
+    return pos + resp_bytes(item)

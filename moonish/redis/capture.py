@@ -176,7 +176,7 @@ class _Capture:
         self.report.resumed_from = [describe(position) for position in self.positions]
         point = resume_point(self.positions)
         self.replid, self.applied, self.db = point.replid, point.applied, point.db
-        self._each(lambda channel: channel.start(point))
+        self._settle(lambda channel: channel.start(point))
         options = self.options
         backoff_ms, failures = options.backoff_min_ms, 0
         while not stop.is_set():
@@ -215,8 +215,8 @@ class _Capture:
             call(channel)
 
     def _settle(self, call: Callable[[Channel], None]) -> None:
-        """Make every applier run ``call`` and wait until each has; ``applied`` is then
-        theirs (every applier sees the whole stream: they agree)."""
+        """Make every applier run ``call`` and wait until each has; ``applied`` and ``db`` are
+        then theirs (every applier is told where each batch leaves the stream: they agree)."""
         self._each(call)
         states = [channel.settle() for channel in self.channels]
         self.applied, self.db = states[0].applied, states[0].db

@@ -108,7 +108,6 @@ class ShardApplier:
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
-        self.others = any(self.foreign)  # some shards are other workers'
         self.router = Router(writers, clock, exchange=exchange)
         self.router.skip = list(self.foreign)
         self.counts = ApplierCounts(records=self.router.records)
@@ -122,7 +121,6 @@ class ShardApplier:
         self.last_sync_us = self.last_mark_us = clock.now_us()
         self.stream_db = 0
         self.transaction: list[Entry] | None = None
-        self.transaction_start = 0
 
     def positions(self) -> dict[int, dict[str, Any]]:
         """The stored position of each owned shard.
@@ -224,7 +222,7 @@ class ShardApplier:
             elif name == b"MULTI":
                 if self.transaction is not None:
                     raise UnsupportedFormatError("MULTI inside MULTI", path=path, offset=start)
-                self.transaction, self.transaction_start = [], start
+                self.transaction = []
             elif name == b"EXEC":
                 if self.transaction is None:
                     raise UnsupportedFormatError("EXEC without MULTI", path=path, offset=start)
@@ -243,11 +241,6 @@ class ShardApplier:
 
     def _apply(self, entries: list[Entry], transaction: bool, end: int, path: str) -> None:
         router, foreign = self.router, self.foreign
-        if self.others and not transaction:
-            shard = router.home(entries[0][1])
-            if shard >= 0 and foreign[shard]:  # another worker's alone: nothing to do here
-                self.counts.commands += 1
-                return
         if end <= self.skip_below:  # some shards may hold it (a restart): the same in every worker
             resumed = [stored >= end for stored in self.done]
             if all(resumed):

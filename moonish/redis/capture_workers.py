@@ -36,7 +36,7 @@ import signal
 import socket
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, BinaryIO, Protocol
 
@@ -46,12 +46,13 @@ from moonish.hotloop import settle_gc
 from moonish.log.writer import WriterOptions
 from moonish.redis.capture_apply import ApplierCounts, ResumePoint, ShardApplier, StreamRoute
 from moonish.redis.capture_status import CaptureOptions
+from moonish.redis.import_shards import open_shard
 from moonish.redis.parallel import PeerExchange, PeerStoppedError
 from moonish.redis.resp import ReplCommand
 from moonish.redis.slots import shard_groups
 from moonish.state.config import StreamConfig
 from moonish.state.shadow import KeyspaceShard
-from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.shard import ShardWriter
 
 REPORTS_IN_FLIGHT = 4
 """Reports a worker may have sent that the capture has not read yet."""
@@ -189,7 +190,6 @@ class RemoteChannel:
 
     def start(self, point: ResumePoint) -> None:
         self._send(("start", point))
-        self.settle()
 
     def full_resync(self, replid: str, offset: int, payload: BinaryIO | str, path: str) -> None:
         assert isinstance(payload, str), "a worker reads a spooled copy of the RDB"
@@ -383,10 +383,8 @@ def _work(
     try:
         for shard in range(setup.shards):
             if shard in owned:
-                options = ShardOptions(replace(setup.log, shard_id=shard), setup.stream,
-                                       expiry_sweep_ms=0)  # fmt: skip
-                shard_dir = os.path.join(setup.data_dir, f"shard-{shard}")
-                writers.append(ShardWriter(shard_dir, options, setup.clock))
+                writers.append(open_shard(setup.data_dir, shard, setup.log, setup.stream,
+                                          setup.clock))  # fmt: skip
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         exchange = PeerExchange(setup.owner, setup.number, peers, setup.stream, setup.clock)

@@ -103,6 +103,19 @@ def _holds_records(writer: ShardWriter) -> bool:
         return False
 
 
+def open_shard(
+    data_dir: str, shard: int, log: WriterOptions, stream: StreamConfig, clock: Clock
+) -> ShardWriter:
+    """The writer of ``data_dir/shard-<shard>`` as imports and captures open it: ``log``'s
+    options with its shard id, ``stream`` if it is new, no expiry sweep thread.
+
+    Raises:
+        As :class:`ShardWriter`.
+    """
+    options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
+    return ShardWriter(os.path.join(data_dir, f"shard-{shard}"), options, clock)
+
+
 def open_shards(
     out_dir: str, shards: int, log: WriterOptions, stream: StreamConfig, clock: Clock
 ) -> OpenShards:
@@ -119,9 +132,8 @@ def open_shards(
     writers: list[ShardWriter] = []
     try:
         for shard, shard_dir in enumerate(shard_dirs):
-            options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
             try:
-                writers.append(ShardWriter(shard_dir, options, clock))
+                writers.append(open_shard(out_dir, shard, log, stream, clock))
             except OSError as exc:
                 raise _open_error(exc, shard, shards, shard_dir) from exc
     except BaseException:

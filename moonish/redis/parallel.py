@@ -33,14 +33,13 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 from collections.abc import Callable
-from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
+from moonish.redis.import_shards import open_shard
 from moonish.redis.importer import ImportReport, Setup, replay_aof
 from moonish.redis.router import Router
 from moonish.redis.slots import shard_groups, shard_of_key
@@ -48,7 +47,7 @@ from moonish.state.cmd_sort import pattern_keys
 from moonish.state.config import StreamConfig
 from moonish.state.execute import keys_of
 from moonish.state.shadow import KeyspaceShard
-from moonish.state.shard import Prepared, ShardOptions, ShardWriter
+from moonish.state.shard import Prepared, ShardWriter
 from moonish.state.values import Entry
 
 Lent = list[tuple[int, bytes, Entry | None]]
@@ -259,10 +258,7 @@ def _work(
     try:
         for shard in range(setup.shards):
             if owner[shard] == number:
-                options = ShardOptions(replace(setup.log, shard_id=shard), setup.stream,
-                                       expiry_sweep_ms=0)  # fmt: skip
-                shard_dir = os.path.join(data_dir, f"shard-{shard}")
-                writers.append(ShardWriter(shard_dir, options, setup.clock))
+                writers.append(open_shard(data_dir, shard, setup.log, setup.stream, setup.clock))
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         progress = (lambda count: send.send(("progress", count))) if report_progress else None

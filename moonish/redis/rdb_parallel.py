@@ -21,19 +21,19 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
 from moonish.log.writer import WriterOptions
+from moonish.redis.import_shards import open_shard
 from moonish.redis.rdb_load import RdbContents
 from moonish.redis.slots import shard_groups
 from moonish.state.config import StreamConfig
-from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.shard import ShardWriter
 
 Load = Callable[[ShardWriter, int, Callable[[int], None] | None], dict[str, Any]]
 """Loads one shard (the writer, its number, a progress callback); returns what it did:
@@ -118,10 +118,7 @@ def _work(
     progress = (lambda count: send.send(("progress", count))) if report_progress else None
     try:
         for shard in group:
-            options = ShardOptions(replace(setup.log, shard_id=shard), setup.stream,
-                                   expiry_sweep_ms=0)  # fmt: skip
-            shard_dir = os.path.join(setup.data_dir, f"shard-{shard}")
-            with ShardWriter(shard_dir, options, setup.clock) as writer:
+            with open_shard(setup.data_dir, shard, setup.log, setup.stream, setup.clock) as writer:
                 done[shard] = load(writer, shard, progress)
                 writer.sync()
         send.send(("report", done))

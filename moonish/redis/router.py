@@ -249,17 +249,6 @@ class Router:
             self._single[name] = single
         return single
 
-    def home(self, argv: list[bytes]) -> int:
-        """The shard a command whose only key is ``argv[1]`` runs in (most commands), or -1
-        for any other (keyless, several keys, SORT, unknown): those may run anywhere."""
-        name = argv[0].upper()
-        single = self._single.get(name)
-        if single is None:
-            single = self._is_single(name)
-        if single and len(argv) > 1:
-            return shard_of_key(argv[1], len(self.writers))
-        return -1
-
     def _across(
         self, db: int, argv: list[bytes], now_us: int, shards: list[int]
     ) -> list[tuple[int, Prepared]]:

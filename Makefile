@@ -12,7 +12,8 @@ REDIS74 = $(VENV)/redis-7.4
 # sources changes, so no target runs a stale one (`import moonish` refuses it anyway).
 COMPILED := $(wildcard $(shell $(PYTHON) -c 'import tomllib; \
   print(*tomllib.load(open("pyproject.toml", "rb"))["tool"]["moonish"]["mypyc"])'))
-BUILD    = pyproject.toml setup.py $(COMPILED)
+NATIVE   := $(wildcard moonish/*/*.c)  # hand-written C extensions (setup.py NATIVE)
+BUILD    = pyproject.toml setup.py $(COMPILED) $(NATIVE)
 JAVA_MAJOR = java -version 2>&1 | sed -nE 's/.* version "(1\.)?([0-9]+).*/\2/p' | head -n 1
 
 .PHONY: install install-base pure demo demo-spark test stress lint format bench golden clean

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import importlib.machinery
 import os
+import types
 
 
 def stale_extensions(package_dir: str) -> list[str]:
-    """The compiled modules under ``package_dir`` whose extension is older than their source,
-    or has no source any more, as paths of the sources."""
+    """The compiled modules under ``package_dir`` whose extension is older than their source
+    (the ``.py`` mypyc compiled, or the ``.c`` of a hand-written extension), or has no source
+    any more, as paths of the sources."""
     suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     stale = []
     for directory, _, names in os.walk(package_dir):
@@ -24,7 +26,9 @@ def stale_extensions(package_dir: str) -> list[str]:
             if suffix is None:
                 continue
             extension = os.path.join(directory, name)
-            source = os.path.join(directory, name[: -len(suffix)] + ".py")
+            stem = os.path.join(directory, name[: -len(suffix)])
+            # mypyc's from the module's .py; a hand-written one (setup.py NATIVE) from its .c
+            source = stem + ".c" if os.path.exists(stem + ".c") else stem + ".py"
             try:
                 if os.stat(source).st_mtime_ns <= os.stat(extension).st_mtime_ns:
                     continue
@@ -32,6 +36,11 @@ def stale_extensions(package_dir: str) -> list[str]:
                 pass
             stale.append(source)
     return sorted(stale)
+
+
+def is_compiled(module: types.ModuleType) -> bool:
+    """Whether ``module`` runs from an extension (a compiled build) rather than its source."""
+    return str(module.__file__).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
 def check_extensions(package_dir: str) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from moonish.extensions import check_extensions, stale_extensions
+from moonish.extensions import check_extensions, is_compiled, stale_extensions
 
 SUFFIX = importlib.machinery.EXTENSION_SUFFIXES[0]
 
@@ -31,9 +31,12 @@ def test_an_extension_older_than_its_source_or_without_one_is_stale(tmp_path: Pa
         "state/values.py": 300, f"state/values{SUFFIX}": 200,  # edited since the build
         f"state/gone{SUFFIX}": 200,  # its source was removed
         "cdc/api.py": 400,  # not compiled
+        "log/_cframes.c": 300, f"log/_cframes{SUFFIX}": 200,  # hand-written C, edited since
+        "state/_cjson.c": 100, f"state/_cjson{SUFFIX}": 200,  # hand-written C, current
     })  # fmt: skip
     assert stale_extensions(str(package)) == [
-        str(package / "state" / "gone.py"), str(package / "state" / "values.py")
+        str(package / "log" / "_cframes.c"), str(package / "state" / "gone.py"),
+        str(package / "state" / "values.py"),
     ]  # fmt: skip
 
 
@@ -45,3 +48,16 @@ def test_import_refuses_stale_extensions_in_a_source_checkout_only(tmp_path: Pat
         check_extensions(str(package))
     os.utime(package / f"fileio{SUFFIX}", (400, 400))  # rebuilt
     check_extensions(str(package))
+
+
+def test_a_compiled_build_has_its_c_extensions() -> None:
+    # The C extensions (setup.py NATIVE) are built with the mypyc ones; their tests
+    # (test_cframes, test_cjson) are skipped only in a pure build.
+    from moonish.log import frames
+    from moonish.state import plainjson
+
+    assert is_compiled(frames) == is_compiled(plainjson)
+    if is_compiled(frames):
+        assert frames._cframes is not None and plainjson._cjson is not None
+        assert is_compiled(frames._cframes) and is_compiled(plainjson._cjson)
+        assert plainjson.quote is plainjson._cjson.quote

@@ -41,8 +41,15 @@ from moonish.log.format import (
     KNOWN_FLAGS,
     MAX_PAYLOAD_BYTES,
     V1_BODY_MIN_BYTES,
+    RecordType,
 )
+from moonish.log.record_types import _ROW_FLAGS, KvChange
 from moonish.log.records import Record, encode_payload
+
+try:  # the C encoder of kv_change frames (moonish/log/_cframes.c), absent in a pure build
+    from moonish.log import _cframes
+except ImportError:
+    _cframes = None  # type: ignore[assignment]
 
 ZERO_FILL_ALIGN_BYTES = 512
 """Zero-filled tails start at the committed end or at a multiple of this file offset (a
@@ -130,6 +137,9 @@ _FIELDS: Final = struct.Struct(FRAME_HEADER.format[:1] + FRAME_HEADER.format[2:]
 """The header without its checksum: frame bytes [4, 36)."""
 _CRC: Final = _U32.pack
 _crc: Final = crc32c.crc32c
+if _cframes is not None:
+    _cframes.configure(KvChange, _ROW_FLAGS, int(RecordType.KV_CHANGE), crc32c.crc32c)
+_ENCODE_CHANGES: Final = None if _cframes is None else _cframes.encode_changes
 
 
 def encode_frame(
@@ -163,6 +173,19 @@ def encode_records(
     Raises:
         ValueError: a record cannot be encoded, or a payload exceeds 512 MiB.
     """
+    if _ENCODE_CHANGES is not None:  # all kv_change records (the write path's): in one C call
+        data = _ENCODE_CHANGES(records, first_lsn, commit_us, flags, source)
+        if data is not None:
+            return data
+    return encode_records_py(records, first_lsn, commit_us, flags, source)
+
+
+def encode_records_py(
+    records: Sequence[Record], first_lsn: int, commit_us: int, flags: int,
+    source: bytes | None = None,
+) -> bytes:  # fmt: skip
+    """:func:`encode_records` in Python: what a pure build runs, and any batch with a record
+    that is not a kv_change (moonish/log/_cframes.c gives the same bytes for those)."""
     count = len(records)
     if count == 1:  # (unpacked: a call with *args would not be a C call)
         kind, payload = encode_payload(records[0], source)

@@ -36,13 +36,18 @@ from typing import Any, Final
 import orjson
 from sortedcontainers import SortedList  # type: ignore[import-untyped]
 
-from moonish.state.jsontext import PLAIN as _PLAIN
 from moonish.state.jsontext import StreamId as StreamId
 from moonish.state.jsontext import format_id as format_id
 from moonish.state.jsontext import is_plain as is_plain
 from moonish.state.jsontext import parse_id_text as parse_id_text
 from moonish.state.jsontext import text as text
 from moonish.state.jsontext import untext as untext
+from moonish.state.plainjson import array as _array_c
+from moonish.state.plainjson import image as _image_c
+from moonish.state.plainjson import pairs as _pairs_c
+from moonish.state.plainjson import quote as _quote_c
+from moonish.state.plainjson import scored as _scored_c
+from moonish.state.plainjson import sorted_array as _sorted_array_c
 from moonish.state.streams import Stream as Stream
 from moonish.state.streams import stream_from_json, stream_json, stream_value
 
@@ -53,6 +58,14 @@ SET: Final = "set"
 ZSET: Final = "zset"
 STREAM: Final = "stream"
 TYPES: Final = (STRING, HASH, LIST, SET, ZSET, STREAM)
+
+# The JSON of plain data (moonish.state.plainjson: C where built), bound here as C statics.
+_quote: Final = _quote_c
+_array: Final = _array_c
+_sorted_array: Final = _sorted_array_c
+_pairs: Final = _pairs_c
+_scored: Final = _scored_c
+_image: Final = _image_c
 
 
 class SortedSet:
@@ -186,15 +199,14 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
 
     Too large is decided first from a lower bound of the JSON's size that needs no JSON: the
     fewest quotes, commas, brackets and score digits per element (O(1)), then the elements'
-    bytes (one C-level join). The JSON itself is built by joining bytes when every byte string
-    in it is plain (printable ASCII without ``"`` or ``\\``), else by orjson."""
+    bytes (one C-level join). The JSON itself is built by moonish.state.plainjson when every
+    byte string in it is plain (printable ASCII without ``"`` or ``\\``), else by orjson."""
     value, kind = entry.value, entry.type
     json: bytes | None = None
     if kind == STRING:
         if limit is not None and len(value) + 2 > limit:
             return None
-        if is_plain(value):
-            json = b'"' + value + b'"'
+        json = _quote(value)
     elif kind == STREAM:
         entries = value.entries
         bound = 25 * len(entries) + 1  # {"id":"1-0","fields":[]},
@@ -216,23 +228,14 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
                 return None
         if not count:
             json = b"[]"
-        elif kind != ZSET:
-            # The data joined with the plain form's separators is the JSON's middle when the
-            # data is plain, i.e. when its only quotes are the separators' own. (For plain
-            # data the bound above is then the JSON's exact size.)
-            if kind == HASH:
-                body = b'"],["'.join(map(b'","'.join, value.items()))
-                quotes = 4 * count - 2
-            else:
-                body = b'","'.join(value if kind == LIST else sorted(value))
-                quotes = 2 * count - 2
-            if not body.translate(None, _PLAIN_OR_QUOTE) and body.count(b'"') == quotes:
-                json = b'[["' + body + b'"]]' if kind == HASH else b'["' + body + b'"]'
+        elif kind == HASH:
+            json = _pairs(value)
+        elif kind == LIST:
+            json = _array(value)
+        elif kind == SET:
+            json = _sorted_array(value)
         else:
-            members = b"".join(value.scores)
-            order = value.order
-            if is_plain(members) and not (math.isinf(order[0][0]) or math.isinf(order[-1][0])):
-                json = orjson.dumps([[m.decode(), s] for s, m in order])  # JSON has no inf
+            json = _scored(value.order)
     if json is None:
         json = orjson.dumps(_json_value(entry))
     entry.json = json
@@ -258,9 +261,6 @@ def value_json(entry: Entry) -> bytes:
         cached = _bounded_json(entry, None)
         assert cached is not None
     return cached
-
-
-_PLAIN_OR_QUOTE: Final = _PLAIN + b'"'
 
 
 def _omitted(entry: Entry) -> bytes:
@@ -299,8 +299,9 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     value = entry.json
     if value is None:
         raw = entry.value
-        if entry.type == STRING and not raw.translate(None, _PLAIN):  # the common case
-            value = entry.json = b'"' + raw + b'"'
+        plain = _quote(raw) if entry.type == STRING else None  # the common case
+        if plain is not None:
+            value = entry.json = plain
         else:
             value = _bounded_json(entry, max_value_bytes)
     if value is None or (max_value_bytes is not None and len(value) > max_value_bytes):
@@ -309,11 +310,10 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     else:
         ttls = entry.field_expire_at_ms
         end = b"}" if ttls is None else _field_ttls_json(entry.value, ttls)
-    expire = b"null" if entry.expire_at_ms is None else b"%d" % entry.expire_at_ms
-    quoted = b'"' + key + b'"' if not key.translate(None, _PLAIN) else key_json(key)
-    made = b'{"db":%d,"key":%s%s%s,"expire_at_ms":%s%s' % (
-        db, quoted, _TYPE_PIECES[entry.type], value, expire, end,
-    )  # fmt: skip
+    quoted = _quote(key)
+    if quoted is None:
+        quoted = key_json(key)
+    made = _image(db, quoted, _TYPE_PIECES[entry.type], value, entry.expire_at_ms, end)
     entry.image, entry.image_limit = made, max_value_bytes
     return made
 

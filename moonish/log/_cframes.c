@@ -1,0 +1,302 @@
+/* moonish.log._cframes: the frames of a batch of kv_change records in one C call.
+ *
+ * The same bytes as moonish.log.frames.encode_records on records that are all
+ * moonish.log.record_types.KvChange (tests/test_cframes.py compares the two on random
+ * records): the payload grammar of moonish.log.records (kv_change) inside version 2 frames
+ * (docs/wal-format.md: a 36-byte header whose first field is the crc32c of its other 32
+ * bytes, the payload, a 4-byte trailer with the crc32c of header and payload). All integers
+ * are little-endian. The checksums come from the crc32c package, called through Python.
+ *
+ * encode_changes(records, first_lsn, commit_us, flags, source) -> bytes | None
+ *   records: a sequence of KvChange; first_lsn: the first record's LSN; commit_us: the
+ *   commit time (microseconds since the Unix epoch); flags: the frames' flags byte; source:
+ *   a source position to store on the last record instead of its own, or None.
+ *   Returns None when a record is not exactly a KvChange or a field has a type the Python
+ *   encoder would convert (the caller then uses it). Raises ValueError for a db outside
+ *   0..65535, a byte field outside 0..255, an unknown row or a payload above 512 MiB, as the
+ *   Python encoder does (its messages).
+ *
+ * configure(kv_change_type, row_flags, record_type, crc32c) binds what the encoder reads from
+ * Python once, at import of moonish.log.frames.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_DB 65535
+#define MAX_PAYLOAD ((Py_ssize_t)512 * 1024 * 1024)
+#define HEADER_BYTES 36
+#define TRAILER_BYTES 4
+#define CHANGE_HEAD_BYTES 8
+#define CHANGE_EXPIRED 1
+#define CHANGE_LOADING 2
+#define CHANGE_SOURCE 4
+#define STACK_RECORDS 64
+
+static PyObject *kv_change_type = NULL;
+static PyObject *row_flags = NULL;
+static PyObject *crc_function = NULL;
+static int kv_change_record_type = -1;
+
+static void put_u16(char *at, uint32_t v) {
+    at[0] = (char)(v & 0xff);
+    at[1] = (char)((v >> 8) & 0xff);
+}
+
+static void put_u32(char *at, uint32_t v) {
+    at[0] = (char)(v & 0xff);
+    at[1] = (char)((v >> 8) & 0xff);
+    at[2] = (char)((v >> 16) & 0xff);
+    at[3] = (char)((v >> 24) & 0xff);
+}
+
+static void put_u64(char *at, uint64_t v) {
+    put_u32(at, (uint32_t)(v & 0xffffffffu));
+    put_u32(at + 4, (uint32_t)(v >> 32));
+}
+
+/* crc32c of data[0:size], by the crc32c package; -1 on error. */
+static int64_t crc_of(char *data, Py_ssize_t size) {
+    PyObject *view = PyMemoryView_FromMemory(data, size, PyBUF_READ);
+    if (view == NULL) return -1;
+    PyObject *result = PyObject_CallOneArg(crc_function, view);
+    Py_DECREF(view);
+    if (result == NULL) return -1;
+    unsigned long value = PyLong_AsUnsignedLong(result);
+    Py_DECREF(result);
+    if (value == (unsigned long)-1 && PyErr_Occurred()) return -1;
+    return (int64_t)(value & 0xffffffffu);
+}
+
+/* What one record's payload is made of, read and checked in the first pass. */
+typedef struct {
+    PyObject *record;
+    PyObject *argv; /* a new reference from PySequence_Fast */
+    PyObject *source; /* borrowed: bytes, possibly empty */
+    Py_ssize_t payload;
+    unsigned char op, change_flags, view, replay;
+    uint16_t db;
+} Change;
+
+/* A byte field 0..255 from an int; -2 when it is not an int (the caller falls back). */
+static int byte_field(PyObject *value, const char *name) {
+    if (!PyLong_Check(value)) return -2;
+    long v = PyLong_AsLong(value);
+    if (v == -1 && PyErr_Occurred()) return -1;
+    if (v < 0 || v > 255) {
+        PyErr_Format(PyExc_ValueError, "%s must be 0..255, got %ld", name, v);
+        return -1;
+    }
+    return (int)v;
+}
+
+/* Reads record into change; 1 done, 0 not encodable here (fall back), -1 error. */
+static int read_change(PyObject *record, PyObject *source, Change *change) {
+    if (Py_TYPE(record) != (PyTypeObject *)kv_change_type || PyTuple_GET_SIZE(record) != 14)
+        return 0;
+    PyObject *op = PyTuple_GET_ITEM(record, 0), *db = PyTuple_GET_ITEM(record, 1);
+    if (!PyUnicode_Check(op) || PyUnicode_GET_LENGTH(op) != 1 || !PyLong_Check(db)) return 0;
+    Py_UCS4 op_char = PyUnicode_READ_CHAR(op, 0);
+    if (op_char > 255) return 0;
+    static const int bytes_fields[] = {2, 3, 4, 5, 9, 12};
+    for (size_t i = 0; i < sizeof(bytes_fields) / sizeof(bytes_fields[0]); i++)
+        if (!PyBytes_CheckExact(PyTuple_GET_ITEM(record, bytes_fields[i]))) return 0;
+    if (source == Py_None) source = PyTuple_GET_ITEM(record, 12);
+    else if (!PyBytes_CheckExact(source)) return 0;
+    long db_index = PyLong_AsLong(db);
+    if (db_index == -1 && PyErr_Occurred()) return -1;
+    if (db_index < 0 || db_index > MAX_DB) {
+        PyErr_Format(PyExc_ValueError, "db index must be 0..%d, got %R", MAX_DB, db);
+        return -1;
+    }
+    int view = byte_field(PyTuple_GET_ITEM(record, 6), "view");
+    if (view < 0) return view == -2 ? 0 : -1;
+    int replay = byte_field(PyTuple_GET_ITEM(record, 8), "replay");
+    if (replay < 0) return replay == -2 ? 0 : -1;
+    int expired = PyObject_IsTrue(PyTuple_GET_ITEM(record, 7));
+    int loading = PyObject_IsTrue(PyTuple_GET_ITEM(record, 11));
+    if (expired < 0 || loading < 0) return -1;
+    PyObject *row = PyTuple_GET_ITEM(record, 13);
+    long row_bits = 0;
+    if (!PyUnicode_Check(row)) return 0;
+    if (PyUnicode_GET_LENGTH(row)) {
+        PyObject *bits = PyDict_GetItemWithError(row_flags, row);
+        if (bits == NULL) {
+            if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, row);
+            return -1;
+        }
+        row_bits = PyLong_AsLong(bits);
+        if (row_bits == -1 && PyErr_Occurred()) return -1;
+    }
+    PyObject *argv = PySequence_Fast(PyTuple_GET_ITEM(record, 10), "argv must be a sequence");
+    if (argv == NULL) return -1;
+    Py_ssize_t argc = PySequence_Fast_GET_SIZE(argv);
+    Py_ssize_t size = CHANGE_HEAD_BYTES + 4 * 5 + 4 + 4 * argc;
+    for (Py_ssize_t i = 0; i < argc; i++) {
+        PyObject *arg = PySequence_Fast_GET_ITEM(argv, i);
+        if (!PyBytes_CheckExact(arg)) {
+            Py_DECREF(argv);
+            return 0;
+        }
+        size += PyBytes_GET_SIZE(arg);
+    }
+    static const int sized_fields[] = {2, 3, 4, 5, 9};
+    for (size_t i = 0; i < sizeof(sized_fields) / sizeof(sized_fields[0]); i++)
+        size += PyBytes_GET_SIZE(PyTuple_GET_ITEM(record, sized_fields[i]));
+    Py_ssize_t source_size = PyBytes_GET_SIZE(source);
+    if (source_size) size += 4 + source_size;
+    change->record = record;
+    change->argv = argv;
+    change->source = source;
+    change->payload = size;
+    change->op = (unsigned char)op_char;
+    change->change_flags = (unsigned char)((expired ? CHANGE_EXPIRED : 0) |
+                                           (loading ? CHANGE_LOADING : 0) |
+                                           (source_size ? CHANGE_SOURCE : 0) | row_bits);
+    change->view = (unsigned char)view;
+    change->replay = (unsigned char)replay;
+    change->db = (uint16_t)db_index;
+    return 1;
+}
+
+static char *put_blob(char *at, PyObject *bytes) {
+    Py_ssize_t size = PyBytes_GET_SIZE(bytes);
+    put_u32(at, (uint32_t)size);
+    memcpy(at + 4, PyBytes_AS_STRING(bytes), (size_t)size);
+    return at + 4 + size;
+}
+
+/* Writes the frame of change at out; the number of bytes written, -1 on error. */
+static Py_ssize_t write_frame(char *out, const Change *change, uint64_t lsn, int64_t commit_us,
+                              int flags, uint32_t index, uint32_t count) {
+    PyObject *record = change->record;
+    put_u32(out + 4, (uint32_t)change->payload);
+    put_u64(out + 8, lsn);
+    out[16] = (char)kv_change_record_type;
+    out[17] = (char)flags;
+    put_u16(out + 18, 0);
+    put_u32(out + 20, index);
+    put_u32(out + 24, count);
+    put_u64(out + 28, (uint64_t)commit_us);
+    int64_t head_crc = crc_of(out + 4, HEADER_BYTES - 4);
+    if (head_crc < 0) return -1;
+    put_u32(out, (uint32_t)head_crc);
+    char *at = out + HEADER_BYTES;
+    at[0] = (char)change->op;
+    at[1] = (char)change->change_flags;
+    at[2] = (char)change->view;
+    at[3] = (char)change->replay;
+    put_u16(at + 4, change->db);
+    put_u16(at + 6, 0);
+    at += CHANGE_HEAD_BYTES;
+    at = put_blob(at, PyTuple_GET_ITEM(record, 2)); /* command */
+    at = put_blob(at, PyTuple_GET_ITEM(record, 3)); /* key */
+    at = put_blob(at, PyTuple_GET_ITEM(record, 4)); /* before */
+    at = put_blob(at, PyTuple_GET_ITEM(record, 5)); /* after */
+    at = put_blob(at, PyTuple_GET_ITEM(record, 9)); /* state */
+    Py_ssize_t argc = PySequence_Fast_GET_SIZE(change->argv);
+    put_u32(at, (uint32_t)argc);
+    at += 4;
+    for (Py_ssize_t i = 0; i < argc; i++) at = put_blob(at, PySequence_Fast_GET_ITEM(change->argv, i));
+    if (PyBytes_GET_SIZE(change->source)) at = put_blob(at, change->source);
+    Py_ssize_t end = HEADER_BYTES + change->payload;
+    int64_t frame_crc = crc_of(out, end); /* the trailer: header and payload */
+    if (frame_crc < 0) return -1;
+    put_u32(out + end, (uint32_t)frame_crc);
+    return end + TRAILER_BYTES;
+}
+
+static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "encode_changes takes 5 arguments");
+        return NULL;
+    }
+    if (kv_change_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "moonish.log._cframes is not configured");
+        return NULL;
+    }
+    PyObject *records = PySequence_Fast(args[0], "records must be a sequence");
+    if (records == NULL) return NULL;
+    unsigned long long first_lsn = PyLong_AsUnsignedLongLong(args[1]);
+    long long commit_us = PyLong_AsLongLong(args[2]);
+    long flags = PyLong_AsLong(args[3]);
+    PyObject *source = args[4];
+    if (PyErr_Occurred()) {
+        Py_DECREF(records);
+        return NULL;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(records);
+    Change stack[STACK_RECORDS];
+    Change *changes = count <= STACK_RECORDS ? stack : PyMem_Malloc(sizeof(Change) * count);
+    PyObject *result = NULL;
+    Py_ssize_t read = 0, total = 0;
+    if (changes == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; read < count; read++) {
+        PyObject *own = read == count - 1 ? source : Py_None;
+        int got = read_change(PySequence_Fast_GET_ITEM(records, read), own, &changes[read]);
+        if (got <= 0) {
+            if (got == 0) result = Py_NewRef(Py_None);
+            goto done;
+        }
+        if (changes[read].payload > MAX_PAYLOAD) {
+            PyErr_Format(PyExc_ValueError, "payload of %zd bytes exceeds %zd",
+                         changes[read].payload, MAX_PAYLOAD);
+            read++;
+            goto done;
+        }
+        total += HEADER_BYTES + changes[read].payload + TRAILER_BYTES;
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, total);
+    if (out == NULL) goto done;
+    char *at = PyBytes_AS_STRING(out);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t written = write_frame(at, &changes[i], (uint64_t)(first_lsn + i), commit_us,
+                                         (int)flags, (uint32_t)i, (uint32_t)count);
+        if (written < 0) {
+            Py_DECREF(out);
+            goto done;
+        }
+        at += written;
+    }
+    result = out;
+done:
+    for (Py_ssize_t i = 0; i < read; i++) Py_DECREF(changes[i].argv);
+    if (changes != NULL && changes != stack) PyMem_Free(changes);
+    Py_DECREF(records);
+    return result;
+}
+
+static PyObject *configure(PyObject *module, PyObject *args) {
+    (void)module;
+    PyObject *type, *rows, *crc;
+    int record_type;
+    if (!PyArg_ParseTuple(args, "O!O!iO:configure", &PyType_Type, &type, &PyDict_Type, &rows,
+                          &record_type, &crc))
+        return NULL;
+    Py_XSETREF(kv_change_type, Py_NewRef(type));
+    Py_XSETREF(row_flags, Py_NewRef(rows));
+    Py_XSETREF(crc_function, Py_NewRef(crc));
+    kv_change_record_type = record_type;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"encode_changes", (PyCFunction)(void (*)(void))encode_changes, METH_FASTCALL,
+     "encode_changes(records, first_lsn, commit_us, flags, source) -> bytes | None"},
+    {"configure", configure, METH_VARARGS,
+     "configure(kv_change_type, row_flags, record_type, crc32c) -> None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "moonish.log._cframes",
+    "The frames of a batch of kv_change records in one C call (see the source's comment).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cframes(void) { return PyModule_Create(&module_def); }

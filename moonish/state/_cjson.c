@@ -1,0 +1,302 @@
+/* moonish.state._cjson: the JSON of plain values and of images, each in one C call.
+ *
+ * "Plain" bytes are printable ASCII other than '"' and '\\' (moonish.state.jsontext.PLAIN):
+ * their JSON string is themselves between quotes. Each function gives the same bytes as the
+ * Python of moonish.state.values it stands in for (tests/test_cjson.py compares them on random
+ * values), and returns None where that Python takes its general path (orjson), which the
+ * caller then runs:
+ *
+ *   quote(value: bytes) -> bytes | None        '"value"', None unless plain
+ *   array(items: Sequence[bytes]) -> bytes | None
+ *                                              '["a","b"]' in order ('[]' when empty)
+ *   sorted_array(items: Iterable[bytes]) -> bytes | None
+ *                                              the same, in byte order (a set's members)
+ *   pairs(fields: dict[bytes, bytes]) -> bytes | None
+ *                                              '[["f","v"],...]' in the dict's order
+ *   scored(order: Iterable[tuple[float, bytes]]) -> bytes | None
+ *                                              '[["m",1.5],...]': a sorted set's members and
+ *                                              scores in Redis's order, the scores as orjson
+ *                                              writes them (Python's repr); None also for a
+ *                                              score that is not finite or in [1e-10, 1e-4),
+ *                                              where orjson's form differs from repr
+ *   image(db: int, key_json: bytes, type_piece: bytes, value_json: bytes,
+ *         expire_at_ms: int | None, end: bytes) -> bytes
+ *       '{"db":<db>,"key":<key_json><type_piece><value_json>,"expire_at_ms":<ms|null><end>'
+ *       (docs/images.md: the full image).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int plain(const char *data, Py_ssize_t size) {
+    const unsigned char *p = (const unsigned char *)data, *end = p + size;
+    for (; p < end; p++)
+        if (*p < 0x20 || *p > 0x7e || *p == '"' || *p == '\\') return 0;
+    return 1;
+}
+
+static int plain_bytes(PyObject *value) {
+    return plain(PyBytes_AS_STRING(value), PyBytes_GET_SIZE(value));
+}
+
+static char *put(char *at, const char *data, Py_ssize_t size) {
+    memcpy(at, data, (size_t)size);
+    return at + size;
+}
+
+static char *put_quoted(char *at, PyObject *bytes) {
+    *at++ = '"';
+    at = put(at, PyBytes_AS_STRING(bytes), PyBytes_GET_SIZE(bytes));
+    *at++ = '"';
+    return at;
+}
+
+static PyObject *quote(PyObject *module, PyObject *value) {
+    (void)module;
+    if (!PyBytes_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "quote takes bytes");
+        return NULL;
+    }
+    if (!plain_bytes(value)) Py_RETURN_NONE;
+    PyObject *out = PyBytes_FromStringAndSize(NULL, PyBytes_GET_SIZE(value) + 2);
+    if (out != NULL) put_quoted(PyBytes_AS_STRING(out), value);
+    return out;
+}
+
+/* '["a","b"]' from items[0:count] (bytes, checked), or None when one is not plain. */
+static PyObject *array_of(PyObject **items, Py_ssize_t count) {
+    Py_ssize_t size = 2 + (count ? 3 * count - 1 : 0);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (!plain_bytes(items[i])) Py_RETURN_NONE;
+        size += PyBytes_GET_SIZE(items[i]);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    *at++ = '[';
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i) *at++ = ',';
+        at = put_quoted(at, items[i]);
+    }
+    *at = ']';
+    return out;
+}
+
+static int all_bytes(PyObject **items, Py_ssize_t count) {
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (!PyBytes_CheckExact(items[i])) {
+            PyErr_SetString(PyExc_TypeError, "the items must be bytes");
+            return 0;
+        }
+    return 1;
+}
+
+static PyObject *array(PyObject *module, PyObject *items) {
+    (void)module;
+    PyObject *seq = PySequence_Fast(items, "array takes a sequence of bytes");
+    if (seq == NULL) return NULL;
+    PyObject **got = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject *out = all_bytes(got, count) ? array_of(got, count) : NULL;
+    Py_DECREF(seq);
+    return out;
+}
+
+/* Python's order of bytes: memcmp over the common length, then the shorter first. */
+static int compare_bytes(const void *a, const void *b) {
+    PyObject *x = *(PyObject *const *)a, *y = *(PyObject *const *)b;
+    Py_ssize_t nx = PyBytes_GET_SIZE(x), ny = PyBytes_GET_SIZE(y);
+    int c = memcmp(PyBytes_AS_STRING(x), PyBytes_AS_STRING(y), (size_t)(nx < ny ? nx : ny));
+    if (c) return c;
+    return nx < ny ? -1 : nx > ny;
+}
+
+static PyObject *sorted_array(PyObject *module, PyObject *items) {
+    (void)module;
+    PyObject *list = PySequence_List(items); /* a new list: sorted in place below */
+    if (list == NULL) return NULL;
+    PyObject **got = PySequence_Fast_ITEMS(list);
+    Py_ssize_t count = PyList_GET_SIZE(list);
+    PyObject *out = NULL;
+    if (all_bytes(got, count)) {
+        qsort(got, (size_t)count, sizeof(PyObject *), compare_bytes);
+        out = array_of(got, count);
+    }
+    Py_DECREF(list);
+    return out;
+}
+
+static PyObject *pairs(PyObject *module, PyObject *fields) {
+    (void)module;
+    if (!PyDict_CheckExact(fields)) {
+        PyErr_SetString(PyExc_TypeError, "pairs takes a dict of bytes");
+        return NULL;
+    }
+    Py_ssize_t count = PyDict_GET_SIZE(fields), size = 2 + (count ? 8 * count - 1 : 0), pos = 0;
+    PyObject *field, *value;
+    while (PyDict_Next(fields, &pos, &field, &value)) {
+        if (!PyBytes_CheckExact(field) || !PyBytes_CheckExact(value)) {
+            PyErr_SetString(PyExc_TypeError, "pairs takes a dict of bytes");
+            return NULL;
+        }
+        if (!plain_bytes(field) || !plain_bytes(value)) Py_RETURN_NONE;
+        size += PyBytes_GET_SIZE(field) + PyBytes_GET_SIZE(value);
+    }
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    *at++ = '[';
+    pos = 0;
+    int first = 1;
+    while (PyDict_Next(fields, &pos, &field, &value)) {
+        if (!first) *at++ = ',';
+        first = 0;
+        *at++ = '[';
+        at = put_quoted(at, field);
+        *at++ = ',';
+        at = put_quoted(at, value);
+        *at++ = ']';
+    }
+    *at = ']';
+    return out;
+}
+
+/* A growing output buffer (PyMem): for output whose size is only known at the end. */
+typedef struct {
+    char *data;
+    Py_ssize_t size, capacity;
+} Buffer;
+
+static int reserve(Buffer *buffer, Py_ssize_t more) {
+    if (buffer->size + more <= buffer->capacity) return 1;
+    Py_ssize_t capacity = buffer->capacity ? buffer->capacity : 256;
+    while (capacity < buffer->size + more) capacity *= 2;
+    char *data = PyMem_Realloc(buffer->data, (size_t)capacity);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return 0;
+    }
+    buffer->data = data;
+    buffer->capacity = capacity;
+    return 1;
+}
+
+static int append(Buffer *buffer, const char *data, Py_ssize_t size) {
+    if (!reserve(buffer, size)) return 0;
+    memcpy(buffer->data + buffer->size, data, (size_t)size);
+    buffer->size += size;
+    return 1;
+}
+
+/* Appends '["member",score]'; 1 done, 0 not plain or not repr-like (None), -1 error. */
+static int append_scored(Buffer *buffer, PyObject *item) {
+    if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
+        PyErr_SetString(PyExc_TypeError, "scored takes (score, member) tuples");
+        return -1;
+    }
+    PyObject *score = PyTuple_GET_ITEM(item, 0), *member = PyTuple_GET_ITEM(item, 1);
+    if (!PyFloat_CheckExact(score) || !PyBytes_CheckExact(member)) return 0;
+    double value = PyFloat_AS_DOUBLE(score), magnitude = fabs(value);
+    if (!isfinite(value) || (magnitude >= 1e-10 && magnitude < 1e-4)) return 0;
+    if (!plain_bytes(member)) return 0;
+    char *text = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    if (text == NULL) return -1;
+    Py_ssize_t text_size = (Py_ssize_t)strlen(text), member_size = PyBytes_GET_SIZE(member);
+    int done = reserve(buffer, member_size + text_size + 6);
+    if (done) {
+        char *at = buffer->data + buffer->size;
+        *at++ = '[';
+        at = put_quoted(at, member);
+        *at++ = ',';
+        at = put(at, text, text_size);
+        *at++ = ']';
+        buffer->size = at - buffer->data;
+    }
+    PyMem_Free(text);
+    return done ? 1 : -1;
+}
+
+static PyObject *scored(PyObject *module, PyObject *order) {
+    (void)module;
+    PyObject *iterator = PyObject_GetIter(order), *item, *out = NULL;
+    if (iterator == NULL) return NULL;
+    Buffer buffer = {NULL, 0, 0};
+    int got = append(&buffer, "[", 1) ? 1 : -1;
+    while (got == 1 && (item = PyIter_Next(iterator)) != NULL) {
+        got = (buffer.size == 1 || append(&buffer, ",", 1)) ? append_scored(&buffer, item) : -1;
+        Py_DECREF(item);
+    }
+    if (got == 1 && !PyErr_Occurred() && append(&buffer, "]", 1))
+        out = PyBytes_FromStringAndSize(buffer.data, buffer.size);
+    else if (got == 0)
+        out = Py_NewRef(Py_None);
+    Py_DECREF(iterator);
+    PyMem_Free(buffer.data);
+    return out;
+}
+
+static PyObject *image(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "image takes 6 arguments");
+        return NULL;
+    }
+    PyObject *db = args[0], *expire = args[4];
+    for (int i = 1; i < 6; i++)
+        if (i != 4 && !PyBytes_CheckExact(args[i])) {
+            PyErr_SetString(PyExc_TypeError, "image: key_json, type_piece, value_json and end are bytes");
+            return NULL;
+        }
+    if (!PyLong_Check(db) || (expire != Py_None && !PyLong_Check(expire))) {
+        PyErr_SetString(PyExc_TypeError, "image: db is an int, expire_at_ms an int or None");
+        return NULL;
+    }
+    char db_text[24], expire_text[24];
+    long long db_value = PyLong_AsLongLong(db);
+    if (db_value == -1 && PyErr_Occurred()) return NULL;
+    int db_size = snprintf(db_text, sizeof db_text, "%lld", db_value), expire_size = 4;
+    if (expire == Py_None) {
+        memcpy(expire_text, "null", 4);
+    } else {
+        long long ms = PyLong_AsLongLong(expire);
+        if (ms == -1 && PyErr_Occurred()) return NULL;
+        expire_size = snprintf(expire_text, sizeof expire_text, "%lld", ms);
+    }
+    static const char head[] = "{\"db\":", key_head[] = ",\"key\":", expire_head[] = ",\"expire_at_ms\":";
+    Py_ssize_t size = (Py_ssize_t)(sizeof head - 1 + sizeof key_head - 1 + sizeof expire_head - 1) +
+                      db_size + expire_size;
+    for (int i = 1; i < 6; i++)
+        if (i != 4) size += PyBytes_GET_SIZE(args[i]);
+    PyObject *out = PyBytes_FromStringAndSize(NULL, size);
+    if (out == NULL) return NULL;
+    char *at = PyBytes_AS_STRING(out);
+    at = put(at, head, sizeof head - 1);
+    at = put(at, db_text, db_size);
+    at = put(at, key_head, sizeof key_head - 1);
+    for (int i = 1; i < 4; i++) at = put(at, PyBytes_AS_STRING(args[i]), PyBytes_GET_SIZE(args[i]));
+    at = put(at, expire_head, sizeof expire_head - 1);
+    at = put(at, expire_text, expire_size);
+    put(at, PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]));
+    return out;
+}
+
+static PyMethodDef methods[] = {
+    {"quote", quote, METH_O, "quote(value) -> bytes | None"},
+    {"array", array, METH_O, "array(items) -> bytes | None"},
+    {"sorted_array", sorted_array, METH_O, "sorted_array(items) -> bytes | None"},
+    {"pairs", pairs, METH_O, "pairs(fields) -> bytes | None"},
+    {"scored", scored, METH_O, "scored(order) -> bytes | None"},
+    {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
+     "image(db, key_json, type_piece, value_json, expire_at_ms, end) -> bytes"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT, "moonish.state._cjson",
+    "The JSON of plain values and of images, each in one C call (see the source's comment).",
+    -1, methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__cjson(void) { return PyModule_Create(&module_def); }

@@ -41,6 +41,7 @@ _bytes = st.one_of(
 _scores = st.one_of(
     st.floats(allow_nan=False),
     st.integers(-(10**6), 10**6).map(float),
+    st.integers(-(2**60), 2**60).map(float),  # integral, across repr's switch at 1e16
     st.floats(1e-12, 1e-3),
 )
 
@@ -56,6 +57,25 @@ def test_c_gives_the_bytes_of_the_python(items: list[bytes], fields: dict[bytes,
     for expire in (None, 0, 1_700_000_000_000, 2**62):
         pieces = (7, b'"k"', b',"type":"set","value":', b"[]", expire, b"}")
         assert _cjson.image(*pieces) == plainjson.image_py(*pieces)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    entries=st.dictionaries(
+        st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)),
+        st.lists(_bytes, max_size=6),
+        max_size=5,
+    )
+)
+def test_stream_entries_in_c_are_the_pythons(entries: dict[tuple[int, int], list[bytes]]) -> None:
+    got = _cjson.stream_entries(entries)
+    assert got == plainjson.stream_entries_py(entries)
+    if got is not None:  # the JSON of the form images document (docs/images.md)
+        pairs = {i: list(zip(f[::2], f[1::2], strict=True)) for i, f in entries.items()}
+        assert orjson.loads(got) == [
+            {"id": f"{ms}-{seq}", "fields": [[f.decode(), v.decode()] for f, v in pairs[ms, seq]]}
+            for ms, seq in entries
+        ]
 
 
 @settings(max_examples=300, deadline=None)
@@ -78,6 +98,10 @@ def test_plain_data_is_joined_in_c_and_other_data_goes_to_orjson() -> None:
     assert _cjson.sorted_array({b"b", b"a", b"ab"}) == b'["a","ab","b"]'
     assert _cjson.pairs({b"f": b"v", b"g": b"\xff"}) is None
     assert _cjson.scored([(1.0, b"m"), (1e16, b"n")]) == b'[["m",1.0],["n",1e+16]]'
+    assert _cjson.scored([(-0.0, b"a"), (0.0, b"b"), (-7.0, b"c")]) == (
+        b'[["a",-0.0],["b",0.0],["c",-7.0]]'
+    )
+    assert _cjson.stream_entries({(1, 0): [b"f", b"v"], (1, 1): []}) is None  # no fields
     assert _cjson.scored([(5e-5, b"m")]) is None  # orjson: 0.00005, repr: 5e-05
     assert _cjson.scored([(math.inf, b"m")]) is None
     with pytest.raises(TypeError):

@@ -98,6 +98,12 @@ class WalWriter:
     ) -> None:
         self.shard_dir = os.fspath(shard_dir)
         self.options = options or WriterOptions()
+        # What every append reads, as native attributes (the options are an interpreted
+        # frozen dataclass: each read of one is a generic attribute lookup).
+        self._segment_bytes: int = self.options.segment_bytes
+        self._gather_bytes: int = self.options.write_buffer_bytes
+        self._index_interval_bytes: int = self.options.index_interval_bytes
+        self._fsync_always: bool = self.options.fsync is FsyncPolicy.ALWAYS
         self._clock = clock
         self._lock = threading.Lock()
         self._fd = -1
@@ -276,10 +282,10 @@ class WalWriter:
             first = self._next_lsn
             data = encode_records(records, first, commit_us, flags, source)
             size = self._size
-            if size > SEGMENT_HEADER_BYTES and size + len(data) > self.options.segment_bytes:
+            if size > SEGMENT_HEADER_BYTES and size + len(data) > self._segment_bytes:
                 self._rotate()  # the new segment's base is ``first``: the frames stay valid
                 size = self._size
-            gather = self.options.write_buffer_bytes
+            gather = self._gather_bytes
             if gather:
                 self._pending.append(data)
                 self._pending_bytes += len(data)
@@ -298,7 +304,7 @@ class WalWriter:
             self._size = size + len(data)
             self._next_lsn = first + count
             self._last_commit_us, self._busy = commit_us, True
-            if size - self._last_indexed >= self.options.index_interval_bytes:
+            if size - self._last_indexed >= self._index_interval_bytes:
                 previous, self._last_indexed = self._last_indexed, size
                 self._pending_index.append(INDEX_ENTRY.pack(first, size))
                 if not gather and not self._flush():  # the entry (the frames are written)
@@ -306,7 +312,7 @@ class WalWriter:
             if gather:
                 if self._pending_bytes >= gather:
                     self._flush()
-            elif self.options.fsync is FsyncPolicy.ALWAYS:
+            elif self._fsync_always:
                 self._fdatasync(self._fd, first + count - 1)
             else:
                 self._dirty = True

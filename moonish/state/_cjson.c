@@ -19,6 +19,11 @@
  *                                              writes them (Python's repr); None also for a
  *                                              score that is not finite or in [1e-10, 1e-4),
  *                                              where orjson's form differs from repr
+ *   stream_entries(entries: dict[tuple[int, int], list[bytes]]) -> bytes | None
+ *                                              '[{"id":"1-0","fields":[["f","v"],...]},...]':
+ *                                              a stream's entries in order ('[]' when empty);
+ *                                              None also for an entry without fields (or an
+ *                                              odd count) or an ID that is not two u64
  *   image(db: int, key_json: bytes, type_piece: bytes, value_json: bytes,
  *         expire_at_ms: int | None, end: bytes) -> bytes
  *       '{"db":<db>,"key":<key_json><type_piece><value_json>,"expire_at_ms":<ms|null><end>'
@@ -190,6 +195,20 @@ static int append(Buffer *buffer, const char *data, Py_ssize_t size) {
     return 1;
 }
 
+/* "<n>.0" with its NUL at out (room for 24 bytes): repr of an integral double below 1e15. */
+static void put_integral(char *out, long long n) {
+    char digits[24];
+    int count = 0;
+    unsigned long long magnitude = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
+    do {
+        digits[count++] = (char)('0' + magnitude % 10);
+        magnitude /= 10;
+    } while (magnitude);
+    if (n < 0) *out++ = '-';
+    while (count) *out++ = digits[--count];
+    memcpy(out, ".0", 3);
+}
+
 /* Appends '["member",score]'; 1 done, 0 not plain or not repr-like (None), -1 error. */
 static int append_scored(Buffer *buffer, PyObject *item) {
     if (!PyTuple_CheckExact(item) || PyTuple_GET_SIZE(item) != 2) {
@@ -201,8 +220,13 @@ static int append_scored(Buffer *buffer, PyObject *item) {
     double value = PyFloat_AS_DOUBLE(score), magnitude = fabs(value);
     if (!isfinite(value) || (magnitude >= 1e-10 && magnitude < 1e-4)) return 0;
     if (!plain_bytes(member)) return 0;
-    char *text = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    if (text == NULL) return -1;
+    char integral[32], *text = integral;
+    if (magnitude < 1e15 && value == (double)(long long)value && (value != 0 || !signbit(value))) {
+        put_integral(integral, (long long)value); /* repr's form: "<digits>.0" */
+    } else {
+        text = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL) return -1;
+    }
     Py_ssize_t text_size = (Py_ssize_t)strlen(text), member_size = PyBytes_GET_SIZE(member);
     int done = reserve(buffer, member_size + text_size + 6);
     if (done) {
@@ -214,7 +238,7 @@ static int append_scored(Buffer *buffer, PyObject *item) {
         *at++ = ']';
         buffer->size = at - buffer->data;
     }
-    PyMem_Free(text);
+    if (text != integral) PyMem_Free(text);
     return done ? 1 : -1;
 }
 
@@ -233,6 +257,63 @@ static PyObject *scored(PyObject *module, PyObject *order) {
     else if (got == 0)
         out = Py_NewRef(Py_None);
     Py_DECREF(iterator);
+    PyMem_Free(buffer.data);
+    return out;
+}
+
+/* Appends '{"id":"<ms>-<seq>","fields":[["f","v"],...]}'; 1 done, 0 None, -1 error. */
+static int append_stream_entry(Buffer *buffer, PyObject *id, PyObject *fields) {
+    if (!PyTuple_CheckExact(id) || PyTuple_GET_SIZE(id) != 2 || !PyList_CheckExact(fields)) return 0;
+    Py_ssize_t count = PyList_GET_SIZE(fields), size = 0;
+    if (count == 0 || count % 2) return 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(fields, i);
+        if (!PyBytes_CheckExact(item) || !plain_bytes(item)) return 0;
+        size += PyBytes_GET_SIZE(item) + 4;
+    }
+    unsigned long long ms = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(id, 0));
+    unsigned long long seq = ms == (unsigned long long)-1 && PyErr_Occurred()
+                                 ? 0 : PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(id, 1));
+    if (PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError) && !PyErr_ExceptionMatches(PyExc_TypeError))
+            return -1;
+        PyErr_Clear(); /* not an unsigned 64-bit ID: orjson's path decides */
+        return 0;
+    }
+    char head[80];
+    int head_size = snprintf(head, sizeof head, "{\"id\":\"%llu-%llu\",\"fields\":[", ms, seq);
+    if (!reserve(buffer, head_size + size + count / 2 * 3 + 2)) return -1;
+    char *at = put(buffer->data + buffer->size, head, head_size);
+    for (Py_ssize_t i = 0; i < count; i += 2) {
+        if (i) *at++ = ',';
+        *at++ = '[';
+        at = put_quoted(at, PyList_GET_ITEM(fields, i));
+        *at++ = ',';
+        at = put_quoted(at, PyList_GET_ITEM(fields, i + 1));
+        *at++ = ']';
+    }
+    *at++ = ']';
+    *at++ = '}';
+    buffer->size = at - buffer->data;
+    return 1;
+}
+
+static PyObject *stream_entries(PyObject *module, PyObject *entries) {
+    (void)module;
+    if (!PyDict_CheckExact(entries)) {
+        PyErr_SetString(PyExc_TypeError, "stream_entries takes a dict");
+        return NULL;
+    }
+    Buffer buffer = {NULL, 0, 0};
+    Py_ssize_t pos = 0;
+    PyObject *id, *fields, *out = NULL;
+    int got = append(&buffer, "[", 1) ? 1 : -1;
+    while (got == 1 && PyDict_Next(entries, &pos, &id, &fields))
+        got = (buffer.size == 1 || append(&buffer, ",", 1)) ? append_stream_entry(&buffer, id, fields) : -1;
+    if (got == 1 && append(&buffer, "]", 1))
+        out = PyBytes_FromStringAndSize(buffer.data, buffer.size);
+    else if (got == 0)
+        out = Py_NewRef(Py_None);
     PyMem_Free(buffer.data);
     return out;
 }
@@ -288,6 +369,7 @@ static PyMethodDef methods[] = {
     {"sorted_array", sorted_array, METH_O, "sorted_array(items) -> bytes | None"},
     {"pairs", pairs, METH_O, "pairs(fields) -> bytes | None"},
     {"scored", scored, METH_O, "scored(order) -> bytes | None"},
+    {"stream_entries", stream_entries, METH_O, "stream_entries(entries) -> bytes | None"},
     {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
      "image(db, key_json, type_piece, value_json, expire_at_ms, end) -> bytes"},
     {NULL, NULL, 0, NULL},

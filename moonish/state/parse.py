@@ -41,6 +41,8 @@ def score(value: bytes, message: str = NOT_FLOAT) -> float:
     Raises:
         CommandError: ``message``.
     """
+    if value.isdigit() and len(value) < 16:  # the common case: exact, and what strtod reads
+        return float(int(value))
     if not value or value[:1].isspace():
         raise CommandError(message)
     number, used, erange = strtod(value)

@@ -71,6 +71,23 @@ def scored_py(order: Sequence[tuple[float, bytes]]) -> bytes | None:
     return orjson.dumps([[member.decode(), score] for score, member in order])
 
 
+def stream_entries_py(entries: dict[tuple[int, int], list[bytes]]) -> bytes | None:
+    """``[{"id":"1-0","fields":[["f","v"],...]},...]``: a stream's entries in order (``[]``
+    when empty), or ``None`` unless every entry has fields (an even count of them) and all
+    are plain."""
+    if not entries:
+        return b"[]"
+    for fields in entries.values():
+        if not fields or len(fields) % 2 or b"".join(fields).translate(None, PLAIN):
+            return None
+    return b"[" + b",".join([
+        b'{"id":"%d-%d","fields":[["' % stream_id + b'"],["'.join(
+            [f + b'","' + v for f, v in zip(fields[::2], fields[1::2], strict=True)]
+        ) + b'"]]}'
+        for stream_id, fields in entries.items()
+    ]) + b"]"  # fmt: skip
+
+
 def image_py(
     db: int, key_json: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
     end: bytes,
@@ -95,6 +112,9 @@ pairs: Final[Callable[[dict[bytes, bytes]], bytes | None]] = (
 )
 scored: Final[Callable[[Sequence[tuple[float, bytes]]], bytes | None]] = (
     scored_py if _cjson is None else _cjson.scored
+)
+stream_entries: Final[Callable[[dict[tuple[int, int], list[bytes]]], bytes | None]] = (
+    stream_entries_py if _cjson is None else _cjson.stream_entries
 )
 image: Final[Callable[[int, bytes, bytes, bytes, int | None, bytes], bytes]] = (
     image_py if _cjson is None else _cjson.image

@@ -38,11 +38,14 @@ from typing import Any, Final
 
 import orjson
 
-from moonish.state.jsontext import StreamId, format_id, is_plain, parse_id_text, text, untext
+from moonish.state.jsontext import StreamId, format_id, parse_id_text, text, untext
+from moonish.state.plainjson import stream_entries as _stream_entries_c
 
 INVALID_ENTRIES_READ: Final = -1
 """A group's ``entries_read`` when Redis cannot tell (``SCG_INVALID_ENTRIES_READ``)."""
 ZERO_ID: StreamId = (0, 0)
+
+_stream_entries: Final = _stream_entries_c  # C where built (a Final here: a C static)
 
 
 class PendingEntry:
@@ -165,18 +168,11 @@ def _pairs(fields: list[bytes]) -> zip[tuple[bytes, bytes]]:
 
 
 def _entries_json(stream: Stream) -> bytes:
-    """The JSON of the entries: joined bytes when every field and value is plain (and every
-    entry has fields), else orjson."""
-    entries = stream.entries
-    if not entries:
-        return b"[]"
-    if all(entries.values()) and all(map(is_plain, map(b"".join, entries.values()))):
-        return b"[" + b",".join([
-            b'{"id":"%d-%d","fields":[["' % stream_id + b'"],["'.join(
-                [f + b'","' + v for f, v in _pairs(fields)]
-            ) + b'"]]}'
-            for stream_id, fields in entries.items()
-        ]) + b"]"  # fmt: skip
+    """The JSON of the entries: moonish.state.plainjson's when every field and value is plain
+    (and every entry has fields), else orjson's."""
+    made = _stream_entries(stream.entries)
+    if made is not None:
+        return made
     return orjson.dumps(_entries_value(stream))
 
 

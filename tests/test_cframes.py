@@ -103,3 +103,11 @@ def test_the_c_encoder_refuses_what_the_python_one_refuses(
         encode_records_py([record], 1, 1, 0)
     with pytest.raises(error):
         _cframes.encode_changes([record], 1, 1, 0, None)
+
+
+@settings(max_examples=100, deadline=None)
+@given(change=changes)
+def test_the_c_constructor_makes_the_record_of_its_fields(change: KvChange) -> None:
+    made = _cframes.kv_change(*change)
+    assert type(made) is KvChange and made == change and made == frames.kv_change_py(*change)
+    assert made.after is change.after and made.argv is change.argv  # the objects, as given

@@ -16,6 +16,11 @@
  *   0..65535, a byte field outside 0..255, an unknown row or a payload above 512 MiB, as the
  *   Python encoder does (its messages).
  *
+ * kv_change(op, db, command, key, before, after, view, expired, replay, state, argv, loading,
+ *           source, row) -> KvChange
+ *   the record from its 14 fields as they are (no checks: tuple.__new__(KvChange, fields)),
+ *   without the intermediate tuple and call that costs from Python.
+ *
  * configure(kv_change_type, row_flags, record_type, crc32c) binds what the encoder reads from
  * Python once, at import of moonish.log.frames.
  */
@@ -271,6 +276,23 @@ done:
     return result;
 }
 
+static PyObject *kv_change(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (kv_change_type == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "moonish.log._cframes is not configured");
+        return NULL;
+    }
+    if (nargs != 14) {
+        PyErr_SetString(PyExc_TypeError, "kv_change takes the 14 fields of a KvChange");
+        return NULL;
+    }
+    PyTypeObject *type = (PyTypeObject *)kv_change_type;
+    PyObject *record = type->tp_alloc(type, 14);
+    if (record == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < 14; i++) PyTuple_SET_ITEM(record, i, Py_NewRef(args[i]));
+    return record;
+}
+
 static PyObject *configure(PyObject *module, PyObject *args) {
     (void)module;
     PyObject *type, *rows, *crc;
@@ -288,6 +310,9 @@ static PyObject *configure(PyObject *module, PyObject *args) {
 static PyMethodDef methods[] = {
     {"encode_changes", (PyCFunction)(void (*)(void))encode_changes, METH_FASTCALL,
      "encode_changes(records, first_lsn, commit_us, flags, source) -> bytes | None"},
+    {"kv_change", (PyCFunction)(void (*)(void))kv_change, METH_FASTCALL,
+     "kv_change(op, db, command, key, before, after, view, expired, replay, state, argv, "
+     "loading, source, row) -> KvChange"},
     {"configure", configure, METH_VARARGS,
      "configure(kv_change_type, row_flags, record_type, crc32c) -> None"},
     {NULL, NULL, 0, NULL},

@@ -5,6 +5,7 @@ from collections.abc import Callable, Sequence
 def encode_changes(
     records: Sequence[object], first_lsn: int, commit_us: int, flags: int, source: bytes | None
 ) -> bytes | None: ...
+def kv_change(*fields: object) -> object: ...
 def configure(
     kv_change_type: type,
     row_flags: dict[str, int],

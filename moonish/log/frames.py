@@ -25,9 +25,9 @@ from __future__ import annotations
 import enum
 import re
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 import crc32c
 
@@ -140,6 +140,18 @@ _crc: Final = crc32c.crc32c
 if _cframes is not None:
     _cframes.configure(KvChange, _ROW_FLAGS, int(RecordType.KV_CHANGE), crc32c.crc32c)
 _ENCODE_CHANGES: Final = None if _cframes is None else _cframes.encode_changes
+
+
+def kv_change_py(*fields: Any) -> KvChange:
+    """A :class:`KvChange` from its 14 fields as they are, without ``KvChange.__new__``'s
+    defaults and checks: ``tuple.__new__(KvChange, fields)``."""
+    return tuple.__new__(KvChange, fields)
+
+
+kv_change: Final[Callable[..., KvChange]] = (
+    kv_change_py if _cframes is None else _cframes.kv_change  # type: ignore[assignment]
+)
+"""The write path's constructor of kv_change records (C where built: one call, no tuple)."""
 
 
 def encode_frame(

@@ -37,6 +37,7 @@ from typing import Any, Final, NamedTuple
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CommandError, MoonishError, UnavailableError
+from moonish.log.frames import kv_change
 from moonish.log.records import (
     Checkpoint,
     KvChange,
@@ -63,7 +64,7 @@ _OFF: Final = ViewType.OFF
 _NONE: Final = Replay.NONE
 _COMMAND: Final = Replay.COMMAND
 _STATE: Final = Replay.STATE
-_KV_CHANGE: Final = KvChange  # (imported from an interpreted module: a lookup at each use)
+_new_change: Final = kv_change  # the records' constructor (C where built), as a C static
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +296,7 @@ class ShardWriter:
         view, limit, old, new = self._facts
         off, loading = view is _OFF, not acc.expire
         dbs, before_of = self.keyspace.dbs, acc.before
-        command, new_change = argv[0], tuple.__new__  # KvChange without __new__
+        command = argv[0]
         out: list[KvChange | Message] = []
         for db, key in acc.written:
             if owns is not None and not owns(key):
@@ -318,14 +319,14 @@ class ShardWriter:
                     after = full_image(db, key, entry, limit) if new else only_key
             if replay is _STATE:
                 state = b"" if entry is None else state_image(db, key, entry)
-                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
-                           _STATE, state, (), loading, b"", "")))  # fmt: skip
+                out.append(_new_change(op, db, command, key, before, after, view, False,
+                           _STATE, state, (), loading, b"", ""))  # fmt: skip
             elif out:
-                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
-                           _NONE, b"", (), loading, b"", "")))  # fmt: skip
+                out.append(_new_change(op, db, command, key, before, after, view, False,
+                           _NONE, b"", (), loading, b"", ""))  # fmt: skip
             else:  # the first record replays the command
-                out.append(new_change(_KV_CHANGE, (op, db, command, key, before, after, view, False,
-                           _COMMAND, b"", tuple(argv), loading, b"", "")))  # fmt: skip
+                out.append(_new_change(op, db, command, key, before, after, view, False,
+                           _COMMAND, b"", tuple(argv), loading, b"", ""))  # fmt: skip
         return out
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:

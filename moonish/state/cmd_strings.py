@@ -20,7 +20,7 @@ def _write(acc: Access, db: int, key: bytes, value: bytes, expire_at_ms: int | N
         if acc.get(db, key) is not None:
             acc.remove(db, key)
         return
-    acc.put(db, key, Entry(STRING, value, expire_at_ms))
+    acc.put_string(db, key, value, expire_at_ms)
 
 
 def _expire_at(acc: Access, option: bytes, amount: bytes, command: str) -> int:
@@ -157,7 +157,7 @@ def cmd_mset(acc: Access, db: int, argv: list[bytes]) -> Any:
     if argv[0].upper() == b"MSETNX" and any(acc.get(db, key) is not None for key, _ in pairs):
         return 0
     for key, value in pairs:
-        acc.put(db, key, Entry(STRING, value))
+        acc.put_string(db, key, value)
     return 1 if argv[0].upper() == b"MSETNX" else b"OK"
 
 

@@ -235,6 +235,23 @@ class Access:
         self.resolve(key).put(db, key, entry)
         self.written[(db, key)] = None
 
+    def put_string(
+        self, db: int, key: bytes, value: bytes, expire_at_ms: int | None = None
+    ) -> None:
+        """``put(db, key, Entry(STRING, value, expire_at_ms))``, except that a key holding a
+        string keeps its entry, updated in place (as INCR and APPEND update theirs): no new
+        object per write, and no old one to free."""
+        entry = self.get(db, key)
+        if entry is None or entry.type != STRING:
+            self.put(db, key, Entry(STRING, value, expire_at_ms))
+            return
+        entry.value = value
+        entry.stale()
+        if entry.expire_at_ms != expire_at_ms:
+            entry.expire_at_ms = expire_at_ms
+            self.resolve(key).note_expiry(db, key, entry)
+        self.written[(db, key)] = None
+
     def changed(self, db: int, key: bytes, entry: Entry, grew: int | None = None) -> None:
         """``entry`` (got from :meth:`get`) was changed in place; removes it when it is an
         empty container, as Redis does. ``grew``: by how many bytes its elements grew (see

@@ -54,9 +54,10 @@ def test_c_gives_the_bytes_of_the_python(items: list[bytes], fields: dict[bytes,
     assert _cjson.array(items) == plainjson.array_py(items)
     assert _cjson.sorted_array(set(items)) == plainjson.sorted_array_py(set(items))
     assert _cjson.pairs(fields) == plainjson.pairs_py(fields)
-    for expire in (None, 0, 1_700_000_000_000, 2**62):
-        pieces = (7, b'"k"', b',"type":"set","value":', b"[]", expire, b"}")
-        assert _cjson.image(*pieces) == plainjson.image_py(*pieces)
+    for key in items[:3]:
+        for db, expire in ((7, None), (0, 0), (65535, 1_700_000_000_000), (3, -5), (1, 2**62)):
+            pieces = (db, key, b',"type":"set","value":', b"[]", expire, b"}")
+            assert _cjson.image(*pieces) == plainjson.plain_image_py(*pieces)
 
 
 @settings(max_examples=200, deadline=None)

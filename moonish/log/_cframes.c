@@ -61,12 +61,40 @@ static void put_u64(char *at, uint64_t v) {
     put_u32(at + 4, (uint32_t)(v >> 32));
 }
 
+/* The bytes the next checksum is of, lent to the crc32c package through the buffer
+ * protocol: one object for every call, not a memoryview made and freed per call. The
+ * package takes its Py_buffer (a copy of the pointer and size) before it could release the
+ * GIL, so another thread's next call cannot change what this one reads. */
+typedef struct {
+    PyObject_HEAD
+    char *data;
+    Py_ssize_t size;
+} Span;
+
+static int span_getbuffer(PyObject *self, Py_buffer *view, int flags) {
+    Span *span = (Span *)self;
+    return PyBuffer_FillInfo(view, self, span->data, span->size, 1, flags);
+}
+
+static PyBufferProcs span_buffer = {span_getbuffer, NULL};
+
+static PyTypeObject SpanType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "moonish.log._cframes.Span",
+    .tp_basicsize = sizeof(Span),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_as_buffer = &span_buffer,
+};
+
+static Span *span = NULL;
+
 /* crc32c of data[0:size], by the crc32c package; -1 on error. */
 static int64_t crc_of(char *data, Py_ssize_t size) {
-    PyObject *view = PyMemoryView_FromMemory(data, size, PyBUF_READ);
-    if (view == NULL) return -1;
-    PyObject *result = PyObject_CallOneArg(crc_function, view);
-    Py_DECREF(view);
+    span->data = data;
+    span->size = size;
+    PyObject *result = PyObject_CallOneArg(crc_function, (PyObject *)span);
+    span->data = NULL;
+    span->size = 0;
     if (result == NULL) return -1;
     unsigned long value = PyLong_AsUnsignedLong(result);
     Py_DECREF(result);
@@ -324,4 +352,13 @@ static struct PyModuleDef module_def = {
     -1, methods, NULL, NULL, NULL, NULL,
 };
 
-PyMODINIT_FUNC PyInit__cframes(void) { return PyModule_Create(&module_def); }
+PyMODINIT_FUNC PyInit__cframes(void) {
+    if (PyType_Ready(&SpanType) < 0) return NULL;
+    if (span == NULL) {
+        span = PyObject_New(Span, &SpanType);
+        if (span == NULL) return NULL;
+        span->data = NULL;
+        span->size = 0;
+    }
+    return PyModule_Create(&module_def);
+}

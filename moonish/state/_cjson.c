@@ -24,10 +24,10 @@
  *                                              a stream's entries in order ('[]' when empty);
  *                                              None also for an entry without fields (or an
  *                                              odd count) or an ID that is not two u64
- *   image(db: int, key_json: bytes, type_piece: bytes, value_json: bytes,
- *         expire_at_ms: int | None, end: bytes) -> bytes
- *       '{"db":<db>,"key":<key_json><type_piece><value_json>,"expire_at_ms":<ms|null><end>'
- *       (docs/images.md: the full image).
+ *   image(db: int, key: bytes, type_piece: bytes, value_json: bytes,
+ *         expire_at_ms: int | None, end: bytes) -> bytes | None
+ *       '{"db":<db>,"key":"<key>"<type_piece><value_json>,"expire_at_ms":<ms|null><end>'
+ *       (docs/images.md: the full image), None unless the key is plain.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -195,18 +195,19 @@ static int append(Buffer *buffer, const char *data, Py_ssize_t size) {
     return 1;
 }
 
-/* "<n>.0" with its NUL at out (room for 24 bytes): repr of an integral double below 1e15. */
-static void put_integral(char *out, long long n) {
+/* The decimal digits of n at out (room for 20 bytes); how many were written. */
+static int put_decimal(char *out, long long n) {
     char digits[24];
-    int count = 0;
+    int count = 0, size;
     unsigned long long magnitude = n < 0 ? 0ULL - (unsigned long long)n : (unsigned long long)n;
     do {
         digits[count++] = (char)('0' + magnitude % 10);
         magnitude /= 10;
     } while (magnitude);
+    size = count + (n < 0);
     if (n < 0) *out++ = '-';
     while (count) *out++ = digits[--count];
-    memcpy(out, ".0", 3);
+    return size;
 }
 
 /* Appends '["member",score]'; 1 done, 0 not plain or not repr-like (None), -1 error. */
@@ -222,7 +223,7 @@ static int append_scored(Buffer *buffer, PyObject *item) {
     if (!plain_bytes(member)) return 0;
     char integral[32], *text = integral;
     if (magnitude < 1e15 && value == (double)(long long)value && (value != 0 || !signbit(value))) {
-        put_integral(integral, (long long)value); /* repr's form: "<digits>.0" */
+        memcpy(integral + put_decimal(integral, (long long)value), ".0", 3); /* repr's form */
     } else {
         text = PyOS_double_to_string(value, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (text == NULL) return -1;
@@ -327,27 +328,28 @@ static PyObject *image(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     PyObject *db = args[0], *expire = args[4];
     for (int i = 1; i < 6; i++)
         if (i != 4 && !PyBytes_CheckExact(args[i])) {
-            PyErr_SetString(PyExc_TypeError, "image: key_json, type_piece, value_json and end are bytes");
+            PyErr_SetString(PyExc_TypeError, "image: key, type_piece, value_json and end are bytes");
             return NULL;
         }
     if (!PyLong_Check(db) || (expire != Py_None && !PyLong_Check(expire))) {
         PyErr_SetString(PyExc_TypeError, "image: db is an int, expire_at_ms an int or None");
         return NULL;
     }
+    if (!plain_bytes(args[1])) Py_RETURN_NONE;
     char db_text[24], expire_text[24];
     long long db_value = PyLong_AsLongLong(db);
     if (db_value == -1 && PyErr_Occurred()) return NULL;
-    int db_size = snprintf(db_text, sizeof db_text, "%lld", db_value), expire_size = 4;
+    int db_size = put_decimal(db_text, db_value), expire_size = 4;
     if (expire == Py_None) {
         memcpy(expire_text, "null", 4);
     } else {
         long long ms = PyLong_AsLongLong(expire);
         if (ms == -1 && PyErr_Occurred()) return NULL;
-        expire_size = snprintf(expire_text, sizeof expire_text, "%lld", ms);
+        expire_size = put_decimal(expire_text, ms);
     }
     static const char head[] = "{\"db\":", key_head[] = ",\"key\":", expire_head[] = ",\"expire_at_ms\":";
     Py_ssize_t size = (Py_ssize_t)(sizeof head - 1 + sizeof key_head - 1 + sizeof expire_head - 1) +
-                      db_size + expire_size;
+                      db_size + expire_size + 2; /* the key's quotes */
     for (int i = 1; i < 6; i++)
         if (i != 4) size += PyBytes_GET_SIZE(args[i]);
     PyObject *out = PyBytes_FromStringAndSize(NULL, size);
@@ -356,7 +358,8 @@ static PyObject *image(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     at = put(at, head, sizeof head - 1);
     at = put(at, db_text, db_size);
     at = put(at, key_head, sizeof key_head - 1);
-    for (int i = 1; i < 4; i++) at = put(at, PyBytes_AS_STRING(args[i]), PyBytes_GET_SIZE(args[i]));
+    at = put_quoted(at, args[1]);
+    for (int i = 2; i < 4; i++) at = put(at, PyBytes_AS_STRING(args[i]), PyBytes_GET_SIZE(args[i]));
     at = put(at, expire_head, sizeof expire_head - 1);
     at = put(at, expire_text, expire_size);
     put(at, PyBytes_AS_STRING(args[5]), PyBytes_GET_SIZE(args[5]));
@@ -371,7 +374,7 @@ static PyMethodDef methods[] = {
     {"scored", scored, METH_O, "scored(order) -> bytes | None"},
     {"stream_entries", stream_entries, METH_O, "stream_entries(entries) -> bytes | None"},
     {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
-     "image(db, key_json, type_piece, value_json, expire_at_ms, end) -> bytes"},
+     "image(db, key, type_piece, value_json, expire_at_ms, end) -> bytes | None"},
     {NULL, NULL, 0, NULL},
 };
 

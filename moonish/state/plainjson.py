@@ -116,6 +116,19 @@ scored: Final[Callable[[Sequence[tuple[float, bytes]]], bytes | None]] = (
 stream_entries: Final[Callable[[dict[tuple[int, int], list[bytes]]], bytes | None]] = (
     stream_entries_py if _cjson is None else _cjson.stream_entries
 )
-image: Final[Callable[[int, bytes, bytes, bytes, int | None, bytes], bytes]] = (
-    image_py if _cjson is None else _cjson.image
+
+
+def plain_image_py(
+    db: int, key: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
+    end: bytes,
+) -> bytes | None:  # fmt: skip
+    """:func:`image_py` with ``key`` quoted, or ``None`` unless ``key`` is plain."""
+    quoted = quote_py(key)
+    if quoted is None:
+        return None
+    return image_py(db, quoted, type_piece, value_json, expire_at_ms, end)
+
+
+image: Final[Callable[[int, bytes, bytes, bytes, int | None, bytes], bytes | None]] = (
+    plain_image_py if _cjson is None else _cjson.image
 )

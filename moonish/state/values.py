@@ -44,6 +44,7 @@ from moonish.state.jsontext import text as text
 from moonish.state.jsontext import untext as untext
 from moonish.state.plainjson import array as _array_c
 from moonish.state.plainjson import image as _image_c
+from moonish.state.plainjson import image_py
 from moonish.state.plainjson import pairs as _pairs_c
 from moonish.state.plainjson import quote as _quote_c
 from moonish.state.plainjson import scored as _scored_c
@@ -310,10 +311,10 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     else:
         ttls = entry.field_expire_at_ms
         end = b"}" if ttls is None else _field_ttls_json(entry.value, ttls)
-    quoted = _quote(key)
-    if quoted is None:
-        quoted = key_json(key)
-    made = _image(db, quoted, _TYPE_PIECES[entry.type], value, entry.expire_at_ms, end)
+    piece = _TYPE_PIECES[entry.type]
+    made = _image(db, key, piece, value, entry.expire_at_ms, end)
+    if made is None:  # the key is not plain: its JSON by orjson
+        made = image_py(db, key_json(key), piece, value, entry.expire_at_ms, end)
     entry.image, entry.image_limit = made, max_value_bytes
     return made
 

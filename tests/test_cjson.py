@@ -69,6 +69,7 @@ def test_c_gives_the_bytes_of_the_python(items: list[bytes], fields: dict[bytes,
     )
 )
 def test_stream_entries_in_c_are_the_pythons(entries: dict[tuple[int, int], list[bytes]]) -> None:
+    assert _cjson.stream_bytes(entries) == plainjson.stream_bytes_py(entries)
     got = _cjson.stream_entries(entries)
     assert got == plainjson.stream_entries_py(entries)
     if got is not None:  # the JSON of the form images document (docs/images.md)

@@ -24,6 +24,9 @@
  *                                              a stream's entries in order ('[]' when empty);
  *                                              None also for an entry without fields (or an
  *                                              odd count) or an ID that is not two u64
+ *   stream_bytes(entries: dict[tuple[int, int], list[bytes]]) -> int
+ *                                              the bytes of all fields and values (what the
+ *                                              image limit's lower bound counts), no copy
  *   image(db: int, key: bytes, type_piece: bytes, value_json: bytes,
  *         expire_at_ms: int | None, end: bytes) -> bytes | None
  *       '{"db":<db>,"key":"<key>"<type_piece><value_json>,"expire_at_ms":<ms|null><end>'
@@ -319,6 +322,31 @@ static PyObject *stream_entries(PyObject *module, PyObject *entries) {
     return out;
 }
 
+static PyObject *stream_bytes(PyObject *module, PyObject *entries) {
+    (void)module;
+    if (!PyDict_CheckExact(entries)) {
+        PyErr_SetString(PyExc_TypeError, "stream_bytes takes a dict of lists of bytes");
+        return NULL;
+    }
+    Py_ssize_t pos = 0, total = 0;
+    PyObject *id, *fields;
+    while (PyDict_Next(entries, &pos, &id, &fields)) {
+        if (!PyList_CheckExact(fields)) {
+            PyErr_SetString(PyExc_TypeError, "stream_bytes takes a dict of lists of bytes");
+            return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(fields); i++) {
+            PyObject *item = PyList_GET_ITEM(fields, i);
+            if (!PyBytes_CheckExact(item)) {
+                PyErr_SetString(PyExc_TypeError, "stream_bytes takes a dict of lists of bytes");
+                return NULL;
+            }
+            total += PyBytes_GET_SIZE(item);
+        }
+    }
+    return PyLong_FromSsize_t(total);
+}
+
 static PyObject *image(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
     if (nargs != 6) {
@@ -373,6 +401,7 @@ static PyMethodDef methods[] = {
     {"pairs", pairs, METH_O, "pairs(fields) -> bytes | None"},
     {"scored", scored, METH_O, "scored(order) -> bytes | None"},
     {"stream_entries", stream_entries, METH_O, "stream_entries(entries) -> bytes | None"},
+    {"stream_bytes", stream_bytes, METH_O, "stream_bytes(entries) -> int"},
     {"image", (PyCFunction)(void (*)(void))image, METH_FASTCALL,
      "image(db, key, type_piece, value_json, expire_at_ms, end) -> bytes | None"},
     {NULL, NULL, 0, NULL},

@@ -88,6 +88,11 @@ def stream_entries_py(entries: dict[tuple[int, int], list[bytes]]) -> bytes | No
     ]) + b"]"  # fmt: skip
 
 
+def stream_bytes_py(entries: dict[tuple[int, int], list[bytes]]) -> int:
+    """The bytes of all fields and values of a stream's entries."""
+    return len(b"".join(map(b"".join, entries.values())))
+
+
 def image_py(
     db: int, key_json: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
     end: bytes,
@@ -115,6 +120,11 @@ scored: Final[Callable[[Sequence[tuple[float, bytes]]], bytes | None]] = (
 )
 stream_entries: Final[Callable[[dict[tuple[int, int], list[bytes]]], bytes | None]] = (
     stream_entries_py if _cjson is None else _cjson.stream_entries
+)
+
+
+stream_bytes: Final[Callable[[dict[tuple[int, int], list[bytes]]], int]] = (
+    stream_bytes_py if _cjson is None else _cjson.stream_bytes
 )
 
 

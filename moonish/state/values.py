@@ -49,6 +49,7 @@ from moonish.state.plainjson import pairs as _pairs_c
 from moonish.state.plainjson import quote as _quote_c
 from moonish.state.plainjson import scored as _scored_c
 from moonish.state.plainjson import sorted_array as _sorted_array_c
+from moonish.state.plainjson import stream_bytes as _stream_bytes_c
 from moonish.state.streams import Stream as Stream
 from moonish.state.streams import stream_from_json, stream_json, stream_value
 
@@ -66,6 +67,7 @@ _array: Final = _array_c
 _sorted_array: Final = _sorted_array_c
 _pairs: Final = _pairs_c
 _scored: Final = _scored_c
+_stream_bytes: Final = _stream_bytes_c
 _image: Final = _image_c
 
 
@@ -211,9 +213,7 @@ def _bounded_json(entry: Entry, limit: int | None) -> bytes | None:
     elif kind == STREAM:
         entries = value.entries
         bound = 25 * len(entries) + 1  # {"id":"1-0","fields":[]},
-        if limit is not None and (
-            bound > limit or bound + len(b"".join(map(b"".join, entries.values()))) > limit
-        ):
+        if limit is not None and (bound > limit or bound + _stream_bytes(entries) > limit):
             return None
         json = stream_json(value)
     else:

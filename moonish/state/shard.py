@@ -143,6 +143,7 @@ class ShardWriter:
         self.keyspace = Keyspace()
         keyspace = self.keyspace
         self._resolve: Callable[[bytes], Keyspace] = lambda key: keyspace  # one keyspace
+        self._spare: Access | None = None  # prepare's access, kept for the next command
         self.source = b""
         """The source position of the last record that carried one (KvChange.source), kept
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
@@ -260,7 +261,14 @@ class ShardWriter:
         AOF importer groups records of several shards). Call with the lock held. A refused
         command's :class:`CommandError` is returned as the reply. ``loading``: Redis's AOF
         loading semantics (see :class:`Access`)."""
-        acc = self.access(now_us // 1000, loading=loading)
+        acc = self._spare  # the last command's access, reused (Access.reset)
+        self._spare = None  # (a prepare that raises, or one within this one, makes its own)
+        if acc is None:
+            acc = self.access(now_us // 1000, loading=loading)
+        else:
+            _, limit, old, _ = self._facts
+            acc.reset(now_us // 1000, not loading, old, limit)
+            acc.libraries = self.libraries
         try:
             reply: Any = execute(acc, db, argv)
         except CommandError as exc:
@@ -273,6 +281,7 @@ class ShardWriter:
         records = self.records(acc, acc.log_argv or argv, replay)
         if acc.messages:
             records += acc.messages
+        self._spare = acc
         return tuple.__new__(Prepared, (reply, expired, records))  # without Prepared.__new__
 
     def access(

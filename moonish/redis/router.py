@@ -108,36 +108,19 @@ class Router:
         """
         now_us = self.clock.now_us()
         per_shard: dict[int, list[KvChange | Message]] = {}
+        single = len(entries) == 1 and not transaction
         for db, argv, offset in entries:
-            try:  # an unsupported command raises before any shard ran it
-                results = self._run(db, argv, now_us)
-            except UnsupportedFormatError as exc:
-                script = argv[0].upper() in SCRIPTS
-                if script or not self.skip_unsupported:
-                    hint = "" if script else (
-                        "; --skip-unsupported (skip_unsupported=True) writes it as a "
-                        f"{SKIPPED_PREFIX} message record instead"
-                    )  # fmt: skip
-                    raise UnsupportedFormatError(
-                        exc.message + hint, path=path, offset=offset
-                    ) from None
-                self._skip(db, argv, per_shard)
+            results = self._checked_run(db, argv, offset, now_us, path, per_shard)
+            if results is None:  # skipped
                 continue
-            except CommandError as exc:
-                raise CommandError(exc.message, path=path, offset=offset) from None
-            self.commands += 1
-            names, name = self._names, argv[0]
-            names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
-            for shard, (reply, expired, records) in results:
-                if isinstance(reply, CommandError):
-                    raise CommandError(reply.message, path=path, offset=offset)
-                if expired:
-                    self.append(shard, expired, False, now_us, b"")
+            if single and len(results) == 1 and not self._involved:
+                # Most commands: one, on one shard, appended without gathering per shard.
+                shard, prepared = results[0]
+                records = self._collect(shard, prepared, now_us, path, offset)
                 if records:
-                    if shard in per_shard:
-                        per_shard[shard] += records
-                    else:
-                        per_shard[shard] = records
+                    self.append(shard, records, len(records) > 1, now_us, self.position)
+                return
+            self._collect_all(results, per_shard, now_us, path, offset)
         involved = self._involved
         for shard in involved:
             if shard not in per_shard:  # its position must move past the command
@@ -149,6 +132,55 @@ class Router:
             for shard in sorted(involved):
                 self.writers[shard].flush()
             involved.clear()
+
+    def _checked_run(
+        self, db: int, argv: list[bytes], offset: int, now_us: int, path: str,
+        per_shard: dict[int, list[KvChange | Message]],
+    ) -> list[tuple[int, Prepared]] | None:  # fmt: skip
+        """:meth:`_run` with its errors named by ``path`` and ``offset``; ``None`` when the
+        command was unsupported and is skipped (its message queued in ``per_shard``)."""
+        try:  # an unsupported command raises before any shard ran it
+            results = self._run(db, argv, now_us)
+        except UnsupportedFormatError as exc:
+            script = argv[0].upper() in SCRIPTS
+            if script or not self.skip_unsupported:
+                hint = "" if script else (
+                    "; --skip-unsupported (skip_unsupported=True) writes it as a "
+                    f"{SKIPPED_PREFIX} message record instead"
+                )  # fmt: skip
+                raise UnsupportedFormatError(exc.message + hint, path=path, offset=offset) from None
+            self._skip(db, argv, per_shard)
+            return None
+        except CommandError as exc:
+            raise CommandError(exc.message, path=path, offset=offset) from None
+        self.commands += 1
+        names, name = self._names, argv[0]
+        names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
+        return results
+
+    def _collect(
+        self, shard: int, prepared: Prepared, now_us: int, path: str, offset: int
+    ) -> list[KvChange | Message]:
+        """The records of a command on ``shard``, its expiry records appended first."""
+        reply, expired, records = prepared
+        if isinstance(reply, CommandError):
+            raise CommandError(reply.message, path=path, offset=offset)
+        if expired:
+            self.append(shard, expired, False, now_us, b"")
+        return records
+
+    def _collect_all(
+        self, results: list[tuple[int, Prepared]],
+        per_shard: dict[int, list[KvChange | Message]], now_us: int, path: str, offset: int,
+    ) -> None:  # fmt: skip
+        """:meth:`_collect` of every shard's results, gathered per shard in ``per_shard``."""
+        for shard, prepared in results:
+            records = self._collect(shard, prepared, now_us, path, offset)
+            if records:
+                if shard in per_shard:
+                    per_shard[shard] += records
+                else:
+                    per_shard[shard] = records
 
     @property
     def per_command(self) -> Counter[str]:

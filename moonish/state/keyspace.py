@@ -167,9 +167,7 @@ class Access:
         image after or ``None`` when that removed the key), images made with
         ``max_value_bytes``."""
 
-    def reset(
-        self, now_ms: int, expire: bool, images: bool, max_value_bytes: int | None
-    ) -> None:
+    def reset(self, now_ms: int, expire: bool, images: bool, max_value_bytes: int | None) -> None:
         """Make this access new for another command, as constructed with these arguments
         (``keyspaces``, ``libraries`` and ``resolve`` stay): a writer reuses one access for
         its commands instead of making eight objects per command."""

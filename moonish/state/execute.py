@@ -65,7 +65,9 @@ def register(name: bytes, handler: Handler, keys: Any) -> None:
 def _lookup(argv: list[bytes]) -> tuple[Handler, Any]:
     if not argv:
         raise CommandError("ERR empty command")
-    found = COMMANDS.get(argv[0].upper())
+    found = COMMANDS.get(argv[0])  # names are mostly upper case already (no copy then)
+    if found is None:
+        found = COMMANDS.get(argv[0].upper())
     if found is None:
         name = argv[0].decode(errors="replace")
         if argv[0].upper() in SCRIPTS:

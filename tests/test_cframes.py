@@ -86,6 +86,10 @@ def test_other_records_and_field_types_fall_back_to_python() -> None:
     mixed = [change, Checkpoint(1, "label")]
     assert _cframes.encode_changes(mixed, 1, 5, 1, None) is None
     assert encode_records(mixed, 1, 5, 1) == encode_records_py(mixed, 1, 5, 1)
+    for odd in (change._replace(expired=1), change._replace(argv=[b"SET", b"k", b"v"])):
+        assert _cframes.encode_changes([odd], 1, 5, 0, None) is None  # to Python, which...
+        with pytest.raises(TypeError):  # ...refuses them compiled (docs/build.md)
+            encode_records([odd], 1, 5, 0)
     unusual = change._replace(key=bytearray(b"k"))  # left to Python, which refuses it
     assert _cframes.encode_changes([unusual], 1, 5, 0, None) is None
     with pytest.raises(TypeError):
@@ -93,7 +97,8 @@ def test_other_records_and_field_types_fall_back_to_python() -> None:
 
 
 @pytest.mark.parametrize("bad, error", [
-    ({"db": 65536}, ValueError), ({"db": -1}, ValueError), ({"row": "middle"}, KeyError),
+    ({"db": 65536}, ValueError), ({"db": -1}, ValueError), ({"db": 2**70}, ValueError),
+    ({"row": "middle"}, KeyError),
 ])  # fmt: skip
 def test_the_c_encoder_refuses_what_the_python_one_refuses(
     bad: dict[str, object], error: type[Exception]
@@ -111,3 +116,9 @@ def test_the_c_constructor_makes_the_record_of_its_fields(change: KvChange) -> N
     made = _cframes.kv_change(*change)
     assert type(made) is KvChange and made == change and made == frames.kv_change_py(*change)
     assert made.after is change.after and made.argv is change.argv  # the objects, as given
+
+
+def test_the_c_encoder_refuses_flags_beyond_a_byte() -> None:
+    record = KvChange("u", 0, b"SET", b"k", b"", b"", ViewType.KEYS_ONLY)
+    with pytest.raises(ValueError, match="flags"):
+        _cframes.encode_changes([record], 1, 1, 256, None)

@@ -108,6 +108,8 @@ def test_plain_data_is_joined_in_c_and_other_data_goes_to_orjson() -> None:
     assert _cjson.scored([(math.inf, b"m")]) is None
     with pytest.raises(TypeError):
         _cjson.array([b"a", "b"])
+    assert _cjson.image(2**64, b"k", b"", b"[]", None, b"}") is None  # Python formats it
+    assert plainjson.scored is _cjson.scored  # this orjson writes floats as repr does
 
 
 @pytest.mark.parametrize("kind, value", [

@@ -104,8 +104,8 @@ static int64_t crc_of(char *data, Py_ssize_t size) {
 
 /* What one record's payload is made of, read and checked in the first pass. */
 typedef struct {
-    PyObject *record;
-    PyObject *argv; /* a new reference from PySequence_Fast */
+    PyObject *record; /* borrowed from the batch's tuple, as are the fields below */
+    PyObject *argv; /* a tuple: immutable between the two passes */
     PyObject *source; /* borrowed: bytes, possibly empty */
     Py_ssize_t payload;
     unsigned char op, change_flags, view, replay;
@@ -129,7 +129,7 @@ static int read_change(PyObject *record, PyObject *source, Change *change) {
     if (Py_TYPE(record) != (PyTypeObject *)kv_change_type || PyTuple_GET_SIZE(record) != 14)
         return 0;
     PyObject *op = PyTuple_GET_ITEM(record, 0), *db = PyTuple_GET_ITEM(record, 1);
-    if (!PyUnicode_Check(op) || PyUnicode_GET_LENGTH(op) != 1 || !PyLong_Check(db)) return 0;
+    if (!PyUnicode_CheckExact(op) || PyUnicode_GET_LENGTH(op) != 1 || !PyLong_Check(db)) return 0;
     Py_UCS4 op_char = PyUnicode_READ_CHAR(op, 0);
     if (op_char > 255) return 0;
     static const int bytes_fields[] = {2, 3, 4, 5, 9, 12};
@@ -137,22 +137,25 @@ static int read_change(PyObject *record, PyObject *source, Change *change) {
         if (!PyBytes_CheckExact(PyTuple_GET_ITEM(record, bytes_fields[i]))) return 0;
     if (source == Py_None) source = PyTuple_GET_ITEM(record, 12);
     else if (!PyBytes_CheckExact(source)) return 0;
-    long db_index = PyLong_AsLong(db);
+    /* Only exact types below, so that no Python code runs while the batch is read. */
+    PyObject *expired_flag = PyTuple_GET_ITEM(record, 7), *loading_flag = PyTuple_GET_ITEM(record, 11);
+    PyObject *row = PyTuple_GET_ITEM(record, 13), *argv = PyTuple_GET_ITEM(record, 10);
+    if (!PyBool_Check(expired_flag) || !PyBool_Check(loading_flag) || !PyUnicode_CheckExact(row) ||
+        !PyTuple_CheckExact(argv))
+        return 0;
+    int overflow = 0;
+    long db_index = PyLong_AsLongAndOverflow(db, &overflow);
     if (db_index == -1 && PyErr_Occurred()) return -1;
-    if (db_index < 0 || db_index > MAX_DB) {
-        PyErr_Format(PyExc_ValueError, "db index must be 0..%d, got %R", MAX_DB, db);
+    if (overflow || db_index < 0 || db_index > MAX_DB) {
+        PyErr_Format(PyExc_ValueError, "db index must be 0..%d, got %S", MAX_DB, db);
         return -1;
     }
     int view = byte_field(PyTuple_GET_ITEM(record, 6), "view");
     if (view < 0) return view == -2 ? 0 : -1;
     int replay = byte_field(PyTuple_GET_ITEM(record, 8), "replay");
     if (replay < 0) return replay == -2 ? 0 : -1;
-    int expired = PyObject_IsTrue(PyTuple_GET_ITEM(record, 7));
-    int loading = PyObject_IsTrue(PyTuple_GET_ITEM(record, 11));
-    if (expired < 0 || loading < 0) return -1;
-    PyObject *row = PyTuple_GET_ITEM(record, 13);
+    int expired = expired_flag == Py_True, loading = loading_flag == Py_True;
     long row_bits = 0;
-    if (!PyUnicode_Check(row)) return 0;
     if (PyUnicode_GET_LENGTH(row)) {
         PyObject *bits = PyDict_GetItemWithError(row_flags, row);
         if (bits == NULL) {
@@ -162,16 +165,11 @@ static int read_change(PyObject *record, PyObject *source, Change *change) {
         row_bits = PyLong_AsLong(bits);
         if (row_bits == -1 && PyErr_Occurred()) return -1;
     }
-    PyObject *argv = PySequence_Fast(PyTuple_GET_ITEM(record, 10), "argv must be a sequence");
-    if (argv == NULL) return -1;
-    Py_ssize_t argc = PySequence_Fast_GET_SIZE(argv);
+    Py_ssize_t argc = PyTuple_GET_SIZE(argv);
     Py_ssize_t size = CHANGE_HEAD_BYTES + 4 * 5 + 4 + 4 * argc;
     for (Py_ssize_t i = 0; i < argc; i++) {
-        PyObject *arg = PySequence_Fast_GET_ITEM(argv, i);
-        if (!PyBytes_CheckExact(arg)) {
-            Py_DECREF(argv);
-            return 0;
-        }
+        PyObject *arg = PyTuple_GET_ITEM(argv, i);
+        if (!PyBytes_CheckExact(arg)) return 0;
         size += PyBytes_GET_SIZE(arg);
     }
     static const int sized_fields[] = {2, 3, 4, 5, 9};
@@ -228,10 +226,10 @@ static Py_ssize_t write_frame(char *out, const Change *change, uint64_t lsn, int
     at = put_blob(at, PyTuple_GET_ITEM(record, 4)); /* before */
     at = put_blob(at, PyTuple_GET_ITEM(record, 5)); /* after */
     at = put_blob(at, PyTuple_GET_ITEM(record, 9)); /* state */
-    Py_ssize_t argc = PySequence_Fast_GET_SIZE(change->argv);
+    Py_ssize_t argc = PyTuple_GET_SIZE(change->argv);
     put_u32(at, (uint32_t)argc);
     at += 4;
-    for (Py_ssize_t i = 0; i < argc; i++) at = put_blob(at, PySequence_Fast_GET_ITEM(change->argv, i));
+    for (Py_ssize_t i = 0; i < argc; i++) at = put_blob(at, PyTuple_GET_ITEM(change->argv, i));
     if (PyBytes_GET_SIZE(change->source)) at = put_blob(at, change->source);
     Py_ssize_t end = HEADER_BYTES + change->payload;
     int64_t frame_crc = crc_of(out, end); /* the trailer: header and payload */
@@ -250,17 +248,20 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_RuntimeError, "moonish.log._cframes is not configured");
         return NULL;
     }
-    PyObject *records = PySequence_Fast(args[0], "records must be a sequence");
-    if (records == NULL) return NULL;
     unsigned long long first_lsn = PyLong_AsUnsignedLongLong(args[1]);
+    if (first_lsn == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
     long long commit_us = PyLong_AsLongLong(args[2]);
+    if (commit_us == -1 && PyErr_Occurred()) return NULL;
     long flags = PyLong_AsLong(args[3]);
-    PyObject *source = args[4];
-    if (PyErr_Occurred()) {
-        Py_DECREF(records);
+    if (flags == -1 && PyErr_Occurred()) return NULL;
+    if (flags < 0 || flags > 255) {
+        PyErr_Format(PyExc_ValueError, "flags must be 0..255, got %ld", flags);
         return NULL;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(records);
+    PyObject *source = args[4];
+    PyObject *records = PySequence_Tuple(args[0]); /* a snapshot: nothing changes it below */
+    if (records == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(records);
     Change stack[STACK_RECORDS];
     Change *changes = count <= STACK_RECORDS ? stack : PyMem_Malloc(sizeof(Change) * count);
     PyObject *result = NULL;
@@ -271,7 +272,7 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
     }
     for (; read < count; read++) {
         PyObject *own = read == count - 1 ? source : Py_None;
-        int got = read_change(PySequence_Fast_GET_ITEM(records, read), own, &changes[read]);
+        int got = read_change(PyTuple_GET_ITEM(records, read), own, &changes[read]);
         if (got <= 0) {
             if (got == 0) result = Py_NewRef(Py_None);
             goto done;
@@ -298,7 +299,6 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
     }
     result = out;
 done:
-    for (Py_ssize_t i = 0; i < read; i++) Py_DECREF(changes[i].argv);
     if (changes != NULL && changes != stack) PyMem_Free(changes);
     Py_DECREF(records);
     return result;
@@ -328,6 +328,10 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     if (!PyArg_ParseTuple(args, "O!O!iO:configure", &PyType_Type, &type, &PyDict_Type, &rows,
                           &record_type, &crc))
         return NULL;
+    if (!PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type) || !PyCallable_Check(crc)) {
+        PyErr_SetString(PyExc_TypeError, "configure takes a tuple type and the crc32c function");
+        return NULL;
+    }
     Py_XSETREF(kv_change_type, Py_NewRef(type));
     Py_XSETREF(row_flags, Py_NewRef(rows));
     Py_XSETREF(crc_function, Py_NewRef(crc));

@@ -30,7 +30,8 @@
  *   image(db: int, key: bytes, type_piece: bytes, value_json: bytes,
  *         expire_at_ms: int | None, end: bytes) -> bytes | None
  *       '{"db":<db>,"key":"<key>"<type_piece><value_json>,"expire_at_ms":<ms|null><end>'
- *       (docs/images.md: the full image), None unless the key is plain.
+ *       (docs/images.md: the full image), None unless the key is plain (or when db or
+ *       expire_at_ms is beyond 64 bits).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -365,14 +366,17 @@ static PyObject *image(PyObject *module, PyObject *const *args, Py_ssize_t nargs
     }
     if (!plain_bytes(args[1])) Py_RETURN_NONE;
     char db_text[24], expire_text[24];
-    long long db_value = PyLong_AsLongLong(db);
+    int overflow = 0;
+    long long db_value = PyLong_AsLongLongAndOverflow(db, &overflow);
     if (db_value == -1 && PyErr_Occurred()) return NULL;
+    if (overflow) Py_RETURN_NONE; /* beyond 64 bits: the caller's Python formats it */
     int db_size = put_decimal(db_text, db_value), expire_size = 4;
     if (expire == Py_None) {
         memcpy(expire_text, "null", 4);
     } else {
-        long long ms = PyLong_AsLongLong(expire);
+        long long ms = PyLong_AsLongLongAndOverflow(expire, &overflow);
         if (ms == -1 && PyErr_Occurred()) return NULL;
+        if (overflow) Py_RETURN_NONE;
         expire_size = put_decimal(expire_text, ms);
     }
     static const char head[] = "{\"db\":", key_head[] = ",\"key\":", expire_head[] = ",\"expire_at_ms\":";

@@ -41,6 +41,7 @@ class FileReplay:
         self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
         self.fixed = [point[0] > index for point in resume]  # past the file, or before it
         self.varying = [shard for shard, point in enumerate(resume) if point[0] == index]
+        self.control: dict[bytes, bool] = {}  # command name as written -> SELECT/MULTI/EXEC?
         self.transactions = 0
         self.transaction: list[Entry] | None = None
         self.transaction_offset = 0
@@ -60,13 +61,16 @@ class FileReplay:
             if progress is not None and offset - self.done >= PROGRESS_BYTES:
                 progress(offset - self.done)
                 self.done = offset
-            command = argv[0].upper()
-            if command not in CONTROL:
+            name = argv[0]
+            control = self.control.get(name)  # per name as written: no upper-casing per command
+            if control is None:
+                control = self.control[name] = name.upper() in CONTROL
+            if not control:
                 if transaction is not None:
                     transaction.append((db, argv, offset))
                 elif self.due(end):
                     router.apply([(db, argv, offset)], False, path)
-            elif command == b"SELECT":
+            elif (command := name.upper()) == b"SELECT":
                 selected = selected_db(argv)
                 if selected is None:
                     raise AofFormatError(f"bad SELECT {argv[1:]!r}", path=path, offset=offset)

@@ -300,10 +300,10 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     value = entry.json
     if value is None:
         raw = entry.value
-        plain = _quote(raw) if entry.type == STRING else None  # the common case
-        if plain is not None:
-            value = entry.json = plain
-        else:
+        # A plain string (the common case) is quoted and not kept in entry.json: quoting
+        # again costs less than a second copy of the value per key.
+        value = _quote(raw) if entry.type == STRING else None
+        if value is None:
             value = _bounded_json(entry, max_value_bytes)
     if value is None or (max_value_bytes is not None and len(value) > max_value_bytes):
         value = _omitted(entry)

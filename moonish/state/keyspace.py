@@ -126,7 +126,7 @@ class Access:
         max_value_bytes: the image size limit for those before images.
     """
 
-    __slots__ = ("before", "by_value", "expire", "expired", "expired_fields", "images",
+    __slots__ = ("before", "by_value", "expire", "expired", "expired_fields", "home", "images",
                  "keyspaces", "libraries", "log_argv", "max_value_bytes", "messages", "now_ms",
                  "resolve", "written")  # fmt: skip
 
@@ -140,6 +140,9 @@ class Access:
         max_value_bytes: int | None = None,
     ) -> None:
         self.resolve = resolve
+        self.home: Keyspace | None = None
+        """The one keyspace every key is in, when it is so (one shard's writer sets it): read
+        directly instead of calling ``resolve`` per key."""
         self.keyspaces: list[Keyspace] = []
         """Every keyspace the command may reach (FLUSHDB, FLUSHALL); set by the caller."""
         self.log_argv: list[bytes] | None = None
@@ -167,6 +170,11 @@ class Access:
         image after or ``None`` when that removed the key), images made with
         ``max_value_bytes``."""
 
+    def _keyspace(self, key: bytes) -> Keyspace:
+        """The keyspace that holds ``key``: :attr:`home` when set, else ``resolve``'s."""
+        home = self.home
+        return home if home is not None else self.resolve(key)
+
     def reset(self, now_ms: int, expire: bool, images: bool, max_value_bytes: int | None) -> None:
         """Make this access new for another command, as constructed with these arguments
         (``keyspaces``, ``libraries`` and ``resolve`` stay): a writer reuses one access for
@@ -184,7 +192,7 @@ class Access:
             self.expired_fields.clear()
 
     def _first_touch(self, db: int, key: bytes) -> Entry | None:
-        keyspace = self.resolve(key)
+        keyspace = self._keyspace(key)
         keys = keyspace.dbs.get(db)
         entry = None if keys is None else keys.get(key)
         if entry is None:
@@ -210,7 +218,7 @@ class Access:
             CommandError: ``WRONGTYPE`` when the key holds another type than ``type_``.
         """
         if (db, key) in self.before:
-            keys = self.resolve(key).dbs.get(db)
+            keys = self._keyspace(key).dbs.get(db)
             entry = None if keys is None else keys.get(key)
         else:
             entry = self._first_touch(db, key)
@@ -237,7 +245,7 @@ class Access:
         before, after = expire_fields(entry, db, key, [field], self.max_value_bytes)
         self.expired_fields.append((db, key, [field], before, after))
         if after is None:
-            self.resolve(key).remove(db, key)
+            self._keyspace(key).remove(db, key)
             self.before[(db, key)] = (False, None)
             return None, None
         self.before[(db, key)] = (True, after if self.images else None)
@@ -248,7 +256,7 @@ class Access:
         if (db, key) not in self.before:
             self._first_touch(db, key)
         entry.stale()
-        self.resolve(key).put(db, key, entry)
+        self._keyspace(key).put(db, key, entry)
         self.written[(db, key)] = None
 
     def put_string(
@@ -265,7 +273,7 @@ class Access:
         entry.stale()
         if entry.expire_at_ms != expire_at_ms:
             entry.expire_at_ms = expire_at_ms
-            self.resolve(key).note_expiry(db, key, entry)
+            self._keyspace(key).note_expiry(db, key, entry)
         self.written[(db, key)] = None
 
     def changed(self, db: int, key: bytes, entry: Entry, grew: int | None = None) -> None:
@@ -296,17 +304,17 @@ class Access:
         """Only field expiry times of hash ``entry`` changed (HPEXPIREAT, HPERSIST);
         ``noted_ms``: a new time to remember for the sweep."""
         entry.stale(value=False)
-        self.resolve(key).note_field_expiry(db, key, noted_ms)
+        self._keyspace(key).note_field_expiry(db, key, noted_ms)
         self.written[(db, key)] = None
 
     def set_expiry(self, db: int, key: bytes, entry: Entry, expire_at_ms: int | None) -> None:
         entry.expire_at_ms = expire_at_ms
         entry.stale(value=False)
-        self.resolve(key).note_expiry(db, key, entry)
+        self._keyspace(key).note_expiry(db, key, entry)
         self.written[(db, key)] = None
 
     def remove(self, db: int, key: bytes) -> None:
         if (db, key) not in self.before:
             self._first_touch(db, key)
-        self.resolve(key).remove(db, key)
+        self._keyspace(key).remove(db, key)
         self.written[(db, key)] = None

@@ -293,6 +293,8 @@ class ShardWriter:
         acc = Access(resolve or self._resolve, now_ms, expire=not loading, images=old,
                      max_value_bytes=limit)  # fmt: skip
         acc.keyspaces = [self.keyspace]
+        if resolve is None:
+            acc.home = self.keyspace
         acc.libraries = self.libraries
         return acc
 

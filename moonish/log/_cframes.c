@@ -87,12 +87,13 @@ static PyTypeObject SpanType = {
 };
 
 static Span *span = NULL;
+static PyObject *span_args = NULL; /* (span,): crc32c.crc32c takes a tuple (METH_VARARGS) */
 
 /* crc32c of data[0:size], by the crc32c package; -1 on error. */
 static int64_t crc_of(char *data, Py_ssize_t size) {
     span->data = data;
     span->size = size;
-    PyObject *result = PyObject_CallOneArg(crc_function, (PyObject *)span);
+    PyObject *result = PyObject_Call(crc_function, span_args, NULL);
     span->data = NULL;
     span->size = 0;
     if (result == NULL) return -1;
@@ -363,6 +364,8 @@ PyMODINIT_FUNC PyInit__cframes(void) {
         if (span == NULL) return NULL;
         span->data = NULL;
         span->size = 0;
+        span_args = PyTuple_Pack(1, (PyObject *)span);
+        if (span_args == NULL) return NULL;
     }
     return PyModule_Create(&module_def);
 }

@@ -11,10 +11,11 @@
  *   records: a sequence of KvChange; first_lsn: the first record's LSN; commit_us: the
  *   commit time (microseconds since the Unix epoch); flags: the frames' flags byte; source:
  *   a source position to store on the last record instead of its own, or None.
- *   Returns None when a record is not exactly a KvChange or a field has a type the Python
- *   encoder would convert (the caller then uses it). Raises ValueError for a db outside
- *   0..65535, a byte field outside 0..255, an unknown row or a payload above 512 MiB, as the
- *   Python encoder does (its messages).
+ *   Returns None when a record is not exactly a KvChange or a field has another type than the
+ *   write path gives it (exact bytes and str, bool flags, a tuple argv, int db/view/replay):
+ *   the caller then runs the Python encoder, which converts or refuses it. Raises ValueError
+ *   for a db outside 0..65535 (the Python encoder's message), a view, replay or flags outside
+ *   0..255 (Python: struct.error) or a payload above 512 MiB; KeyError for an unknown row.
  *
  * kv_change(op, db, command, key, before, after, view, expired, replay, state, argv, loading,
  *           source, row) -> KvChange
@@ -34,6 +35,7 @@
 #define HEADER_BYTES 36
 #define TRAILER_BYTES 4
 #define CHANGE_HEAD_BYTES 8
+/* change_flags bits (moonish.log.record_types CHANGE_*; the row bits come from configure) */
 #define CHANGE_EXPIRED 1
 #define CHANGE_LOADING 2
 #define CHANGE_SOURCE 4

@@ -1,10 +1,10 @@
 /* moonish.state._cjson: the JSON of plain values and of images, each in one C call.
  *
  * "Plain" bytes are printable ASCII other than '"' and '\\' (moonish.state.jsontext.PLAIN):
- * their JSON string is themselves between quotes. Each function gives the same bytes as the
- * Python of moonish.state.values it stands in for (tests/test_cjson.py compares them on random
- * values), and returns None where that Python takes its general path (orjson), which the
- * caller then runs:
+ * their JSON string is themselves between quotes. Each function gives the same bytes as its
+ * Python twin in moonish.state.plainjson (tests/test_cjson.py compares them on random
+ * values), and returns None where the JSON needs the general path (orjson), which the caller
+ * (moonish.state.values, moonish.state.streams) then runs:
  *
  *   quote(value: bytes) -> bytes | None        '"value"', None unless plain
  *   array(items: Sequence[bytes]) -> bytes | None

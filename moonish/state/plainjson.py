@@ -105,39 +105,6 @@ def image_py(
     )  # fmt: skip
 
 
-quote: Final[Callable[[bytes], bytes | None]] = quote_py if _cjson is None else _cjson.quote
-array: Final[Callable[[Sequence[bytes]], bytes | None]] = (
-    array_py if _cjson is None else _cjson.array
-)
-sorted_array: Final[Callable[[Iterable[bytes]], bytes | None]] = (
-    sorted_array_py if _cjson is None else _cjson.sorted_array
-)
-pairs: Final[Callable[[dict[bytes, bytes]], bytes | None]] = (
-    pairs_py if _cjson is None else _cjson.pairs
-)
-
-
-def _orjson_writes_repr() -> bool:
-    """Whether the installed orjson writes floats as Python's ``repr`` does outside [1e-10,
-    1e-4), the form ``_cjson.scored`` writes (so its bytes are orjson's); checked once, so an
-    orjson that wrote them otherwise would only make sorted sets' images slower."""
-    samples = (0.0, -0.0, 1.0, -7.25, 0.1, 1e15, 1e16, -1.5e300, 1e-10, 2.5e-300, 123456.789)
-    return all(orjson.dumps(x) == repr(x).encode() for x in samples)
-
-
-scored: Final[Callable[[Sequence[tuple[float, bytes]]], bytes | None]] = (
-    _cjson.scored if _cjson is not None and _orjson_writes_repr() else scored_py
-)
-stream_entries: Final[Callable[[dict[tuple[int, int], list[bytes]]], bytes | None]] = (
-    stream_entries_py if _cjson is None else _cjson.stream_entries
-)
-
-
-stream_bytes: Final[Callable[[dict[tuple[int, int], list[bytes]]], int]] = (
-    stream_bytes_py if _cjson is None else _cjson.stream_bytes
-)
-
-
 def plain_image_py(
     db: int, key: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
     end: bytes,
@@ -149,6 +116,34 @@ def plain_image_py(
     return image_py(db, quoted, type_piece, value_json, expire_at_ms, end)
 
 
+def _orjson_writes_repr() -> bool:
+    """Whether the installed orjson writes floats as Python's ``repr`` does outside [1e-10,
+    1e-4), the form ``_cjson.scored`` writes (so its bytes are orjson's); checked once, so an
+    orjson that wrote them otherwise would only make sorted sets' images slower."""
+    samples = (0.0, -0.0, 1.0, -7.25, 0.1, 1e15, 1e16, -1.5e300, 1e-10, 2.5e-300, 123456.789)
+    return all(orjson.dumps(x) == repr(x).encode() for x in samples)
+
+
+# What the state modules call: the C functions where built, else the Python above.
+quote: Final[Callable[[bytes], bytes | None]] = quote_py if _cjson is None else _cjson.quote
+array: Final[Callable[[Sequence[bytes]], bytes | None]] = (
+    array_py if _cjson is None else _cjson.array
+)
+sorted_array: Final[Callable[[Iterable[bytes]], bytes | None]] = (
+    sorted_array_py if _cjson is None else _cjson.sorted_array
+)
+pairs: Final[Callable[[dict[bytes, bytes]], bytes | None]] = (
+    pairs_py if _cjson is None else _cjson.pairs
+)
+scored: Final[Callable[[Sequence[tuple[float, bytes]]], bytes | None]] = (
+    _cjson.scored if _cjson is not None and _orjson_writes_repr() else scored_py
+)
+stream_entries: Final[Callable[[dict[tuple[int, int], list[bytes]]], bytes | None]] = (
+    stream_entries_py if _cjson is None else _cjson.stream_entries
+)
+stream_bytes: Final[Callable[[dict[tuple[int, int], list[bytes]]], int]] = (
+    stream_bytes_py if _cjson is None else _cjson.stream_bytes
+)
 image: Final[Callable[[int, bytes, bytes, bytes, int | None, bytes], bytes | None]] = (
     plain_image_py if _cjson is None else _cjson.image
 )

@@ -313,7 +313,7 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
         end = b"}" if ttls is None else _field_ttls_json(entry.value, ttls)
     piece = _TYPE_PIECES[entry.type]
     made = _image(db, key, piece, value, entry.expire_at_ms, end)
-    if made is None:  # the key is not plain: its JSON by orjson
+    if made is None:  # a key that is not plain (its JSON by orjson), or a db beyond 64 bits
         made = image_py(db, key_json(key), piece, value, entry.expire_at_ms, end)
     entry.image, entry.image_limit = made, max_value_bytes
     return made

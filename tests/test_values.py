@@ -134,3 +134,42 @@ def test_older_stream_images_still_load() -> None:
     assert stream.groups == {}
     del old["last_id"]
     assert entry_from_image(old)[2].value.last_id == (2, 0)  # a full image: the last entry
+
+
+zset_ops = st.lists(
+    st.tuples(
+        st.sampled_from(["add", "add", "add", "remove", "pop"]),
+        st.integers(0, 3000).map(lambda n: b"m%d" % n),
+        st.sampled_from([0.0, -0.0, 1.0, 2.5, -7.0, float("inf"), float("-inf")]),
+        st.integers(1, 40),
+        st.booleans(),
+    ),
+    max_size=300,
+)
+
+
+@given(zset_ops, st.integers(0, values.SMALL_ZSET + 5))
+def test_sorted_set_order_across_the_list_limit(ops: list[Any], start: int) -> None:
+    """A sorted set starting below or above the plain list's limit, then changed at random,
+    always holds Redis's order (score, then member bytes) of its scores, and a score equal
+    to the old one (-0.0 to 0.0 too) changes nothing, as in Redis's ``zsetAdd``."""
+    zset = SortedSet({b"s%d" % n: float(n % 7) for n in range(start)})
+    expect = dict(zset.scores)
+    for op, member, score, count, highest in ops:
+        if op == "add":
+            if member not in expect or expect[member] != score:
+                expect[member] = score
+            zset.add(member, score)
+        elif op == "remove":
+            assert zset.remove(member) == (expect.pop(member, None) is not None)
+        else:
+            order = sorted(expect.items(), key=lambda item: (item[1], item[0]))
+            taken = order[::-1][:count] if highest else order[:count]
+            assert zset.pop(count, highest) == taken
+            for gone, _ in taken:
+                del expect[gone]
+    assert zset.scores == expect
+    assert zset.items() == sorted(expect.items(), key=lambda item: (item[1], item[0]))
+    assert [repr(score) for _, score in zset.items()] == [
+        repr(score) for _, score in sorted(expect.items(), key=lambda i: (i[1], i[0]))
+    ]

@@ -31,6 +31,7 @@ out with an omitted value, so a hash without field TTLs has the same image as be
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, insort
 from typing import Any, Final
 
 import orjson
@@ -73,37 +74,55 @@ _image: Final = _image_c
 
 class SortedSet:
     """A Redis sorted set: member -> score, and the members in Redis's order (score, then
-    member bytes) kept sorted by ``sortedcontainers.SortedList``, so pops and images do not
-    sort."""
+    member bytes) kept sorted, so pops and images do not sort.
+
+    The order is a plain list kept with :mod:`bisect` (C) while the set has at most
+    :data:`SMALL_ZSET` members, as Redis keeps a small sorted set in one listpack
+    (``zset-max-listpack-entries``); a larger set moves to a ``sortedcontainers.SortedList``,
+    whose inserts and removals stay O(log n) (a list's are O(n) moves)."""
 
     __slots__ = ("order", "scores")
 
     def __init__(self, scores: dict[bytes, float] | None = None) -> None:
-        self.scores: dict[bytes, float] = {}
-        self.order: SortedList = SortedList()
-        for member, score in (scores or {}).items():
-            self.add(member, score)
+        self.scores: dict[bytes, float] = dict(scores) if scores else {}
+        order = sorted([(score, member) for member, score in self.scores.items()])
+        self.order: Any = order if len(order) <= SMALL_ZSET else SortedList(order)
 
     def add(self, member: bytes, score: float) -> None:
-        old = self.scores.get(member)
+        scores, order = self.scores, self.order
+        old = scores.get(member)
+        if old is not None and old == score:
+            return
+        scores[member] = score
+        if type(order) is list:
+            if old is not None:
+                del order[bisect_left(order, (old, member))]
+            insort(order, (score, member))
+            if len(order) > SMALL_ZSET:
+                self.order = SortedList(order)
+            return
         if old is not None:
-            self.order.remove((old, member))
-        self.scores[member] = score
-        self.order.add((score, member))
+            order.remove((old, member))
+        order.add((score, member))
 
     def remove(self, member: bytes) -> bool:
         old = self.scores.pop(member, None)
         if old is None:
             return False
-        self.order.remove((old, member))
+        order = self.order
+        if type(order) is list:
+            del order[bisect_left(order, (old, member))]
+        else:
+            order.remove((old, member))
         return True
 
     def pop(self, count: int, highest: bool) -> list[tuple[bytes, float]]:
         """Remove and return up to ``count`` members with the lowest (or highest) scores."""
+        order, scores = self.order, self.scores
         taken = []
-        for _ in range(min(count, len(self.order))):
-            score, member = self.order.pop(-1 if highest else 0)
-            del self.scores[member]
+        for _ in range(min(count, len(order))):
+            score, member = order.pop(-1 if highest else 0)
+            del scores[member]
             taken.append((member, score))
         return taken
 
@@ -121,6 +140,11 @@ class SortedSet:
         # Pickled by a parallel import (moonish.redis.parallel). Spelled out: a class compiled
         # by mypyc (docs/build.md) has no default pickling.
         return SortedSet, (self.scores,)
+
+
+SMALL_ZSET: Final = 1024
+"""The most members a :class:`SortedSet` keeps in a plain list (an insert moves at most
+8 KiB of pointers)."""
 
 
 class Entry:

@@ -357,12 +357,23 @@ def bench_follow(samples: int = 2000) -> list[str]:
     ]
 
 
+def interpreter() -> str:
+    """The interpreter's executable, and whether libpython is linked into it (Debian's
+    python3.11, built with LTO and PGO) or loaded as a shared library (pyenv's default build):
+    the speed figures depend on it (docs/build.md, "Which Python")."""
+    with open("/proc/self/maps") as maps:
+        shared = any("libpython" in line for line in maps)
+    linked = "libpython loaded as a shared library" if shared else "libpython linked in"
+    return f"{getattr(sys, '_base_executable', sys.executable)}, {linked}"
+
+
 def main() -> None:
     os.sched_setaffinity(0, {0})
     DATA.mkdir(exist_ok=True)
     print(f"# moonish benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, "
-          f"Python {platform.python_version()}, benchmark process pinned to one core")  # fmt: skip
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()} ({interpreter()}), "
+          "benchmark process pinned to one core")  # fmt: skip
     sections = [
         ("read", bench_read), ("images", bench_images), ("position", bench_position),
         ("writer", bench_writer), ("views", lambda: bench_views(DATA, AOF)),

@@ -29,6 +29,10 @@ def cmd_hset(acc: Access, db: int, argv: list[bytes]) -> Any:
         raise CommandError(f"ERR wrong number of arguments for '{name}' command")
     key = argv[1]
     entry = acc.get(db, key, HASH)
+    if len(argv) == 4 and entry is not None and entry.field_expire_at_ms is None:
+        old = entry.value.get(argv[2])  # most HSETs: one field of a hash without field TTLs
+        _hash_update(acc, db, key, entry, argv[2], argv[3])
+        return b"OK" if len(argv[0]) == 5 else int(old is None)  # HMSET (5 letters) or HSET
     fields = dict(zip(argv[2::2], argv[3::2], strict=True))
     if entry is None:
         acc.put(db, key, Entry(HASH, fields))
@@ -226,12 +230,21 @@ def cmd_push(acc: Access, db: int, argv: list[bytes]) -> Any:
             return 0
         entry = Entry(LIST, [])
         acc.put(db, argv[1], entry)
+    items: list[bytes] = entry.value
+    if len(argv) == 3:  # most pushes: one element
+        element = argv[2]
+        if name.startswith(b"L"):
+            items.insert(0, element)
+        else:
+            items.append(element)
+        acc.changed(db, argv[1], entry, len(element))
+        return len(items)
     if name.startswith(b"L"):
-        entry.value[:0] = reversed(argv[2:])
+        items[:0] = reversed(argv[2:])
     else:
-        entry.value.extend(argv[2:])
+        items.extend(argv[2:])
     acc.changed(db, argv[1], entry, sum(map(len, argv[2:])))
-    return len(entry.value)
+    return len(items)
 
 
 def cmd_pop(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -243,16 +256,20 @@ def cmd_pop(acc: Access, db: int, argv: list[bytes]) -> Any:
         return None
     if count == 0:
         return []
-    taken = count or 1
-    items = entry.value
-    if argv[0].upper() == b"LPOP":
-        popped = items[:taken]
-        del items[:taken]
+    items: list[bytes] = entry.value
+    left = argv[0].upper() == b"LPOP"
+    if count is None:  # most pops: one element, replied alone
+        element = items.pop(0 if left else -1)
+        acc.changed(db, argv[1], entry, -len(element))
+        return element
+    if left:
+        popped = items[:count]
+        del items[:count]
     else:
-        popped = items[-taken:][::-1]
-        del items[-taken:]
+        popped = items[-count:][::-1]
+        del items[-count:]
     acc.changed(db, argv[1], entry, -sum(map(len, popped)))
-    return popped[0] if count is None else popped
+    return popped
 
 
 def _index(items: list[bytes], index: int) -> int:

@@ -325,8 +325,11 @@ def full_image(db: int, key: bytes, entry: Entry, max_value_bytes: int | None = 
     if value is None:
         raw = entry.value
         # A plain string (the common case) is quoted and not kept in entry.json: quoting
-        # again costs less than a second copy of the value per key.
-        value = _quote(raw) if entry.type == STRING else None
+        # again costs less than a second copy of the value per key. One certainly over the
+        # limit is not copied (_bounded_json leaves it out).
+        value = None
+        if entry.type == STRING and (max_value_bytes is None or len(raw) + 2 <= max_value_bytes):
+            value = _quote(raw)
         if value is None:
             value = _bounded_json(entry, max_value_bytes)
     if value is None or (max_value_bytes is not None and len(value) > max_value_bytes):

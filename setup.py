@@ -14,7 +14,7 @@ from setuptools import Extension, setup
 # with it in the tests.
 NATIVE = [
     Extension("moonish.log._cframes", ["moonish/log/_cframes.c"]),
-    Extension("moonish.state._cjson", ["moonish/state/_cjson.c"]),
+    Extension("moonish.values._cjson", ["moonish/values/_cjson.c"]),
 ]
 
 

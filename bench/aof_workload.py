@@ -21,7 +21,7 @@ from pathlib import Path
 
 import hiredis
 
-from moonish.redis.aof import resp_command
+from moonish.redis.replication.resp import encode_command
 
 CHUNK = 5_000
 
@@ -114,7 +114,7 @@ def _send(port: int, commands: list[list[bytes]]) -> None:
         reader = hiredis.Reader()
         for first in range(0, len(commands), CHUNK):
             chunk = commands[first : first + CHUNK]
-            sock.sendall(b"".join(map(resp_command, chunk)))
+            sock.sendall(b"".join(encode_command(*argv) for argv in chunk))
             replies = 0
             while replies < len(chunk):
                 item = reader.gets()

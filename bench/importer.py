@@ -14,7 +14,7 @@ into ``bench-data/import-aof-<commands>``. Each round, in a shuffled order:
 - **moonish** ``import_aof`` in this process (pinned to one core by bench.run) into a new data
   directory, NEW_AND_OLD_IMAGES, the import's default durability (appends unsynced, every
   shard fdatasynced when the import closes it: ``moonish wal import-aof`` as a user runs it),
-  with ``--shards 1`` and ``--shards 4``, and ``--shards 4 --processes 2`` (moonish.redis.parallel:
+  with ``--shards 1`` and ``--shards 4``, and ``--shards 4 --processes 2`` (moonish.redis.aof.parallel:
   its workers may use both cores). The time covers opening the shards, the replay, the final
   expiry pass, the syncs and closing: everything but Python's start and imports.
 
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from bench.aof_workload import build_aof, free_port, redis_args, wait_ping
 from moonish.log.records import ViewType
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 from moonish.state.config import StreamConfig
 
 COMMANDS = 600_000

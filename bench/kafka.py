@@ -17,8 +17,8 @@ from pathlib import Path
 
 from bench.cores import elsewhere
 from moonish.cdc.shard_read import Tail
-from moonish.sinks.kafka import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaOptions, KafkaSink
-from moonish.sinks.kafka_schema import SchemaForm
+from moonish.sinks.kafka.schema import SchemaForm
+from moonish.sinks.kafka.sink import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaOptions, KafkaSink
 from tests.kafka_broker import Broker
 
 RECORDS = 200_000

@@ -21,8 +21,8 @@ from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail, read_merged
 from moonish.log.records import KvCommand
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
-from moonish.redis.commands import split_command
-from moonish.redis.slots import shard_of_key
+from moonish.redis.routing.commands import split_command
+from moonish.slots import shard_of_key
 
 SHARDS = 4
 ROUNDS = 7

@@ -77,7 +77,7 @@ def bench_import_rdb(data: Path) -> list[str]:
 _CHILD = """
 import json, sys, time
 from moonish.log.records import ViewType
-from moonish.redis.rdb_import import import_rdb
+from moonish.redis.rdbimport.importer import import_rdb
 from moonish.state.config import StreamConfig
 began = time.perf_counter()
 report = import_rdb(sys.argv[1], sys.argv[2], int(sys.argv[3]), processes=int(sys.argv[4]),

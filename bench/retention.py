@@ -23,9 +23,9 @@ from pathlib import Path
 
 from moonish.cdc import lag
 from moonish.clock import FixedClock
-from moonish.log import consumers
+from moonish.datadir import consumers
+from moonish.datadir.retention import RetentionPolicy, plan, prune
 from moonish.log.records import KvCommand
-from moonish.log.retention import RetentionPolicy, plan, prune
 from moonish.log.segment import list_segments
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 

@@ -52,6 +52,7 @@ from bench.capture_cores import bench_capture_cores
 from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
+from bench.paths import AOF, DATA, MOONISH, READ_RECORDS
 from bench.rdb_import import bench_import_rdb
 from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
@@ -71,13 +72,8 @@ from moonish.log.reader import ShardReader
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
-from moonish.redis.commands import split_command
+from moonish.redis.routing.commands import split_command
 
-ROOT = Path(__file__).resolve().parent.parent
-DATA = ROOT / "bench-data"
-AOF = ROOT / "fixtures" / "redis-aof" / "mixed" / "appendonlydir"
-MOONISH = [sys.executable, "-c", "from cli.main import entry; entry()"]
-READ_RECORDS = 1_000_000
 ROUNDS = 7
 
 

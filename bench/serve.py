@@ -36,6 +36,7 @@ import aiohttp
 import orjson
 
 from bench.merged import merged_data, merged_read
+from bench.paths import AOF, DATA, READ_RECORDS
 
 ROOT = Path(__file__).resolve().parent.parent
 LIVE_RATE = 10_000
@@ -249,7 +250,7 @@ def _fresh(root: Path, name: str) -> Path:
     data = root / name
     shutil.rmtree(data, ignore_errors=True)
     script = (
-        "import sys\nfrom moonish.log.records import KvCommand\n"
+        "import sys\nfrom moonish.log.payloads import KvCommand\n"
         "from moonish.log.writer import WalWriter, WriterOptions\n"
         "for k in range(4):\n"
         "    with WalWriter(f'{sys.argv[1]}/shard-{k}', WriterOptions(k)) as w:\n"
@@ -340,8 +341,6 @@ def bench_serve(root: Path, aof: Path, records: int) -> list[str]:
 
 
 if __name__ == "__main__":  # python -m bench.serve [catch-up|live|slow|idle]
-    from bench.run import AOF, DATA, READ_RECORDS
-
     os.sched_setaffinity(0, {0})
     parts = {
         "catch-up": lambda: bench_catch_up(merged_data(DATA, AOF, READ_RECORDS)),

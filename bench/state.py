@@ -20,9 +20,9 @@ from moonish.cdc import shard_read
 from moonish.clock import FixedClock
 from moonish.log.records import ViewType
 from moonish.log.writer import FsyncPolicy, WriterOptions
-from moonish.redis.aof import AofCommands, read_manifest
+from moonish.redis.aof.files import AofCommands, read_manifest
+from moonish.state.commands.execute import keys_of
 from moonish.state.config import StreamConfig
-from moonish.state.execute import keys_of
 from moonish.state.shard import ShardOptions, ShardWriter
 
 ROUNDS = 9

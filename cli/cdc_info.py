@@ -10,8 +10,8 @@ import orjson
 
 from cli.remote import DATA_PATH, connect, remote_options
 from moonish.cdc import shard_read
-from moonish.redis.capture_status import read_status
-from moonish.redis.source import describe, load_source, stored_position
+from moonish.redis.capture.status import read_status
+from moonish.redis.routing.sources import describe, load_source, stored_position
 
 
 @click.command("info")

@@ -79,7 +79,7 @@ def kafka(
 
         moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
     """
-    from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
+    from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")

@@ -13,7 +13,7 @@ from cli.remote import DATA_PATH, connect, remote_options
 from moonish.cdc import lag
 from moonish.cdc.positions import data_shards, resolve
 from moonish.cdc.token import Token
-from moonish.log import consumers
+from moonish.datadir import consumers
 
 HEADER = ("CONSUMER", "SHARD", "CONFIRMED", "LATEST", "LAG", "LAG-BYTES", "OLDEST-AGE", "STATUS")
 

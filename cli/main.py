@@ -29,8 +29,8 @@ from cli.wal_repair import repair
 from cli.wal_retention import prune, retention
 from cli.wal_stream import stream
 from cli.wal_verify import verify
-from moonish import __version__
 from moonish.errors import MoonishError
+from moonish.version import __version__
 
 
 class StdoutClosed(Exception):

@@ -15,7 +15,7 @@ from moonish.fileio import replace_atomically
 from moonish.log.format import SEGMENT_HEADER_BYTES
 from moonish.log.records import ViewType
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES
-from moonish.redis.slots import SLOT_COUNT  # every shard owns at least one slot
+from moonish.slots import SLOT_COUNT  # every shard owns at least one slot
 from moonish.state.config import DEFAULT_MAX_VALUE_BYTES
 
 

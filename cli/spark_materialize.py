@@ -128,8 +128,8 @@ def _acknowledger(source: str, consumer: str | None) -> Any:
         return None
     import orjson
 
-    from moonish.log import consumers
-    from moonish.spark.source import consumer_positions
+    from moonish.datadir import consumers
+    from moonish.spark.datasource import consumer_positions
 
     path = os.path.abspath(source)
 

@@ -60,9 +60,9 @@ def capture_command(
 
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
     """
-    from moonish.redis.capture import capture
-    from moonish.redis.capture_status import CaptureOptions, CaptureReport
-    from moonish.redis.repl_types import ReplicaOptions
+    from moonish.redis.capture.runner import capture
+    from moonish.redis.capture.status import CaptureOptions, CaptureReport
+    from moonish.redis.replication.messages import ReplicaOptions
     from moonish.state.config import StreamConfig, parse_view
 
     stop = threading.Event()

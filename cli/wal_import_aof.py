@@ -68,8 +68,8 @@ def import_aof_command(
 
         moonish wal import-aof appendonlydir data --shards 4 --processes 2
     """
-    from moonish.redis.import_checks import check_import
-    from moonish.redis.importer import import_aof
+    from moonish.redis.aof.checks import check_import
+    from moonish.redis.aof.importer import import_aof
     from moonish.state.config import StreamConfig, parse_view
 
     # refusals (target, shard count, open-file limit) come before the progress bar and

@@ -37,7 +37,7 @@ def import_rdb_command(
 
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4 --processes 2
     """
-    from moonish.redis.rdb_import import import_rdb
+    from moonish.redis.rdbimport.importer import import_rdb
     from moonish.state.config import StreamConfig, parse_view
 
     stream = StreamConfig(parse_view(view), max_value_bytes)

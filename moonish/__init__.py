@@ -7,14 +7,16 @@ iterator, optionally following the log, with :class:`Resolved` watermarks), :fun
 :func:`connect` (the same reads from a ``moonish serve`` server, moonish.remote); every
 error is a :class:`MoonishError`. Writing with keyspace state: :class:`ShardWriter` (Redis commands,
 c/u/d, images per :class:`ViewType`, expiry, snapshots); the raw log:
-``moonish.log.writer.WalWriter``; records: ``moonish.log.records``; operator repairs:
-``moonish.log.repair``; Redis AOF import: ``moonish.redis.importer``.
+``moonish.log.writer.WalWriter``; record types: ``moonish.log.records``; operator repairs:
+``moonish.log.repair``; Redis AOF import: ``moonish.redis.aof.importer``.
+
+This module only gathers the public names; docs/architecture.md maps the packages.
 """
 
-__version__ = "0.1.0"  # first: submodules import it while this package initialises
+from moonish.extensions import check_extensions
 
-import moonish.extensions  # first: refuses stale compiled modules (docs/build.md)
-import moonish.redis.restore  # noqa: F401  (adds RESTORE, FUNCTION RESTORE)
+check_extensions()  # first: refuses compiled modules older than their source (docs/build.md)
+
 from moonish.cdc.api import ack, read, tail
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.events import ChangeEvent, EventBatch
@@ -22,6 +24,7 @@ from moonish.cdc.merged import MergedBatch, Resolved
 from moonish.cdc.merged_read import MergedResult, MergedTail
 from moonish.cdc.shard_read import ReadResult, Tail, info, shard_dirs
 from moonish.cdc.token import Token
+from moonish.datadir import consumers
 from moonish.errors import (
     CommandError,
     ConsumerLostError,
@@ -36,11 +39,11 @@ from moonish.errors import (
     UnsupportedFormatError,
     WriterLockedError,
 )
-from moonish.log import consumers
 from moonish.log.records import ViewType
 from moonish.remote import connect
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ExecResult, ShardOptions, ShardWriter
+from moonish.version import __version__
 
 __all__ = [
     "ChangeEvent",

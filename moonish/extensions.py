@@ -43,9 +43,14 @@ def is_compiled(module: types.ModuleType) -> bool:
     return str(module.__file__).endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
 
 
-def check_extensions(package_dir: str) -> None:
+PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+"""The ``moonish`` package's directory."""
+
+
+def check_extensions(package_dir: str = PACKAGE_DIR) -> None:
     """Raise ImportError if ``package_dir`` is in a source checkout (``setup.py`` beside it)
-    and holds a stale extension (:func:`stale_extensions`)."""
+    and holds a stale extension (:func:`stale_extensions`). ``moonish/__init__`` calls it
+    before it imports anything else."""
     if not os.path.exists(os.path.join(os.path.dirname(package_dir), "setup.py")):
         return
     stale = stale_extensions(package_dir)
@@ -57,5 +62,3 @@ def check_extensions(package_dir: str) -> None:
             "(docs/build.md)"
         )
 
-
-check_extensions(os.path.dirname(os.path.abspath(__file__)))  # moonish/__init__ imports this first

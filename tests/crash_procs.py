@@ -41,8 +41,9 @@ import orjson
 import moonish
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import encode_frame
+from moonish.log.payloads import encode_payload
 from moonish.log.reader import ShardReader
-from moonish.log.records import KvCommand, encode_payload
+from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 

@@ -36,7 +36,7 @@ from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.frames import LAYOUTS
 from moonish.log.records import Checkpoint, EntityKind, GraphMutation, KvCommand, TemporalUpsert
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"

@@ -13,8 +13,8 @@ import signal
 import sys
 from typing import Any
 
-from moonish.sinks import kafka_records
-from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
+from moonish.sinks.kafka import records as kafka_records
+from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
 
 def main() -> None:

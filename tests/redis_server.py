@@ -19,7 +19,7 @@ import redis
 from moonish.clock import SYSTEM_CLOCK
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import HASH, LIST, SET, STREAM, STRING, ZSET, Entry, Stream
+from moonish.values.model import HASH, LIST, SET, STREAM, STRING, ZSET, Entry, Stream
 
 
 def _free_port() -> int:

@@ -1,4 +1,4 @@
-"""moonish.redis.aof: each command's span in its file, and what is refused, at any feed size."""
+"""moonish.redis.aof.files: each command's span in its file, and what is refused, at any feed size."""
 
 from __future__ import annotations
 
@@ -8,7 +8,13 @@ from pathlib import Path
 import hiredis
 import pytest
 
-from moonish.redis.aof import FEED_BYTES, AofCommands, AofFormatError, resp_bytes, resp_command
+from moonish.redis.aof.files import (
+    FEED_BYTES,
+    AofCommands,
+    AofFormatError,
+    resp_bytes,
+)
+from moonish.redis.replication.resp import encode_command
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "redis-aof"
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -27,7 +33,7 @@ def test_spans_of_the_real_aof_tile_the_file() -> None:
     commands = AofCommands(str(path))
     pos = 0
     for offset, end, argv in commands.spans():
-        assert offset == pos and data[offset:end] == resp_command(argv)
+        assert offset == pos and data[offset:end] == encode_command(*argv)
         assert end - offset == resp_bytes(argv)
         pos = end
     assert (commands.trailing_offset, commands.trailing_bytes, pos) == (pos, 0, len(data))
@@ -45,9 +51,9 @@ def test_spans_of_the_real_aof_tile_the_file() -> None:
     ],
 )
 def test_a_span_is_the_command_as_redis_writes_it(tmp_path: Path, argv: list[bytes]) -> None:
-    data = PING + resp_command(argv) + PING
+    data = PING + encode_command(*argv) + PING
     found, commands = spans(tmp_path, data)
-    size = len(resp_command(argv))
+    size = len(encode_command(*argv))
     assert resp_bytes(argv) == size
     assert [(o, e) for o, e, _ in found] == [(0, 14), (14, 14 + size), (14 + size, 28 + size)]
     assert found[1][2] == argv and commands.trailing_bytes == 0
@@ -55,7 +61,7 @@ def test_a_span_is_the_command_as_redis_writes_it(tmp_path: Path, argv: list[byt
 
 def test_commands_across_many_feeds(tmp_path: Path) -> None:
     argvs = [[b"SET", b"k%d" % i, b"v" * (i % 300)] for i in range(3 * FEED_BYTES // 100)]
-    data = b"".join(map(resp_command, argvs))
+    data = b"".join(encode_command(*argv) for argv in argvs)
     found, _ = spans(tmp_path, data)
     assert [argv for _, _, argv in found] == argvs and found[-1][1] == len(data)
 
@@ -107,7 +113,7 @@ def test_annotations_are_skipped_and_a_torn_tail_is_measured(
 
 def test_a_start_offset_reads_from_there(tmp_path: Path) -> None:
     path = tmp_path / "aof"
-    path.write_bytes(PING + resp_command([b"SET", b"k", b"v"]))
+    path.write_bytes(PING + encode_command(b"SET", b"k", b"v"))
     found = list(AofCommands(str(path), start=14).spans())
     assert found == [(14, 14 + 27, [b"SET", b"k", b"v"])]
 

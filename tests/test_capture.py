@@ -1,4 +1,4 @@
-"""Live capture (moonish.redis.capture, ``moonish wal capture``) against a real redis-server
+"""Live capture (moonish.redis.capture.runner, ``moonish wal capture``) against a real redis-server
 7.0 that each test starts on 127.0.0.1: the keyspace followed live equals Redis's, MULTI/EXEC
 stays atomic, a capture killed and restarted applies every command once, a backlog overrun
 resynchronises as a diff, the ACKed offset shows in INFO replication and WAIT returns."""
@@ -25,10 +25,10 @@ from click.testing import CliRunner
 import moonish
 from cli.cdc_info import info
 from moonish.cdc import shard_read
-from moonish.redis.capture import capture
-from moonish.redis.capture_status import CaptureOptions, CaptureReport, read_status
-from moonish.redis.importer import import_aof
-from moonish.redis.source import SourceMismatchError, decode_position
+from moonish.redis.aof.importer import import_aof
+from moonish.redis.capture.runner import capture
+from moonish.redis.capture.status import CaptureOptions, CaptureReport, read_status
+from moonish.redis.routing.sources import SourceMismatchError, decode_position
 from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
 from tests.test_import_resume import workload
 

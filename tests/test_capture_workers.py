@@ -1,5 +1,5 @@
 """A live capture in several processes (``capture(..., processes=P)``, ``moonish wal capture
---processes``; moonish.redis.capture_workers) against a real redis-server each test starts on
+--processes``; moonish.redis.capture.workers) against a real redis-server each test starts on
 127.0.0.1: the same change stream as one process (commands across workers' shards and SORT's
 BY/GET patterns included), and a worker's error or death stops the capture with it."""
 
@@ -18,17 +18,17 @@ import redis
 
 from moonish.clock import SYSTEM_CLOCK
 from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
-from moonish.redis.capture import capture
-from moonish.redis.capture_apply import ResumePoint, ShardApplier, StreamRoute
-from moonish.redis.capture_status import CaptureOptions
-from moonish.redis.parallel import PeerExchange
-from moonish.redis.resp import ReplCommand
-from moonish.redis.router import ResumeError
-from moonish.redis.slots import shard_of_key
+from moonish.redis.capture.apply import ResumePoint, ShardApplier, StreamRoute
+from moonish.redis.capture.runner import capture
+from moonish.redis.capture.status import CaptureOptions
+from moonish.redis.replication.resp import ReplCommand
+from moonish.redis.routing.exchange import PeerExchange
+from moonish.redis.routing.router import ResumeError
+from moonish.slots import shard_of_key
 from moonish.state.config import StreamConfig
 from moonish.state.shadow import KeyspaceShard
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import Entry
+from moonish.values.model import Entry
 from tests.redis_server import redis_server, shard_writer
 from tests.test_capture import (
     Running,

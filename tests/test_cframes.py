@@ -13,13 +13,8 @@ from hypothesis import strategies as st
 from moonish.extensions import is_compiled
 from moonish.log import frames
 from moonish.log.frames import encode_records, encode_records_py, scan_frames
-from moonish.log.records import (
-    Checkpoint,
-    KvChange,
-    Replay,
-    ViewType,
-    decode_payload,
-)
+from moonish.log.payloads import decode_payload
+from moonish.log.records import Checkpoint, KvChange, Replay, ViewType
 
 pytestmark = pytest.mark.skipif(not is_compiled(frames), reason="a pure build has no C extension")
 _cframes = frames._cframes

@@ -1,6 +1,6 @@
-"""The C JSON of plain values and images (moonish/state/_cjson.c) against the Python of
-moonish.state.plainjson: the same bytes for any input, ``None`` where the caller must use
-orjson, and the image of every type through moonish.state.values equal to orjson's. Skipped, by
+"""The C JSON of plain values and images (moonish/values/_cjson.c) against the Python of
+moonish.values.plainjson: the same bytes for any input, ``None`` where the caller must use
+orjson, and the image of every type through moonish.values.model equal to orjson's. Skipped, by
 name, in a pure build (``MOONISH_PURE=1``), which has no C extensions."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from moonish.extensions import is_compiled
-from moonish.state import plainjson
-from moonish.state.jsontext import PLAIN
-from moonish.state.values import (
+from moonish.values import plainjson
+from moonish.values.jsontext import PLAIN
+from moonish.values.model import (
     HASH,
     LIST,
     SET,

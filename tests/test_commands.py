@@ -14,7 +14,7 @@ import moonish
 from moonish.clock import FixedClock
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import _element_bytes
+from moonish.values.model import _element_bytes
 from tests.conftest import START_US
 from tests.redis_server import comparable
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 import moonish
 from moonish.errors import CommandError
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 from moonish.state.shard import ShardWriter
 from tests.redis_server import comparable, redis_entry, redis_server, shard_writer
 

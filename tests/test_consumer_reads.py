@@ -10,8 +10,8 @@ import pytest
 
 import moonish
 from cli.main import main
+from moonish.datadir import consumers
 from moonish.errors import ConsumerLostError, ConsumerNotFoundError
-from moonish.log import consumers
 from tests.test_merged import write_steps
 
 

@@ -16,6 +16,8 @@ from cli.main import main
 from moonish.cdc import lag
 from moonish.cdc.token import Token
 from moonish.clock import FixedClock
+from moonish.datadir import consumers
+from moonish.datadir.retention import RetentionPolicy, prune
 from moonish.errors import (
     ConsumerLostError,
     ConsumerNotFoundError,
@@ -23,10 +25,8 @@ from moonish.errors import (
     InvalidArgumentError,
     LsnNotRetainedError,
 )
-from moonish.log import consumers
 from moonish.log.reader import ShardReader
 from moonish.log.repair import truncate_at
-from moonish.log.retention import RetentionPolicy, prune
 from moonish.log.segment import list_segments, list_snapshots, segment_path
 from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
@@ -191,7 +191,7 @@ def test_a_damaged_consumer_file_is_named(tmp_path: Path) -> None:
 
 ACKER = """
 import sys
-from moonish.log import consumers
+from moonish.datadir import consumers
 root, shard, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 for lsn in range(1, count + 1):
     positions = [0, 0]

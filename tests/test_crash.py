@@ -34,8 +34,9 @@ import pytest
 
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
+from moonish.log.payloads import decode_payload
 from moonish.log.reader import ShardReader
-from moonish.log.records import KvCommand, decode_payload
+from moonish.log.records import KvCommand
 from moonish.log.verify import VerifyReport, verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from tests.crash_procs import digest, make_value, parse_key

@@ -21,7 +21,7 @@ from moonish.errors import InvalidArgumentError
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import STATE_NAME, Exporter
 from moonish.spark.progress import BatchGate, BatchStopped, progress_line
 from moonish.state.shard import ShardWriter

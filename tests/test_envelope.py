@@ -15,6 +15,7 @@ from moonish.cdc.envelope import EnvelopeEncoder, text_or_b64
 from moonish.clock import FixedClock
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
+from moonish.log.payloads import encode_payload
 from moonish.log.records import (
     Checkpoint,
     EntityKind,
@@ -23,7 +24,6 @@ from moonish.log.records import (
     Message,
     Record,
     TemporalUpsert,
-    encode_payload,
 )
 
 DEBEZIUM = Path(__file__).resolve().parent.parent / "fixtures" / "debezium"

@@ -17,7 +17,8 @@ from moonish.clock import FixedClock
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import KvCommand, decode_payload, encode_payload
+from moonish.log.payloads import decode_payload, encode_payload
+from moonish.log.records import KvCommand
 
 NOW_US = 1_796_000_000_123_456
 

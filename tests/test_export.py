@@ -14,7 +14,7 @@ import pytest
 
 import moonish
 from moonish.errors import InvalidArgumentError, UnavailableError
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import STATE_NAME, Exporter, ExportOptions, file_name
 
 SLICE = Path(__file__).parent.parent / "fixtures" / "redis-aof" / "slice" / "appendonlydir"

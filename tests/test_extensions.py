@@ -54,7 +54,7 @@ def test_a_compiled_build_has_its_c_extensions() -> None:
     # The C extensions (setup.py NATIVE) are built with the mypyc ones; their tests
     # (test_cframes, test_cjson) are skipped only in a pure build.
     from moonish.log import frames
-    from moonish.state import plainjson
+    from moonish.values import plainjson
 
     assert is_compiled(frames) == is_compiled(plainjson)
     if is_compiled(frames):

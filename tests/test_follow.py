@@ -195,9 +195,9 @@ def test_a_busy_follower_stops_watching_and_watches_again_before_it_waits(shard:
 
 
 def test_settle_gc_freezes_what_exists_and_raises_the_thresholds() -> None:
-    """moonish.hotloop.settle_gc, in a process of its own (it is process-wide)."""
+    """moonish.gcpolicy.settle_gc, in a process of its own (it is process-wide)."""
     script = (
-        "import gc\nfrom moonish.hotloop import GC_THRESHOLDS, settle_gc\n"
+        "import gc\nfrom moonish.gcpolicy import GC_THRESHOLDS, settle_gc\n"
         "assert gc.get_freeze_count() == 0\nsettle_gc()\n"
         "assert gc.get_freeze_count() > 1000 and gc.get_threshold() == GC_THRESHOLDS\n"
         "print('ok')\n"

@@ -18,8 +18,8 @@ import redis
 import moonish
 from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.log.verify import dump_lines, verify_shard
-from moonish.redis.importer import import_aof
-from moonish.state.functions import libraries_from_lines
+from moonish.redis.aof.importer import import_aof
+from moonish.state.libraries import libraries_from_lines
 from moonish.state.snapshot import read_snapshot
 from tests.redis_server import comparable, redis_entry, redis_server, rewrite_aof, shard_writer
 from tests.test_commands_store import server

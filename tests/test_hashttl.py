@@ -22,7 +22,7 @@ from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import HASH, Entry, entry_from_image, full_image, state_image
+from moonish.values.model import HASH, Entry, entry_from_image, full_image, state_image
 from tests.redis_server import redis74_binary, redis_server, shard_writer
 
 PAST = "1000000000000"  # 2001: long gone
@@ -107,8 +107,8 @@ def run(server: redis.Redis, tmp_path: Path, commands: list[list[str]]) -> list[
 
 
 def _records(writer: ShardWriter, lsns: list[int]) -> list[KvChange]:
+    from moonish.log.payloads import decode_payload
     from moonish.log.reader import ShardReader
-    from moonish.log.records import decode_payload
 
     if not lsns:
         return []

@@ -15,10 +15,10 @@ import redis
 import moonish
 from moonish.errors import InvalidArgumentError
 from moonish.log.records import KvChange, Replay
-from moonish.redis.importer import import_aof
-from moonish.redis.rdb import RdbKey, read_rdb
-from moonish.redis.rdb_keys import hash_entry
-from moonish.redis.slots import shard_of_key
+from moonish.redis.aof.importer import import_aof
+from moonish.redis.rdb.keys import hash_entry
+from moonish.redis.rdb.reader import RdbKey, read_rdb
+from moonish.slots import shard_of_key
 from tests.redis_server import redis74_binary, redis_server, rewrite_aof, shard_writer
 from tests.test_hashttl import FAR, LATER, PAST, our_hash, redis_hash
 
@@ -138,7 +138,7 @@ def test_handwritten_74_aof_loads_as_redis_loads_it(tmp_path: Path) -> None:
     )
     report = import_aof(appendonlydir, tmp_path / "data", 2)
     assert report.per_command["HPEXPIREAT"] == 3
-    expected = (moonish.state.values.HASH, {b"a": b"1", b"d": b"4"}, -1, {b"a": int(FAR)})
+    expected = (moonish.values.model.HASH, {b"a": b"1", b"d": b"4"}, -1, {b"a": int(FAR)})
     assert _our_keyspace(tmp_path / "data") == {(0, source): expected, (0, copy): expected}
     changes = []
     for shard_dir in moonish.shard_dirs(tmp_path / "data"):

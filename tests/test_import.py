@@ -18,15 +18,16 @@ import hiredis
 import orjson
 import pytest
 
-import moonish.redis.import_shards
+import moonish.redis.routing.shards
 from moonish.cdc import shard_read
 from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
+from moonish.log.payloads import decode_payload
 from moonish.log.reader import ShardReader
-from moonish.log.records import KvChange, decode_payload, position_marker
-from moonish.redis.aof import AofFormatError, read_manifest
-from moonish.redis.importer import import_aof
-from moonish.redis.rdb import RdbCorruptionError
-from moonish.redis.slots import hash_slot, shard_of_slot
+from moonish.log.records import KvChange, position_marker
+from moonish.redis.aof.files import AofFormatError, read_manifest
+from moonish.redis.aof.importer import import_aof
+from moonish.redis.rdb.reader import RdbCorruptionError
+from moonish.slots import hash_slot, shard_of_slot
 from moonish.state.shard import ShardWriter
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "redis-aof"
@@ -422,7 +423,7 @@ def failing_writers(
         opened.append(real(shard_dir, *args))  # type: ignore[arg-type]
         return opened[-1]
 
-    monkeypatch.setattr(moonish.redis.import_shards, "ShardWriter", writer)
+    monkeypatch.setattr(moonish.redis.routing.shards, "ShardWriter", writer)
     return opened
 
 

@@ -1,4 +1,4 @@
-"""A first import on several processes (moonish.redis.parallel): every shard's log holds the
+"""A first import on several processes (moonish.redis.aof.parallel): every shard's log holds the
 same records as a one-process import's, commands across the workers' shards included."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ import pytest
 from moonish.clock import FixedClock
 from moonish.errors import CommandError
 from moonish.log.reader import ShardReader
-from moonish.redis import parallel
-from moonish.redis.importer import import_aof
-from moonish.redis.slots import shard_of_key
+from moonish.redis.aof import parallel
+from moonish.redis.aof.importer import import_aof
+from moonish.slots import shard_of_key
 from tests.redis_server import redis_server
 from tests.test_import_resume import INCR, RESP_AOF, _aof, our_state, redis_state, resp, workload
 

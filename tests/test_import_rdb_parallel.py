@@ -1,4 +1,4 @@
-"""``wal import-rdb --processes`` (moonish.redis.rdb_parallel) against a real redis-server's
+"""``wal import-rdb --processes`` (moonish.redis.rdbimport.parallel) against a real redis-server's
 dump: the same logs as one process, a reload as differences, every worker's progress heard,
 and a worker's failure raised."""
 
@@ -16,7 +16,7 @@ import pytest
 import moonish
 from moonish.cdc import shard_read
 from moonish.errors import WriterLockedError
-from moonish.redis.rdb_import import import_rdb
+from moonish.redis.rdbimport.importer import import_rdb
 from tests.redis_server import redis_server, shard_writer
 from tests.test_capture import our_state, redis_state
 from tests.test_import_resume import workload

@@ -23,13 +23,13 @@ import redis
 import moonish
 from moonish.cdc import shard_read
 from moonish.errors import CommandError, UnsupportedFormatError
-from moonish.redis.importer import import_aof
-from moonish.redis.rdb import RdbCorruptionError
-from moonish.redis.rdb_import import import_rdb
-from moonish.redis.router import ResumeError
-from moonish.redis.source import SourceMismatchError
+from moonish.redis.aof.importer import import_aof
+from moonish.redis.rdb.reader import RdbCorruptionError
+from moonish.redis.rdbimport.importer import import_rdb
+from moonish.redis.routing.router import ResumeError
+from moonish.redis.routing.sources import SourceMismatchError
 from moonish.state.shard import ShardWriter
-from moonish.state.values import Entry
+from moonish.values.model import Entry
 from tests.redis_server import comparable, redis_entry, redis_server, rewrite_aof, shard_writer
 
 DEFAULT_AOF = ("--appendonly", "yes", "--appendfsync", "always")  # aof-use-rdb-preamble yes
@@ -165,7 +165,7 @@ def test_rdb_base_keys_are_snapshot_rows(tmp_path: Path, workdir: Path) -> None:
 
 KILL_SCRIPT = """
 import sys
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 print("importing", flush=True)
 import_aof(sys.argv[1], sys.argv[2], 3)
 """

@@ -4,7 +4,7 @@ Redis 7 reads both operands with ``strtold`` into an x86-64 ``long double`` (64-
 significand), adds in long double and writes ``%.17Lf`` with trailing zeros removed
 (src/t_string.c ``incrbyfloatCommand``, src/t_hash.c ``hincrbyfloatCommand``, src/util.c
 ``string2ld`` / ``ld2string``). moonish emulates that with integers
-(:mod:`moonish.state.parse`); these tests send the same commands to both and compare the
+(:mod:`moonish.state.commands.parse`); these tests send the same commands to both and compare the
 stored bytes (or the error text).
 """
 

@@ -18,10 +18,10 @@ import orjson
 import pytest
 
 import moonish
-from moonish.log import consumers
-from moonish.redis.importer import import_aof
-from moonish.sinks.kafka import KafkaOptions, KafkaSink, KafkaStats
-from moonish.sinks.kafka_offsets import BrokerUnavailableError, DeliveryError, SinkFencedError
+from moonish.datadir import consumers
+from moonish.redis.aof.importer import import_aof
+from moonish.sinks.kafka.offsets import BrokerUnavailableError, DeliveryError, SinkFencedError
+from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 from moonish.state.shard import ShardWriter
 from tests.kafka_broker import Broker, Message, broker, free_port, noida, read_topics, tansu
 

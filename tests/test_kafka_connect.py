@@ -13,8 +13,8 @@ from typing import Any
 import orjson
 import pytest
 
-from moonish.redis.importer import import_aof
-from moonish.sinks.kafka import KafkaOptions, KafkaSink
+from moonish.redis.aof.importer import import_aof
+from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink
 from moonish.state.shard import ShardWriter
 from tests.kafka_broker import Broker, Message, broker, read_topics
 

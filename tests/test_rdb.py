@@ -1,4 +1,4 @@
-"""The RDB reader (moonish/redis/rdb.py) against dump.rdb files a real redis-server wrote with
+"""The RDB reader (moonish/redis/rdb/reader.py) against dump.rdb files a real redis-server wrote with
 every type in every encoding it uses, plus damaged and hand-made files."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pytest
 import redis
 
 from moonish.errors import CorruptionError, MoonishError, UnsupportedFormatError
-from moonish.redis.rdb import (
+from moonish.redis.rdb.reader import (
     RdbAux,
     RdbCorruptionError,
     RdbFunction,
@@ -27,9 +27,9 @@ from moonish.redis.rdb import (
     crc64,
     read_rdb,
 )
-from moonish.redis.rdb_streams import complete_stream
-from moonish.redis.rdb_values import RdbConsumer, RdbGroup, RdbPending, RdbStreamMeta
-from moonish.state.values import Entry
+from moonish.redis.rdb.streams import complete_stream
+from moonish.redis.rdb.values import RdbConsumer, RdbGroup, RdbPending, RdbStreamMeta
+from moonish.values.model import Entry
 from tests.redis_server import (
     comparable,
     raw_client,

@@ -19,8 +19,9 @@ from moonish.cdc import shard_read
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, MAGIC, SEGMENT_HEADER_BYTES, RecordType
 from moonish.log.frames import encode_frame
+from moonish.log.payloads import encode_payload
 from moonish.log.reader import ShardReader
-from moonish.log.records import KV_HEAD, KvChange, Message, Replay, ViewType, encode_payload
+from moonish.log.records import KV_HEAD, KvChange, Message, Replay, ViewType
 from moonish.log.verify import verify_shard
 from moonish.sinks.export import Exporter
 from moonish.state.shard import ShardOptions, ShardWriter

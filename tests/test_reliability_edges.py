@@ -192,7 +192,7 @@ def _killed_writer(shard: Path, count: int, **options: object) -> None:
     """``count`` records by a writer process that is then SIGKILLed (control.json unclean)."""
     script = (
         "import os, signal, sys\n"
-        "from moonish.log.records import KvCommand\n"
+        "from moonish.log.payloads import KvCommand\n"
         "from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions\n"
         f"w = WalWriter(sys.argv[1], WriterOptions(fsync=FsyncPolicy.NEVER, **{options!r}))\n"
         f"for i in range({count}):\n"
@@ -337,7 +337,8 @@ def test_beyond_the_end_names_the_next_lsn_after_a_discarded_range(shard: Path) 
 def test_a_tail_holds_back_a_batch_whole_across_its_poll_size(shard: Path) -> None:
     from moonish.log.format import FLAG_BATCH, RecordType
     from moonish.log.frames import encode_frame
-    from moonish.log.records import KV_HEAD, encode_payload
+    from moonish.log.payloads import encode_payload
+    from moonish.log.records import KV_HEAD
 
     with open_writer(shard) as writer:
         for i in range(1020):

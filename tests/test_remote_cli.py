@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from cli.consumer import HEADER
-from moonish.log import consumers
+from moonish.datadir import consumers
 from moonish.serve import ServeOptions
 from tests.serve_util import Running
 from tests.test_cli import MOONISH, run

@@ -1,4 +1,4 @@
-"""The replica connection (moonish/redis/replication.py) against a real redis-server 7.0 started
+"""The replica connection (moonish/redis/replication/connection.py) against a real redis-server 7.0 started
 here: both RDB framings read by RdbReader and equal to what Redis holds, the command stream's
 offsets equal to the master's ``master_repl_offset``, ACKs shown by ``INFO replication``, a
 ``+CONTINUE`` resuming at exactly the next command, a backlog overrun, ACL users and a killed
@@ -20,8 +20,8 @@ import redis
 
 from moonish.clock import FixedClock
 from moonish.errors import InvalidArgumentError, UnavailableError
-from moonish.redis.rdb import RdbFunction, RdbKey, RdbReader
-from moonish.redis.replication import (
+from moonish.redis.rdb.reader import RdbFunction, RdbKey, RdbReader
+from moonish.redis.replication.connection import (
     Continue,
     FullResync,
     ReplCommand,
@@ -30,8 +30,8 @@ from moonish.redis.replication import (
     ReplicationAuthError,
     ReplicationRefusedError,
 )
-from moonish.redis.resp import encode_command
-from moonish.state.values import Entry
+from moonish.redis.replication.resp import encode_command
+from moonish.values.model import Entry
 from tests.redis_server import _free_port, comparable, redis_entries, redis_server
 from tests.test_rdb import LIBRARY, _fill
 

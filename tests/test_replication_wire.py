@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from moonish.clock import FixedClock
 from moonish.errors import InvalidArgumentError, UnavailableError
-from moonish.redis.replication import (
+from moonish.redis.replication.connection import (
     Continue,
     FullResync,
     RedisAddress,
@@ -30,7 +30,7 @@ from moonish.redis.replication import (
     ReplicationUnavailableError,
     parse_redis_url,
 )
-from moonish.redis.resp import CommandSplitter, encode_command
+from moonish.redis.replication.resp import CommandSplitter, encode_command
 
 REPLID = "a" * 39 + "b"
 MARK = b"0123456789abcdef0123456789abcdef01234567"

@@ -14,7 +14,7 @@ import redis
 
 import moonish
 from moonish.errors import CommandError, UnsupportedFormatError
-from moonish.redis.rdb import crc64
+from moonish.redis.rdb.reader import crc64
 from tests.redis_server import comparable, redis_entry, shard_writer
 from tests.test_commands_store import FAR, run, server
 

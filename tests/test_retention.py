@@ -21,21 +21,21 @@ from hypothesis import strategies as st
 import moonish
 from cli.main import main
 from moonish.clock import FixedClock
+from moonish.datadir import consumers, retention
+from moonish.datadir.retention import RetentionPolicy, delete_segments, plan, prune, prune_shards
 from moonish.errors import (
     CorruptionError,
     InvalidArgumentError,
     LsnNotRetainedError,
     WriterLockedError,
 )
-from moonish.log import consumers, retention
 from moonish.log.reader import ShardReader
-from moonish.log.retention import RetentionPolicy, delete_segments, plan, prune, prune_shards
 from moonish.log.segment import index_path, list_segments, list_snapshots, segment_path
 from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.state.config import StreamConfig, load_config, store_retention
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import state_image
+from moonish.values.model import state_image
 from tests.conftest import START_US, kv
 from tests.test_consumers import data_dir, fill, keyspace_shard
 
@@ -333,7 +333,7 @@ def test_a_prune_cut_short_anywhere_leaves_a_readable_log(tmp_path: Path) -> Non
 
 PRUNER = """
 import sys
-from moonish.log.retention import RetentionPolicy, prune
+from moonish.datadir.retention import RetentionPolicy, prune
 print("start", flush=True)
 prune(sys.argv[1], RetentionPolicy(max_records=0))
 """

@@ -14,8 +14,8 @@ import moonish
 from cli.main import main
 from moonish.cdc.merged_read import MergedTail, read_merged
 from moonish.clock import FixedClock
+from moonish.datadir import consumers
 from moonish.errors import CorruptionError
-from moonish.log import consumers
 from moonish.log.format import FRAME_HEADER_BYTES
 from moonish.log.reader import ShardReader
 from moonish.log.records import KvChange, ViewType
@@ -136,7 +136,7 @@ def test_commit_times_never_decrease_after_a_crash_right_after_rotation(tmp_path
 
 def test_a_consumer_created_on_a_shard_directory_is_read_from_it(tmp_path: Path) -> None:
     """consumers.create/ack/lag treat a shard directory as a data directory of one shard whose
-    consumers live in ``<shard>/consumers`` (docs and moonish.log.consumers), but
+    consumers live in ``<shard>/consumers`` (docs and moonish.datadir.consumers), but
     merged_read.consumer_root maps ``.../shard-0`` to its parent: reading the consumer it
     created fails with ConsumerNotFoundError (or reads another consumer of the same name)."""
     shard = tmp_path / "shard-0"

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonish.cdc.token import Token
-from moonish.log import consumers
+from moonish.datadir import consumers
 from tests.serve_util import Running, request
 from tests.test_merged import write_steps
 

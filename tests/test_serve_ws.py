@@ -15,8 +15,8 @@ import orjson
 import pytest
 
 from moonish.cdc.merged_read import read_merged
-from moonish.log import consumers
-from moonish.log.retention import RetentionPolicy, prune
+from moonish.datadir import consumers
+from moonish.datadir.retention import RetentionPolicy, prune
 from tests.serve_util import Running
 from tests.test_merged import write_steps
 

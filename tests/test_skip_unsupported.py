@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from moonish.errors import UnsupportedFormatError
-from moonish.redis.importer import import_aof
-from moonish.redis.slots import shard_of_key
+from moonish.redis.aof.importer import import_aof
+from moonish.slots import shard_of_key
 from tests.test_import import INCR, MOONISH, ROOT, all_envelopes, copy_aof, resp
 
 SET = resp(b"SET", b"k", b"v")

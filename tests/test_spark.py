@@ -17,16 +17,16 @@ import pytest
 import moonish
 import moonish.spark
 from cli.main import main
+from moonish.datadir import consumers
 from moonish.errors import CommandError
-from moonish.log import consumers
 from moonish.log.records import ViewType
-from moonish.redis.importer import import_aof
+from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import Exporter, ExportOptions
-from moonish.spark.source import _share
+from moonish.spark.datasource import _share
 from moonish.spark.table import current_version
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.state.values import entry_from_image, untext
+from moonish.values.model import entry_from_image, untext
 from tests.redis_server import comparable, redis_entry, redis_server, shape
 
 AOF = Path(__file__).parent.parent / "fixtures" / "redis-aof"

@@ -7,15 +7,8 @@ import pytest
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
-from moonish.log.records import (
-    Checkpoint,
-    KvChange,
-    KvCommand,
-    Message,
-    Record,
-    ViewType,
-    encode_payload,
-)
+from moonish.log.payloads import encode_payload
+from moonish.log.records import Checkpoint, KvChange, KvCommand, Message, Record, ViewType
 from moonish.spark.columns import ARROW_SCHEMA, change_batch
 
 IMAGE = b'{"db":0,"key":"k","type":"string","value":"v","expire_at_ms":null}'

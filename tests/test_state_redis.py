@@ -21,11 +21,11 @@ from hypothesis import strategies as st
 import moonish
 from moonish.errors import CommandError
 from moonish.log.records import KvChange
-from moonish.redis.aof import AofCommands, read_manifest
-from moonish.redis.importer import import_aof
-from moonish.state.execute import keys_of
+from moonish.redis.aof.files import AofCommands, read_manifest
+from moonish.redis.aof.importer import import_aof
+from moonish.state.commands.execute import keys_of
 from moonish.state.shard import ShardWriter
-from moonish.state.values import _element_bytes as element_bytes
+from moonish.values.model import _element_bytes as element_bytes
 from tests.redis_server import (
     comparable,
     redis_entries,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from moonish.cdc.merged_read import read_merged
-from moonish.log import consumers
+from moonish.datadir import consumers
 from moonish.serve import ServeOptions
 from tests.chromium import Browser
 from tests.serve_util import Running

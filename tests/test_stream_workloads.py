@@ -11,7 +11,7 @@ writes an AOF (``appendonly yes``, ``aof-use-rdb-preamble no``, a BGREWRITEAOF h
   counters, groups and their last delivered IDs (not entries read, nor what history reads
   change: docs/images.md, "Streams");
 - an RDB file of each server (SAVE), read and completed by
-  :func:`moonish.redis.rdb_streams.complete_stream`, equals that server's streams exactly,
+  :func:`moonish.redis.rdb.streams.complete_stream`, equals that server's streams exactly,
   times included.
 """
 
@@ -28,10 +28,10 @@ import pytest
 import redis
 
 import moonish
-from moonish.redis.importer import import_aof
-from moonish.redis.rdb import RdbKey, read_rdb
-from moonish.redis.rdb_streams import complete_stream
-from moonish.state.values import STREAM
+from moonish.redis.aof.importer import import_aof
+from moonish.redis.rdb.reader import RdbKey, read_rdb
+from moonish.redis.rdb.streams import complete_stream
+from moonish.values.model import STREAM
 from tests.redis_server import (
     StreamState,
     raw_client,

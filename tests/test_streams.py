@@ -23,7 +23,7 @@ import pytest
 import redis
 
 from moonish.state.shard import ShardWriter
-from moonish.state.values import STREAM
+from moonish.values.model import STREAM
 from tests.redis_server import (
     comparable,
     raw_client,

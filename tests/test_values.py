@@ -9,9 +9,8 @@ import orjson
 from hypothesis import given
 from hypothesis import strategies as st
 
-from moonish.state import values
-from moonish.state.streams import ConsumerGroup, PendingEntry
-from moonish.state.values import (
+from moonish.values import model as values
+from moonish.values.model import (
     HASH,
     LIST,
     SET,
@@ -25,6 +24,7 @@ from moonish.state.values import (
     full_image,
     state_image,
 )
+from moonish.values.streams import ConsumerGroup, PendingEntry
 
 data = st.one_of(st.binary(max_size=6), st.sampled_from([b"a", b"b c", b'"', b"\\", b"\xff"]))
 scores = st.floats(allow_nan=False, width=64)

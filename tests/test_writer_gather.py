@@ -13,8 +13,9 @@ import pytest
 
 from moonish.errors import InvalidArgumentError, UnavailableError
 from moonish.log.format import INDEX_SUFFIX, SEGMENT_SUFFIX
+from moonish.log.payloads import decode_payload
 from moonish.log.reader import ShardReader
-from moonish.log.records import KvChange, Message, ViewType, decode_payload
+from moonish.log.records import KvChange, Message, ViewType
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from tests.conftest import kv, open_writer
 

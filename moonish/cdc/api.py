@@ -33,9 +33,9 @@ from moonish.cdc.shard_read import DEFAULT_LIMIT, ReadResult, Tail
 from moonish.cdc.shard_read import read as read_shard
 from moonish.cdc.token import EARLIEST, NOW, VERSION, Token
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir import consumers
+from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError
-from moonish.log import consumers
-from moonish.log.consumers import Consumer
 
 Position = int | Cursor | Token | str | None
 """An LSN or cursor (one shard), or a token, its text, ``earliest`` or ``now`` (merged)."""
@@ -155,7 +155,7 @@ def ack(data_dir: str | os.PathLike[str], consumer: str, token: Token | str) -> 
 
     Raises:
         ConsumerNotFoundError, ConsumerLostError, InvalidArgumentError: as
-            :func:`moonish.log.consumers.ack` (a token of another shard count is refused).
+            :func:`moonish.datadir.consumers.ack` (a token of another shard count is refused).
     """
     shards = data_shards(data_dir)
     position = token if isinstance(token, Token) else resolve(shards, token)

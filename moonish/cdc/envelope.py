@@ -15,7 +15,7 @@ included::
      "op": "c"|"u"|"d"|"r"|"t", "ts_ms": <produced ms>, "ts_us": ..., "ts_ns": ...}
 
 A kv_change record (and a snapshot row, ``op: "r"``) carries its before/after images already
-as JSON (moonish.state.values); they are spliced in without parsing, and ``source`` gains
+as JSON (moonish.values.model); they are spliced in without parsing, and ``source`` gains
 ``command`` and ``expired``. Plain kv, temporal and graph records get command-shaped images
 (docs/envelopes.md, "Plain kv records").
 
@@ -37,13 +37,13 @@ from typing import Any
 
 import orjson
 
-from moonish import __version__
 from moonish.cdc.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
-from moonish.hotloop import paused_gc
+from moonish.gcpolicy import paused_gc
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
+from moonish.log.payloads import change_fields, decode_payload
 from moonish.log.records import (
     CHANGE_EXPIRED,
     CHANGE_FIRST_ROW,
@@ -57,11 +57,10 @@ from moonish.log.records import (
     Message,
     PayloadError,
     TemporalUpsert,
-    change_fields,
-    decode_payload,
 )
 from moonish.log.segment import segment_holding
-from moonish.state.values import is_plain
+from moonish.values.model import is_plain
+from moonish.version import __version__
 
 CONNECTOR = "moonish"
 SOURCE_VERSION = f"moonish-{__version__}"
@@ -91,7 +90,7 @@ _OMITTED = re.compile(rb',"value":\{"_omitted_length":(\d+)\},"expire_at_ms":(nu
 
 def omitted_out(image: bytes) -> bytes:
     """A stored image whose value was left out (``"value": {"_omitted_length": n}``,
-    moonish.state.values) as an envelope carries it: ``"value": null`` and the length in a
+    moonish.values.model) as an envelope carries it: ``"value": null`` and the length in a
     field of its own, ``"omitted_length": n``, after ``expire_at_ms``, so that ``value`` never
     changes JSON type between the ``before`` and ``after`` of one key (docs/images.md). The
     pattern is anchored at the image's end, where only the image's own fields can be (text in

@@ -19,7 +19,8 @@ from collections.abc import Iterator, Sequence
 from typing import NamedTuple, overload
 
 from moonish.log.frames import Frame
-from moonish.log.records import Checkpoint, KvChange, KvCommand, Message, Record, decode_payload
+from moonish.log.payloads import decode_payload
+from moonish.log.records import Checkpoint, KvChange, KvCommand, Message, Record
 
 DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
 """Commands that remove the key they name."""

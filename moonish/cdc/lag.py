@@ -27,13 +27,13 @@ from dataclasses import dataclass
 from moonish.cdc.positions import data_shards, latest_lsn
 from moonish.cdc.token import Token
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir import consumers
+from moonish.datadir.consumers import Consumer
+from moonish.datadir.layout import oldest_lsn
+from moonish.datadir.retention import RetentionPolicy, plan
 from moonish.errors import InvalidArgumentError, LsnDiscardedError, MoonishError
-from moonish.log import consumers
-from moonish.log.consumers import Consumer
 from moonish.log.control import load_control
-from moonish.log.datadir import oldest_lsn
 from moonish.log.reader import ShardReader
-from moonish.log.retention import RetentionPolicy, plan
 from moonish.log.segment import list_segments, segment_path
 from moonish.state.config import load_config
 

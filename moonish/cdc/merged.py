@@ -33,7 +33,7 @@ from moonish.cdc.shard_read import _encoder_for
 from moonish.cdc.token import Token
 from moonish.clock import Clock
 from moonish.errors import MoonishError
-from moonish.hotloop import paused_gc
+from moonish.gcpolicy import paused_gc
 from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
 

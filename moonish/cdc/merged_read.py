@@ -21,6 +21,8 @@ from moonish.cdc.positions import data_shards, earliest, resolve
 from moonish.cdc.shard_read import DEFAULT_LIMIT, MAX_LIMIT, TAIL_BATCH_RECORDS
 from moonish.cdc.token import EARLIEST, Token
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir import consumers
+from moonish.datadir.consumers import Consumer
 from moonish.errors import (
     ConsumerLostError,
     InvalidArgumentError,
@@ -28,8 +30,6 @@ from moonish.errors import (
     MoonishError,
     PositionNotRetainedError,
 )
-from moonish.log import consumers
-from moonish.log.consumers import Consumer
 from moonish.log.heartbeat import ClosedTime, load_closed_time
 
 
@@ -167,7 +167,7 @@ def read_merged(
         data_dir: a data directory (``shard-<k>`` directories) or one shard's directory.
         position: a token, its text, ``earliest`` or ``now``; ``None`` with ``consumer``.
         consumer: read from this named consumer's confirmed position (it is not moved:
-            acknowledge with ``moonish.log.consumers.ack`` once the events are processed).
+            acknowledge with ``moonish.datadir.consumers.ack`` once the events are processed).
         limit: most records returned, 1..10,000 (an atomic batch is never cut: the last one
             may take the count past it; BEGIN/END records are not counted).
         name, clock, transactions: as :func:`moonish.cdc.shard_read.read`.
@@ -226,7 +226,7 @@ class MergedTail(Following):
         data_dir: a data directory or one shard's directory.
         position: a token, its text, ``earliest`` (the default) or ``now``.
         consumer: start from this named consumer's confirmed position instead (it is not
-            moved: acknowledge the tokens processed with ``moonish.log.consumers.ack``).
+            moved: acknowledge the tokens processed with ``moonish.datadir.consumers.ack``).
         follow, name, clock, fallback_poll_ms, watch, transactions: as
             :class:`moonish.cdc.shard_read.Tail`.
         resolved_ms: emit resolved markers this often (ms); ``None``: none.

@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 
 from moonish.cdc.token import EARLIEST, NOW, Token
+from moonish.datadir.layout import shard_dirs
 from moonish.log.control import load_control, log_floor
-from moonish.log.datadir import shard_dirs
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments
 
 
 def data_shards(data_dir: str | os.PathLike[str]) -> list[str]:
     """The shard directories of ``data_dir`` in token order (shard 0 first); ``[data_dir]``
-    when it is itself a shard directory (``moonish.log.datadir.shard_dirs``).
+    when it is itself a shard directory (``moonish.datadir.layout.shard_dirs``).
 
     Raises:
         InvalidArgumentError: not an existing directory; shard numbers that do not run

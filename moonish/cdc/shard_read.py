@@ -35,7 +35,7 @@ from moonish.cdc.follow import ChangeSignal, Following
 from moonish.cdc.snapshot_rows import cursor_after, snapshot_frames, start_cursor
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError, MoonishError
-from moonish.hotloop import paused_gc
+from moonish.gcpolicy import paused_gc
 from moonish.log.control import load_control
 from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
@@ -348,7 +348,7 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     the active segment), ``discarded`` (LSN ranges ``moonish wal repair`` cut out),
     ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
     written without keyspace tracking), ``retention`` (the policy stored with it,
-    moonish.log.retention, or ``None``), ``snapshot_lsns`` (oldest first) and ``checked``:
+    moonish.datadir.retention, or ``None``), ``snapshot_lsns`` (oldest first) and ``checked``:
     what was read to find the end, ``{"segment", "from_offset", "from_lsn", "to_offset"}``
     (the newest segment from its last verified index entry to its end) or ``None``; the rest
     of the log was not read (``moonish wal verify`` reads every byte).

@@ -16,10 +16,11 @@ from moonish.cdc.envelope import FLAG_SNAPSHOT
 from moonish.errors import InvalidArgumentError, LsnNotRetainedError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import KvChange, ViewType, encode_payload
+from moonish.log.payloads import encode_payload
+from moonish.log.records import KvChange, ViewType
 from moonish.state.config import StreamConfig, load_config
 from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path
-from moonish.state.values import entry_from_image, full_image, key_image
+from moonish.values.model import entry_from_image, full_image, key_image
 
 
 def start_cursor(shard_dir: str) -> Cursor:

@@ -1,8 +1,8 @@
 /* moonish.log._cframes: the frames of a batch of kv_change records in one C call.
  *
  * The same bytes as moonish.log.frames.encode_records on records that are all
- * moonish.log.record_types.KvChange (tests/test_cframes.py compares the two on random
- * records): the payload grammar of moonish.log.records (kv_change) inside version 2 frames
+ * moonish.log.records.KvChange (tests/test_cframes.py compares the two on random
+ * records): the payload grammar of moonish.log.payloads (kv_change) inside version 2 frames
  * (docs/wal-format.md: a 36-byte header whose first field is the crc32c of its other 32
  * bytes, the payload, a 4-byte trailer with the crc32c of header and payload). All integers
  * are little-endian. The checksums come from the crc32c package, called through Python.
@@ -35,7 +35,7 @@
 #define HEADER_BYTES 36
 #define TRAILER_BYTES 4
 #define CHANGE_HEAD_BYTES 8
-/* change_flags bits (moonish.log.record_types CHANGE_*; the row bits come from configure) */
+/* change_flags bits (moonish.log.records CHANGE_*; the row bits come from configure) */
 #define CHANGE_EXPIRED 1
 #define CHANGE_LOADING 2
 #define CHANGE_SOURCE 4

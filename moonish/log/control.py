@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 
 from moonish.errors import CorruptionError, InvalidArgumentError
 from moonish.fileio import dump_checked, read_checked, replace_atomically
+from moonish.log.format import CONTROL_NAME
 from moonish.log.segment import list_snapshots
 
-CONTROL_NAME = "control.json"
 FORMAT, VERSION = "moonish-control", 1
 
 

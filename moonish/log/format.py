@@ -67,6 +67,8 @@ SUPPORTED_VERSIONS: Final = (1, 2)
 SEGMENT_SUFFIX = ".seg"
 INDEX_SUFFIX = ".idx"
 LOCK_NAME = "LOCK"
+CONTROL_NAME = "control.json"
+"""The shard's control file (moonish.log.control)."""
 NAME_HEX_DIGITS = 16
 
 SEGMENT_HEADER: Final = struct.Struct(
@@ -128,7 +130,7 @@ class RecordType(enum.IntEnum):
     """A checkpoint marker: the LSN it covers and a label. Not a data change."""
     KV_CHANGE = 5
     """A kv command's effect on one key from the keyspace: op, view type, before/after
-    images, how to replay it (moonish.log.records has the grammar)."""
+    images, how to replay it (moonish.log.payloads has the grammar)."""
     MESSAGE = 6
     """A non-data record: a prefix naming its kind (``moonish.function``, ``moonish.skipped``)
     and opaque content, in a db. Readers show it as Debezium's logical-decoding message."""

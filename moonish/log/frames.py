@@ -43,8 +43,8 @@ from moonish.log.format import (
     V1_BODY_MIN_BYTES,
     RecordType,
 )
-from moonish.log.record_types import _ROW_FLAGS, KvChange
-from moonish.log.records import Record, encode_payload
+from moonish.log.payloads import encode_payload
+from moonish.log.records import _ROW_FLAGS, KvChange, Record
 
 try:  # the C encoder of kv_change frames (moonish/log/_cframes.c), absent in a pure build
     from moonish.log import _cframes

@@ -10,6 +10,7 @@ import crc32c
 
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.log.format import (
+    CONTROL_NAME,
     FORMAT_VERSION,
     FRAME_HEADER,
     FRAME_HEADER_BYTES,
@@ -121,8 +122,6 @@ def require_shard_dir(shard_dir: str | os.PathLike[str]) -> str:
             several shards (``shard-<k>`` subdirectories) rather than one shard, or holds no
             log (an empty or mistyped directory: reading it would look like an idle shard).
     """
-    from moonish.log.control import CONTROL_NAME  # control.py imports this module
-
     path = os.fspath(shard_dir)
     if not os.path.isdir(path):
         raise InvalidArgumentError("WAL directory does not exist or is not a directory", path=path)

@@ -19,6 +19,7 @@ from moonish.log.format import (
     segment_name,
 )
 from moonish.log.frames import LAYOUTS, Frame, is_torn_tail, scan_frames
+from moonish.log.payloads import decode_payload
 from moonish.log.reader import ShardReader
 from moonish.log.records import (
     Checkpoint,
@@ -30,7 +31,6 @@ from moonish.log.records import (
     Record,
     Replay,
     TemporalUpsert,
-    decode_payload,
 )
 from moonish.log.recovery import check_snapshots
 from moonish.log.segment import (

@@ -19,14 +19,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from moonish import __version__
 from moonish.cdc import lag, shard_read
 from moonish.cdc.positions import earliest, now, resolve
 from moonish.cdc.token import EARLIEST, NOW, Token
+from moonish.datadir import consumers
 from moonish.errors import ConsumerNotFoundError, InvalidArgumentError
-from moonish.log import consumers
 from moonish.serve.errors import ConflictError, RequestTooLargeError
 from moonish.serve.hub import ServerState
+from moonish.version import __version__
 
 
 def json_response(document: object, status: int = 200) -> web.Response:

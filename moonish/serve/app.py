@@ -29,7 +29,7 @@ import orjson
 from aiohttp import web
 
 from moonish.errors import MoonishError
-from moonish.hotloop import settle_gc
+from moonish.gcpolicy import settle_gc
 from moonish.serve import admin, feeds, status, websocket
 from moonish.serve.errors import (
     NotFoundError,
@@ -228,7 +228,7 @@ def run(
     async def main() -> None:
         server = Server(data_dir, options)
         await server.start()
-        settle_gc()  # the application lives as long as the server (moonish.hotloop)
+        settle_gc()  # the application lives as long as the server (moonish.gcpolicy)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):

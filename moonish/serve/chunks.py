@@ -30,7 +30,8 @@ from moonish.cdc.token import VERSION, Token
 from moonish.errors import InvalidArgumentError
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
-from moonish.log.records import KvCommand, PayloadError, change_key, decode_payload
+from moonish.log.payloads import change_key, decode_payload
+from moonish.log.records import KvCommand, PayloadError
 
 RECORD_TYPES = {kind.name.lower(): int(kind) for kind in RecordType}
 OPS = frozenset({"c", "u", "d", "r", "t", "m"})

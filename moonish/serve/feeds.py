@@ -35,8 +35,8 @@ from aiohttp import web
 from moonish.cdc.merged_read import read_merged
 from moonish.cdc.shard_read import DEFAULT_LIMIT, MAX_LIMIT
 from moonish.cdc.token import EARLIEST, Token
+from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, MoonishError
-from moonish.log.consumers import Consumer
 from moonish.serve.chunks import ROWS, SSE, Filter, Framing, chunk_of
 from moonish.serve.errors import error_body
 from moonish.serve.hub import ServerState

@@ -13,9 +13,9 @@ from aiohttp import web
 from moonish.cdc.merged_read import consumer_start, start_token
 from moonish.cdc.positions import data_shards, earliest, latest_lsn, now
 from moonish.cdc.token import NOW, Token
+from moonish.datadir import consumers
+from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, PositionNotRetainedError
-from moonish.log import consumers
-from moonish.log.consumers import Consumer
 from moonish.serve.errors import LimitExceededError
 from moonish.serve.options import ServeOptions
 from moonish.serve.ring import Publisher, Ring, covers

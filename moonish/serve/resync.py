@@ -15,7 +15,7 @@ import contextlib
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
-from moonish.hotloop import paused_gc
+from moonish.gcpolicy import paused_gc
 from moonish.serve.chunks import Chunk, Framing, chunk_of, marker_chunk
 
 

@@ -27,7 +27,7 @@ from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
 from moonish.cdc.token import Token
 from moonish.errors import MoonishError
-from moonish.hotloop import paused_gc
+from moonish.gcpolicy import paused_gc
 from moonish.serve.chunks import Chunk, chunk_of, marker_chunk
 
 log = logging.getLogger("moonish.serve")

@@ -23,14 +23,14 @@ from typing import Protocol
 
 from moonish.cdc.merged import Resolved
 from moonish.cdc.token import VERSION, Token, component
+from moonish.datadir import consumers
+from moonish.datadir.consumers import Consumer
 from moonish.errors import (
     ConsumerLostError,
     MoonishError,
     PositionNotRetainedError,
     UnavailableError,
 )
-from moonish.log import consumers
-from moonish.log.consumers import Consumer
 from moonish.serve.chunks import Chunk, Filter, Framing
 from moonish.serve.resync import LogReader
 from moonish.serve.ring import Ring, covers

@@ -33,8 +33,8 @@ from aiohttp import WSMsgType, web
 
 from moonish.cdc.api import ack
 from moonish.cdc.token import Token
+from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, MoonishError
-from moonish.log.consumers import Consumer
 from moonish.serve.chunks import ROWS
 from moonish.serve.errors import LimitExceededError, error_body, ws_close_code
 from moonish.serve.feeds import FeedParams

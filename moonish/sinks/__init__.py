@@ -1,1 +1,3 @@
-"""Sinks: where envelopes go beyond a reader (export files for Spark)."""
+"""Where envelopes go beyond a reader: NDJSON files for Spark's file source (``export``) and
+Kafka, as Debezium puts changes there (``kafka``). It imports ``moonish.cdc`` and below.
+"""

@@ -50,6 +50,7 @@ from moonish.cdc.envelope import CONNECTOR
 from moonish.cdc.follow import ChangeSignal
 from moonish.cdc.shard_read import Tail, existing_shard_dirs
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir import consumers
 from moonish.errors import (
     InvalidArgumentError,
     MoonishError,
@@ -57,7 +58,6 @@ from moonish.errors import (
     UnsupportedFormatError,
 )
 from moonish.fileio import replace_atomically
-from moonish.log import consumers
 from moonish.log.reader import ShardReader
 
 STATE_NAME = "_moonish_export.json"
@@ -83,7 +83,7 @@ class ExportOptions:
         poll_ms: with ``follow``, longest wait without a file-system event.
         name: ``source.name`` in the envelopes.
         consumer: register the export as this named consumer of the source
-            (``moonish.log.consumers``), moved to its committed cursor as each file is in
+            (``moonish.datadir.consumers``), moved to its committed cursor as each file is in
             place, so retention keeps what the export has not written; ``None``: none.
     """
 

@@ -1,7 +1,7 @@
 """moonish on Apache Spark (PySpark >= 4.2): two ways in, and a materialized table.
 
 - The WAL directly: ``register(spark)``, then ``spark.readStream.format("moonish").load(dir)``
-  (``moonish.spark.source``): flat change rows built as Arrow batches from the records.
+  (``moonish.spark.datasource``): flat change rows built as Arrow batches from the records.
 - Envelope files written by ``moonish cdc export``: :func:`read_envelope_files`
   (``moonish.spark.files``), through Spark's JSON file source.
 - :func:`materialize` keeps a Parquet table of the latest state per key exactly once;
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "CHANGE_COLUMNS": "moonish.spark.columns",
     "ENVELOPE_SCHEMA": "moonish.spark.files",
-    "MoonishDataSource": "moonish.spark.source",
+    "MoonishDataSource": "moonish.spark.datasource",
     "read_envelope_files": "moonish.spark.files",
     "materialize": "moonish.spark.table",
     "read_table": "moonish.spark.table",
@@ -59,7 +59,7 @@ def envelope_schema() -> Any:
 
 def register(spark: SparkSession) -> None:
     """Register the ``moonish`` data source with ``spark`` (once per session is enough)."""
-    from moonish.spark.source import MoonishDataSource
+    from moonish.spark.datasource import MoonishDataSource
 
     spark.dataSource.register(MoonishDataSource)
 

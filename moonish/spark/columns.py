@@ -19,6 +19,7 @@ from moonish.cdc.events import op_of
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame
+from moonish.log.payloads import change_fields, decode_payload
 from moonish.log.records import (
     CHANGE_EXPIRED,
     Checkpoint,
@@ -28,8 +29,6 @@ from moonish.log.records import (
     PayloadError,
     Record,
     TemporalUpsert,
-    change_fields,
-    decode_payload,
 )
 from moonish.log.segment import segment_holding
 

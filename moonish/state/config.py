@@ -12,11 +12,11 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
+from moonish.datadir.retention import RetentionPolicy
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import CHECKSUM_MARK, dump_checked, load_checked, replace_atomically
 from moonish.log.lock import lock_shard
 from moonish.log.records import ViewType
-from moonish.log.retention import RetentionPolicy
 
 CONFIG_NAME = "stream.json"
 DEFAULT_MAX_VALUE_BYTES = 4096
@@ -28,7 +28,7 @@ class StreamConfig:
     view: the view type; ``ViewType.OFF`` disables the stream (records are still logged,
         for recovery, but readers skip them).
     max_value_bytes: a value whose JSON is larger is left out of images, with a marker.
-    retention: what the shard's log keeps (moonish.log.retention); the writer applies it
+    retention: what the shard's log keeps (moonish.datadir.retention); the writer applies it
         when it rotates a segment, ``moonish wal prune`` by hand. The default keeps all.
     """
 
@@ -156,7 +156,7 @@ def store_retention(shard_dir: str, policy: RetentionPolicy) -> StreamConfig:
 
     Raises:
         InvalidArgumentError: the shard has no stream configuration (a log written without
-            keyspace tracking: call moonish.log.retention.prune with a policy instead).
+            keyspace tracking: call moonish.datadir.retention.prune with a policy instead).
         WriterLockedError: a writer holds the shard.
         CorruptionError: the stored configuration is damaged.
     """

@@ -13,7 +13,7 @@ from moonish.log.records import KvChange, Replay, ViewType
 from moonish.state.config import StreamConfig
 from moonish.state.fieldttl import due_fields, expire_fields, next_expiry
 from moonish.state.keyspace import Keyspace
-from moonish.state.values import Entry, full_image, key_image
+from moonish.values.model import Entry, full_image, key_image
 
 
 def key_expiry_record(config: StreamConfig, db: int, key: bytes, entry: Entry) -> KvChange:

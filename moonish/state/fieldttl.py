@@ -19,7 +19,7 @@ field's removal deletes the key (no ``DEL`` is propagated: the replica's ``HDEL`
 
 from __future__ import annotations
 
-from moonish.state.values import Entry, full_image
+from moonish.values.model import Entry, full_image
 
 HFE_MAX_ABS_TIME_MS = 0xFFFF_FFFF_FFFF >> 2
 """The largest field expiry time a command may set (``HFE_MAX_ABS_TIME_MSEC``:

@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from moonish.errors import CommandError
 from moonish.log.records import Message
 from moonish.state.fieldttl import expire_fields, is_expired, next_expiry
-from moonish.state.values import HASH, STREAM, STRING, Entry, full_image
-
-if TYPE_CHECKING:
-    from moonish.state.functions import Libraries
+from moonish.state.libraries import Libraries
+from moonish.values.model import HASH, STREAM, STRING, Entry, full_image
 
 _KEPT_WHEN_EMPTY: Final = frozenset({STRING, STREAM})  # Redis keeps "" and an empty stream
 _ABSENT: Final = (False, None)  # Access.before of a key that did not exist
@@ -151,7 +149,7 @@ class Access:
         """Log the keys written by value (``Replay.STATE``), not the command: set by commands
         whose arguments need more than the keyspace to replay (RESTORE's DUMP payload)."""
         self.libraries: Libraries | None = None
-        """The shard's function libraries (``moonish.state.functions.Libraries``), or ``None``
+        """The shard's function libraries (``moonish.state.libraries.Libraries``), or ``None``
         where FUNCTION cannot run; set by the caller."""
         self.messages: list[Message] = []
         """Message records the command appends besides its key changes (FUNCTION)."""

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from moonish.log.records import KvChange, Replay, ViewType
 from moonish.state.keyspace import Keyspace
 from moonish.state.shard import ShardWriter
-from moonish.state.values import Entry, full_image, key_image, state_image
+from moonish.values.model import Entry, full_image, key_image, state_image
 
 BATCH_RECORDS = 4096
 """Records appended per call while loading (each record alone: a load is not atomic)."""

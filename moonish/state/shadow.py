@@ -1,4 +1,4 @@
-"""``KeyspaceShard``: a shard without a log, for a parallel import (moonish.redis.parallel).
+"""``KeyspaceShard``: a shard without a log, for a parallel import (moonish.redis.aof.parallel).
 
 A worker holds one in place of each shard another worker writes (it runs none of their
 commands), and, for a command across shards of several workers, one per other worker's shard
@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from moonish.clock import Clock
 from moonish.log.records import KvChange, Message
 from moonish.state.config import StreamConfig
-from moonish.state.functions import Libraries
 from moonish.state.keyspace import Keyspace
+from moonish.state.libraries import Libraries
 from moonish.state.shard import ShardOptions, ShardWriter
 
 

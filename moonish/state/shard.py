@@ -3,7 +3,7 @@ did to its key (``c``/``u``/``d``) with images per the shard's stream view type.
 
 Write path of one command: lazy expiry of the keys it touches (each expired key becomes a
 ``d`` record marked as an expiry, appended first, as Redis propagates a ``DEL``), then the
-command runs on the keyspace with Redis's semantics (moonish.state.execute), then one
+command runs on the keyspace with Redis's semantics (moonish.state.commands.execute), then one
 ``kv_change`` record per key it wrote is appended: alone when there is one, else as an atomic
 batch. A command Redis would refuse raises :class:`CommandError` and writes nothing.
 
@@ -14,13 +14,13 @@ background thread, or by calling :meth:`ShardWriter.sweep_expired`), as Redis's 
 expire cycle does.
 
 Retention: when the log rotates to a new segment, the shard's retention policy (its stream
-configuration, moonish.log.retention) is applied once the append has returned. If a snapshot
+configuration, moonish.datadir.retention) is applied once the append has returned. If a snapshot
 is what holds the policy back, a checkpoint is written first. A failure there never fails the
 append (its records are written): it is kept in :attr:`ShardWriter.retention_error` and the
 policy is tried again at the next rotation.
 
-Recovery (moonish.state.replay): opening a shard loads the newest snapshot at or below the end
-of the log and replays the records after it (moonish.log.records, "kv_change", ``replay``; the
+Recovery (moonish.state.rebuild): opening a shard loads the newest snapshot at or below the end
+of the log and replays the records after it (moonish.log.payloads, "kv_change", ``replay``; the
 ``moonish.function`` messages), so the keyspace and the function libraries are exactly what the
 log says. Time comes from the injected clock; a command's time is also
 its records' commit time, which replay uses for relative TTLs and stream IDs.
@@ -36,25 +36,19 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir.retention import PruneReport, RetentionPolicy, prune
 from moonish.errors import CommandError, MoonishError, UnavailableError
 from moonish.log.frames import kv_change
-from moonish.log.records import (
-    Checkpoint,
-    KvChange,
-    Message,
-    Replay,
-    ViewType,
-)
-from moonish.log.retention import PruneReport, RetentionPolicy, prune
+from moonish.log.records import Checkpoint, KvChange, Message, Replay, ViewType
 from moonish.log.writer import WalWriter, WriterOptions
+from moonish.state.commands.execute import execute
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
-from moonish.state.execute import execute
 from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
-from moonish.state.functions import Libraries
 from moonish.state.keyspace import Access, Keyspace
-from moonish.state.replay import recover
+from moonish.state.libraries import Libraries
+from moonish.state.rebuild import rebuild
 from moonish.state.snapshot import write_snapshot
-from moonish.state.values import Entry, full_image, key_image, state_image
+from moonish.values.model import Entry, full_image, key_image, state_image
 
 Command = Sequence[bytes | str]
 
@@ -148,7 +142,7 @@ class ShardWriter:
         """The source position of the last record that carried one (KvChange.source), kept
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
         self.libraries = Libraries()
-        """The function libraries (name -> code; moonish.state.functions)."""
+        """The function libraries (name -> code; moonish.state.commands.functions)."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         try:
@@ -158,7 +152,7 @@ class ShardWriter:
             else:
                 upgrade_config(self.shard_dir)  # an older file gets its checksum
             self._use(stored or self.options.stream)
-            self.source = recover(
+            self.source = rebuild(
                 self.shard_dir, self._log.next_lsn - 1, self.keyspace, self.libraries
             )
         except BaseException:
@@ -223,7 +217,7 @@ class ShardWriter:
 
     def load_function(self, code: bytes, *, replace: bool = False) -> ExecResult:
         """Load a function library, as ``FUNCTION LOAD [REPLACE] <code>`` (an RDB file's
-        FUNCTION2 item, moonish.redis.rdb ``RdbFunction``): the reply is the library's name,
+        FUNCTION2 item, moonish.redis.rdb.reader ``RdbFunction``): the reply is the library's name,
         the LSN is its ``moonish.function`` message record's.
 
         Raises:

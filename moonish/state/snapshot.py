@@ -4,9 +4,9 @@
 
     {"format": "moonish-snapshot", "version": 2, "shard": <id>, "lsn": <L>, "keys": <n>,
      "libraries": <m>, "created_us": <µs since the Unix epoch>[, "source": <position text>]}
-    <lossless image of key 1>            n lines, by db then key bytes (moonish.state.values)
+    <lossless image of key 1>            n lines, by db then key bytes (moonish.values.model)
     ...
-    {"library": <name>, "code": <text>}  m lines, by name (moonish.state.functions)
+    {"library": <name>, "code": <text>}  m lines, by name (moonish.state.commands.functions)
     ...
     {"crc32c": <crc32c of every byte before this line>}
 
@@ -15,7 +15,7 @@ Versions: 1 (stream values were the entries list alone, with ``"last_id"`` besid
 groups, docs/images.md; function libraries after the keys). Both are read; 2 is written.
 
 ``source`` is the shard's source position after record L (the last one a record carried,
-moonish.redis.source), absent when it has none. The snapshot holds the effect of every
+moonish.redis.routing.sources), absent when it has none. The snapshot holds the effect of every
 record with LSN <= L and nothing after; it is written
 to a temporary name, synced and renamed, so a snapshot file is complete or absent.
 """
@@ -31,9 +31,9 @@ import orjson
 from moonish.errors import CorruptionError, UnsupportedFormatError
 from moonish.fileio import replace_atomically
 from moonish.log.segment import SNAPSHOT_SUFFIX, list_snapshots, snapshot_path
-from moonish.state.functions import Libraries, library_lines
 from moonish.state.keyspace import Keyspace
-from moonish.state.values import state_image
+from moonish.state.libraries import Libraries, library_lines
+from moonish.values.model import state_image
 
 FORMAT = "moonish-snapshot"
 VERSION = 2

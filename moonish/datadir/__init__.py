@@ -1,0 +1,4 @@
+"""A data directory of shards (``shard-<k>``): its layout and shared locks (``layout``), the
+named consumers whose positions pin the log (``consumers``), and retention, which removes whole
+sealed segments no consumer or snapshot needs (``retention``). It imports ``moonish.log``.
+"""

@@ -1,0 +1,246 @@
+"""Replaying AOF files into a data directory's shards (moonish.redis.aof.importer runs it): each
+shard from the source position it stored, or, when the files a position names are gone, the
+whole AOF into scratch shards and the differences into each shard; and the import's report.
+
+One file's commands go through the per-command loop (moonish.redis.aof.loop); an RDB base file
+is loaded key by key (moonish.redis.rdb.contents). A parallel import's workers
+(moonish.redis.aof.parallel) run :func:`replay_aof` on their own shards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from moonish.clock import Clock
+from moonish.log.records import ViewType
+from moonish.log.writer import FsyncPolicy, WriterOptions
+from moonish.redis.aof.files import AofCommands, AofFormatError, starts_with_rdb
+from moonish.redis.aof.loop import FileReplay, Resume
+from moonish.redis.rdb.contents import read_file_contents
+from moonish.redis.routing.router import Exchange, Router
+from moonish.redis.routing.shards import OpenShards, open_shards
+from moonish.redis.routing.sources import decode_position, describe, encode_position
+from moonish.state.config import StreamConfig
+from moonish.state.keyspace import Keyspace
+from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
+from moonish.state.shard import ShardWriter
+
+
+@dataclass
+class ImportReport:
+    """What an import did.
+
+    Attributes:
+        files: the AOF files replayed, in order.
+        bytes: bytes of AOF read.
+        commands: Redis write commands replayed (not counting SELECT, MULTI, EXEC, nor
+            skipped commands).
+        per_command: commands by name (upper case).
+        skipped: commands written as ``moonish.skipped`` message records (``skip_unsupported``)
+            by name (upper case).
+        transactions: MULTI/EXEC blocks replayed.
+        records: records appended over all shards.
+        per_shard: records appended to each shard.
+        lsn_ranges: per shard, the ``[first, last]`` LSNs appended, or ``None``.
+        truncated_tail: description of an incomplete tail left out, or ``None``.
+        resumed_from: per shard, the source position it had before this run
+            (moonish.redis.routing.sources.describe; ``"none"``: it started from the beginning).
+        resynced: the positions named AOF files that are gone (Redis rewrote the AOF): the
+            shards received the differences (:func:`import_aof`).
+        rdb_keys: keys loaded from an RDB base file (``r`` rows written).
+        position: the source position reached (``"none"`` for an empty AOF).
+    """
+
+    files: list[str] = field(default_factory=list)
+    bytes: int = 0
+    commands: int = 0
+    per_command: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = field(default_factory=Counter)
+    transactions: int = 0
+    records: int = 0
+    per_shard: list[int] = field(default_factory=list)
+    lsn_ranges: list[tuple[int, int] | None] = field(default_factory=list)
+    truncated_tail: str | None = None
+    resumed_from: list[str] = field(default_factory=list)
+    resynced: bool = False
+    rdb_keys: int = 0
+    position: str = "none"
+
+
+
+
+
+
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What every process of a parallel import needs (moonish.redis.aof.parallel)."""
+
+    paths: list[str]
+    shards: int
+    log: WriterOptions
+    stream: StreamConfig
+    clock: Clock
+    skip_unsupported: bool
+
+
+def replay_aof(
+    paths: list[str], writers: list[ShardWriter], clock: Clock, skip_unsupported: bool,
+    progress: Callable[[int], None] | None, opened: OpenShards | None = None,
+    exchange: Exchange | None = None, others: frozenset[int] = frozenset(),
+) -> ImportReport:  # fmt: skip
+    """Replay the AOF files ``paths`` into ``writers`` (one per shard) from each shard's
+    stored position, mark and sweep every shard, and report. ``opened``: where a resync
+    (the positions name files that are gone) makes its scratch shards. A parallel import's
+    worker (moonish.redis.aof.parallel; new shards, so no resync) passes ``others``, the shards
+    other workers write (they run nothing here), and its ``exchange``."""
+    report = ImportReport(per_shard=[0] * len(writers))
+    router = Router(writers, clock, skip_unsupported, exchange)
+    positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
+    report.resumed_from = [describe(position) for position in positions]
+    names = [os.path.basename(path) for path in paths]
+    if any(position and position.get("aof") not in names for position in positions):
+        assert opened is not None
+        _resync(paths, opened, router, report, progress, clock)
+    else:
+        resume = [_resume_point(position, names) for position in positions]
+        for shard in others:  # as if past every file: skipped
+            resume[shard] = (len(paths), 0)
+        for index, path in enumerate(paths):
+            _replay_file(path, index, resume, router, report, progress, clock,
+                         last=index == len(paths) - 1)  # fmt: skip
+    for shard, writer in enumerate(writers):
+        if router.position:  # every shard says how far the AOF is applied
+            router.mark(shard, router.position)
+        router.records[shard] += writer.sweep_expired()  # as Redis does once loaded
+        writer.sync()
+    report.commands, report.per_command = router.commands, router.per_command
+    report.skipped = router.skipped
+    report.per_shard = list(router.records)
+    report.records = sum(router.records)
+    report.lsn_ranges = [
+        None if first is None else (first, writer.next_lsn - 1)
+        for first, writer in zip(router.first_lsn, writers, strict=True)
+    ]
+    return report
+
+
+def _resume_point(position: dict[str, Any], names: list[str]) -> Resume:
+    if not position:
+        return (-1, 0)
+    return (names.index(position["aof"]), int(position["offset"]))
+
+
+def _resync(
+    paths: list[str], opened: OpenShards, router: Router, report: ImportReport,
+    progress: Callable[[int], None] | None, clock: Clock,
+) -> None:  # fmt: skip
+    """The files the shards' positions name are gone: replay the whole AOF into scratch
+    shards (a temporary directory in ``out_dir``), then give each shard the differences
+    between its keyspace and the scratch one, with the final position."""
+    report.resynced = True
+    shards = len(opened.writers)
+    scratch_dir = tempfile.mkdtemp(prefix=".resync-", dir=opened.data_dir)
+    try:
+        scratch = open_shards(
+            scratch_dir, shards, WriterOptions(fsync=FsyncPolicy.NEVER),
+            StreamConfig(view=ViewType.OFF), clock,
+        )  # fmt: skip
+        try:
+            scratch_router = Router(scratch.writers, clock, router.skip_unsupported)
+            for index, path in enumerate(paths):
+                _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
+                             clock, last=index == len(paths) - 1)  # fmt: skip
+            final = router.position = scratch_router.position
+            router.add_counts(scratch_router)
+            for shard, writer in enumerate(opened.writers):
+                set_libraries(writer, list(scratch.writers[shard].libraries.values()))
+                keyspace = scratch.writers[shard].keyspace
+                loader = loader_for(writer, b"RESYNC")
+                append = router.appender(shard)
+                remove_missing(loader, _has(keyspace), append)  # first: the position goes last
+                load_entries(loader, list(keyspace.items()), append, rows=False, source=final)
+        finally:
+            for writer in scratch.writers:
+                writer.close()
+    finally:
+        shutil.rmtree(scratch_dir, ignore_errors=True)
+
+
+def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
+    return lambda db, key: keyspace.get(db, key) is not None
+
+
+def _load_rdb_base(
+    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
+    clock: Clock,
+) -> None:  # fmt: skip
+    """Load the RDB base file ``path`` into the shards that have not loaded it (no position
+    yet): its keys as ``r`` rows, the position ``{"aof": name, "offset": size}`` on the last."""
+    todo = [shard for shard, point in enumerate(resume) if point < (index, 0)]
+    size = os.path.getsize(path)
+    position = encode_position({"aof": os.path.basename(path), "offset": size})
+    router.position = position
+    if not todo:
+        return
+    contents = read_file_contents(
+        path, len(router.writers), now_ms=clock.now_us() // 1000, drop_expired=False
+    )
+    for shard in todo:
+        set_libraries(router.writers[shard], contents.functions)
+        loader = loader_for(router.writers[shard], b"RDB")
+        count = load_entries(loader, contents.keys[shard], router.appender(shard),
+                             rows=True, source=position)  # fmt: skip
+        report.rdb_keys += count
+
+
+def _replay_file(
+    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
+    progress: Callable[[int], None] | None, clock: Clock, *, last: bool,
+) -> None:  # fmt: skip
+    """Replay the file ``path`` (``index`` in the manifest's order): each command or
+    MULTI/EXEC block on the shards whose ``resume`` point is before its end. The file is
+    read from its start (SELECT must be tracked); a file every shard is past is skipped."""
+    if all(point[0] > index for point in resume):
+        return
+    is_rdb = starts_with_rdb(path)
+    name = os.path.basename(path)
+    report.files.append(name)
+    if is_rdb:
+        _load_rdb_base(path, index, resume, router, report, clock)
+        size = os.path.getsize(path)
+        report.bytes += size
+        if progress is not None:
+            progress(size)
+        return
+    commands = AofCommands(path)
+    replay = FileReplay(router, resume, index, path, name, progress)
+    # Closed here, not left to the garbage collector: compiled by mypyc (docs/build.md), a
+    # generator dropped unfinished (a command raised) does not close its file.
+    with contextlib.closing(commands.spans()) as spans:
+        replay.run(spans)
+    report.transactions += replay.transactions
+    transaction = replay.transaction
+    size = os.path.getsize(path)
+    report.bytes += size
+    if progress is not None:
+        progress(size - replay.done)
+    if commands.trailing_bytes or transaction is not None:
+        start = replay.transaction_offset if transaction is not None else commands.trailing_offset
+        what = (
+            f"an unfinished MULTI of {len(transaction)} command(s)"
+            if transaction is not None
+            else f"an incomplete command of {commands.trailing_bytes} bytes"
+        )
+        if not last:
+            raise AofFormatError(f"{what} before the end of the AOF", path=path, offset=start)
+        report.truncated_tail = f"{what} at offset {start} of {path} (not applied, as Redis does)"
+    report.position = describe({"aof": name, "offset": commands.trailing_offset})

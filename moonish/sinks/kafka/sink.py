@@ -1,0 +1,501 @@
+"""moonish changes into Kafka as Debezium puts them there: ``moonish cdc kafka``.
+
+Topics (``P`` is the topic prefix, by default the source name)::
+
+    P.db<N>        change events of Redis database N (c, u, d, r; t from plain kv records),
+                   a tombstone (same key, null value) after every d unless tombstones are off
+    P.transaction  Debezium's BEGIN/END records around each atomic batch, key {"id": ...}
+    P.message      non-data records (op "m": checkpoints, ...), key {"prefix": ...}; optional
+    P.offsets      the sink's positions (compacted, one partition; moonish.sinks.kafka.offsets)
+
+Every data, transaction and message topic has one partition per shard, and a shard's records
+go to the partition of its number, so each partition holds its shard's records in LSN order.
+Record key of a change: ``{"db", "key", "key_encoding"}``; value: the envelope (payload-only,
+or Connect's ``schemas.enable=true`` form, moonish.sinks.kafka.schema); headers
+``moonish.shard`` and ``moonish.lsn`` (ASCII decimal); timestamp: the commit time (ms).
+
+Delivery:
+
+- **exactly-once** (default): one transactional producer per shard (``transactional.id``
+  derived from the sink name, the data directory and the shard). A transaction holds whole
+  polls of the shard's log (never part of an atomic batch), their tombstones and BEGIN/END
+  records, and the shard's new position in ``P.offsets``. A start fences every earlier
+  instance (``init_transactions``), reads the positions ``read_committed`` and resumes after
+  them. Consumers reading ``read_committed`` see each change once.
+- **at-least-once**: one idempotent producer per shard; a position moves only after every
+  delivery report of the records up to it came back. After a crash, records after the last
+  stored position are sent again: whole records, which consumers drop by
+  ``(source.shard, source.lsn)``.
+
+Either way the sink can be a named consumer of the data directory, moved to its stored
+positions at start and as they advance, so retention never removes what it has not delivered.
+docs/kafka.md has the details, the guarantees and what they rest on.
+
+Example::
+
+    from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink
+
+    with KafkaSink("data", KafkaOptions("localhost:9092", consumer="kafka-moonish")) as sink:
+        stats = sink.run()          # until the end of every shard's log
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from moonish.cdc.envelope import CONNECTOR
+from moonish.cdc.events import EventBatch
+from moonish.cdc.follow import ChangeSignal
+from moonish.cdc.positions import data_shards
+from moonish.cdc.shard_read import Tail
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.datadir import consumers
+from moonish.errors import InvalidArgumentError, MoonishError
+from moonish.sinks.kafka.offsets import (
+    BrokerUnavailableError,
+    DeliveryError,
+    SinkFencedError,
+    marker_key,
+    new_marker,
+    offset_key,
+    offset_value,
+    read_positions,
+)
+from moonish.sinks.kafka.records import RecordMaker, Topics
+
+EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
+TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaOptions:
+    """What the sink writes where, and how.
+
+    Attributes:
+        bootstrap_servers: ``host:port[,host:port...]`` of the Kafka cluster.
+        topic_prefix: the topics' prefix (``None``: ``name``).
+        name: ``source.name`` in the envelopes.
+        sink: the sink's name: the connector name of its stored positions and the base of its
+            transactional ids (``None``: ``kafka-<topic prefix>``).
+        delivery: ``"exactly-once"`` or ``"at-least-once"``.
+        schemas: Connect's ``schemas.enable=true`` form for keys and values.
+        tombstones: a tombstone after every ``d`` (Debezium's ``tombstones.on.delete``).
+        messages: write ``op: "m"`` records to ``<prefix>.message`` (else leave them out).
+        consumer: register as this named consumer of the data directory; ``None``: none.
+        max_transaction_records: a transaction (or position step) takes polls of the log (up
+            to 1024 records each, never part of an atomic batch) while it holds fewer records.
+        replication_factor: of the topics the sink creates (-1: the broker's default).
+        poll_ms: with ``follow``, longest wait without a file-system event.
+        timeout_ms: longest wait for the broker in one step (connect, commit, flush).
+        client_config: further librdkafka settings (security, ``linger.ms``, ...).
+    """
+
+    bootstrap_servers: str
+    topic_prefix: str | None = None
+    name: str = CONNECTOR
+    sink: str | None = None
+    delivery: str = EXACTLY_ONCE
+    schemas: bool = False
+    tombstones: bool = True
+    messages: bool = True
+    consumer: str | None = None
+    max_transaction_records: int = 10_000
+    replication_factor: int = -1
+    poll_ms: int = 1000
+    timeout_ms: int = 30_000
+    client_config: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.delivery not in (EXACTLY_ONCE, AT_LEAST_ONCE):
+            raise InvalidArgumentError(
+                f"delivery must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, got {self.delivery!r}"
+            )
+        if not TOPIC_PREFIX.fullmatch(self.prefix):
+            raise InvalidArgumentError(
+                f"topic prefix must be 1..200 of A-Z a-z 0-9 . _ -, got {self.prefix!r}"
+            )
+        if not 1 <= self.max_transaction_records <= 1_000_000 or self.poll_ms < 1:
+            raise InvalidArgumentError("max_transaction_records must be 1..1000000, poll_ms >= 1")
+        consumers.validate_name(self.sink_name)
+
+    @property
+    def prefix(self) -> str:
+        """The topic prefix in force."""
+        return self.topic_prefix if self.topic_prefix is not None else self.name
+
+    @property
+    def sink_name(self) -> str:
+        """The sink's name in force."""
+        return self.sink if self.sink is not None else f"kafka-{self.prefix}"[:64]
+
+
+@dataclass(slots=True)
+class KafkaStats:
+    """What the sink did: events sent (changes, BEGIN/END and messages, as read), Kafka
+    records written (tombstones included), transactions committed, and each shard's position
+    (the last LSN whose records are stored for good: committed, or acknowledged)."""
+
+    events: int = 0
+    messages: int = 0
+    transactions: int = 0
+    positions: dict[int, int] = field(default_factory=dict)
+
+
+class _Pending:
+    """At-least-once: the delivery reports still due for the records up to ``lsn``."""
+
+    __slots__ = ("error", "lsn", "remaining")
+
+    def __init__(self, lsn: int) -> None:
+        self.lsn, self.remaining, self.error = lsn, 0, ""
+
+    def __call__(self, error: KafkaError | None, message: object) -> None:
+        self.remaining -= 1
+        if error is not None and not self.error:
+            self.error = str(error)
+
+
+class _Shard:
+    """One shard's producer, log iterator and position."""
+
+    def __init__(self, index: int, path: str, producer: Producer, txn_id: str) -> None:
+        self.index, self.path, self.producer, self.txn_id = index, path, producer, txn_id
+        self.tail: Tail | None = None
+        self.position = 0  # last LSN stored for good
+        self.pending: deque[_Pending] = deque()
+
+
+class KafkaSink:
+    """Sends every shard of ``data_dir`` to Kafka (see the module docstring).
+
+    Args:
+        data_dir: a data directory (``shard-<k>``) or one shard's directory.
+        options: where and how.
+        clock: the envelopes' processing time.
+        progress: called with the stats after each step that moved a position (at most
+            every ``progress_ms``) and at the end of :meth:`run`.
+
+    Raises (from :meth:`run`):
+        BrokerUnavailableError: the cluster cannot be reached (without ``follow``; following,
+            the sink retries with backoff until :meth:`stop`).
+        SinkFencedError: another instance of the sink started (exactly-once).
+        DeliveryError: the broker refused a record (at-least-once).
+        InvalidArgumentError: the stored positions are another data directory's; a topic has
+            fewer partitions than shards; not a data directory.
+        ConsumerLostError, PositionNotRetainedError, LsnNotRetainedError: the log no longer
+            holds what the sink has not delivered.
+        CorruptionError: damage in a shard's log, once every record before it is delivered.
+    """
+
+    def __init__(
+        self,
+        data_dir: str | os.PathLike[str],
+        options: KafkaOptions,
+        clock: Clock = SYSTEM_CLOCK,
+        progress: Callable[[KafkaStats], None] | None = None,
+        progress_ms: int = 1000,
+    ) -> None:
+        self.options = options
+        self.data_dir = os.fspath(data_dir)
+        self.source = os.path.realpath(self.data_dir)
+        self._paths = data_shards(self.data_dir)
+        self._clock, self._progress, self._progress_ms = clock, progress, progress_ms
+        self._config = {"bootstrap.servers": options.bootstrap_servers, "log_level": 3,
+                        **options.client_config}  # fmt: skip
+        self._shards: list[_Shard] = []
+        self._signal: ChangeSignal | None = None
+        self._stop = threading.Event()
+        self._started = False
+        self._acked_at = 0.0
+        self._reported_at = 0.0
+        self.stats = KafkaStats()
+        prefix = options.prefix
+        self.topics = Topics(self._config, prefix, len(self._paths), options.replication_factor,
+                             options.timeout_ms)  # fmt: skip
+        self._records = RecordMaker(self.topics, options.schemas, options.tombstones,
+                                    options.messages)  # fmt: skip
+
+    # -- start -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Connect: make the topics and producers (fencing earlier instances), read the stored
+        positions and register the named consumer. :meth:`run` starts the sink when it has not
+        started; call this first to know that the broker is there (or to time the start).
+
+        Raises:
+            BrokerUnavailableError, SinkFencedError, InvalidArgumentError: as :meth:`run`.
+        """
+        opts = self.options
+        self.topics.check_reachable()
+        self.topics.ensure_static()
+        digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
+        for index, path in enumerate(self._paths):
+            config = {**self._config, "enable.idempotence": True, "linger.ms": 5,
+                      "compression.type": "lz4"}  # fmt: skip
+            txn_id = f"{opts.sink_name}.{digest}.shard-{index}"
+            if opts.delivery == EXACTLY_ONCE:
+                config["transactional.id"] = txn_id
+            producer = Producer(config)
+            self._shards.append(_Shard(index, path, producer, txn_id))
+            if opts.delivery == EXACTLY_ONCE:
+                self._broker_call(producer.init_transactions, opts.timeout_ms / 1000)
+        marker = new_marker()
+        first = self._shards[0].producer
+        key = marker_key(opts.sink_name, opts.prefix)
+        if opts.delivery == EXACTLY_ONCE:
+            first.begin_transaction()
+            first.produce(self.topics.offsets, marker, key, partition=0)
+            self._commit(self._shards[0])
+        else:
+            first.produce(self.topics.offsets, marker, key, partition=0)
+            self._flush(self._shards[0])
+        stored = read_positions(self._config, self.topics.offsets, opts.sink_name, opts.prefix,
+                                marker, self.source, len(self._paths), opts.timeout_ms)  # fmt: skip
+        for shard in self._shards:
+            shard.position = stored.get(shard.index, 0)
+            shard.tail = Tail(shard.path, shard.position + 1, name=opts.name, clock=self._clock,
+                              transactions=True)  # fmt: skip
+        if opts.consumer is not None:  # the topic is the truth: the consumer follows it
+            consumers.register_sink(self.data_dir, opts.consumer, self.positions,
+                                    owner="kafka", authoritative=True)  # fmt: skip
+        self.stats.positions = dict(enumerate(self.positions))
+        self._started = True
+
+    def _broker_call(self, call: Callable[[float], object], timeout_s: float) -> None:
+        try:
+            call(timeout_s)
+        except KafkaException as error:
+            raise BrokerUnavailableError(
+                str(error.args[0]), self.options.bootstrap_servers
+            ) from None
+
+    @property
+    def positions(self) -> list[int]:
+        """Each shard's stored position: the last LSN delivered for good (0: none)."""
+        return [shard.position for shard in self._shards]
+
+    # -- the loop --------------------------------------------------------------------------
+
+    def run(self, follow: bool = False) -> KafkaStats:
+        """Send until every shard's log is exhausted (or, with ``follow``, until :meth:`stop`).
+
+        With ``follow``, a broker that cannot be reached (at start, or later: a step that times
+        out) is retried with backoff, 0.5 s doubling to 30 s: the clients are made anew and
+        the sink resumes from the positions stored in Kafka, as a restart would.
+
+        Returns:
+            the stats of this sink so far (events, Kafka records and positions).
+
+        Raises:
+            see the class docstring.
+        """
+        backoff_s = 0.5
+        while not self._stop.is_set():
+            try:
+                if not self._started:
+                    self.start()
+                    backoff_s = 0.5
+                self._loop(follow)
+                break
+            except BrokerUnavailableError:
+                self._close_clients()
+                if not follow or self._stop.is_set():
+                    raise
+                self._stop.wait(backoff_s)  # the broker may come back: retry, each wait longer
+                backoff_s = min(backoff_s * 2, 30.0)
+        self._report(force=True)
+        return self.stats
+
+    def _loop(self, follow: bool) -> None:
+        if follow and self._signal is None:
+            self._signal = ChangeSignal(self._paths, self.options.poll_ms)
+        while not self._stop.is_set():
+            if self._signal is not None:
+                self._signal.clear()
+            sent = [self._pump(shard) for shard in self._shards]
+            if all(at_end for _, at_end in sent):
+                if not follow:
+                    break
+                if not any(count for count, _ in sent) and self._signal is not None:
+                    self._signal.wait(self.options.poll_ms if self._waiting() else None)
+        for shard in self._shards:
+            self._flush(shard)
+        self._ack(force=True)
+
+    def _waiting(self) -> bool:
+        return any(shard.pending for shard in self._shards)
+
+    def _pump(self, shard: _Shard) -> tuple[int, bool]:
+        """Read up to a transaction's worth of the shard's log and send it; returns how many
+        log records were sent and whether the end of the log was reached."""
+        assert shard.tail is not None
+        batches: list[EventBatch] = []
+        records, at_end, damage = 0, True, None
+        try:
+            for batch in shard.tail.batches():
+                batches.append(batch)
+                records += len(batch)
+                if records >= self.options.max_transaction_records:
+                    at_end = False
+                    break
+        except MoonishError as error:
+            damage = error  # what came before it is sent first
+        if batches:
+            self._send(shard, batches, shard.tail.cursor.lsn - 1)
+        elif self.options.delivery == AT_LEAST_ONCE:
+            shard.producer.poll(0)
+            self._advance(shard)
+        if damage is not None:
+            raise damage
+        return records, at_end
+
+    def _send(self, shard: _Shard, batches: list[EventBatch], last_lsn: int) -> None:
+        producer, opts = shard.producer, self.options
+        exactly_once = opts.delivery == EXACTLY_ONCE
+        tracker = None if exactly_once else _Pending(last_lsn)
+        position = offset_value(last_lsn, self.source, len(self._shards))
+        key = offset_key(opts.sink_name, opts.prefix, shard.index)
+        count = 0
+        try:
+            if exactly_once:
+                producer.begin_transaction()
+            for batch in batches:
+                count += self._records.produce(producer, shard.index, batch, tracker)
+            if exactly_once:
+                producer.produce(self.topics.offsets, position, key, partition=0)
+        except KafkaException as exc:
+            raise self._failure(shard, exc.args[0]) from None
+        if exactly_once:
+            self._commit(shard)
+            shard.position = last_lsn
+            self.stats.transactions += 1
+        else:
+            assert tracker is not None
+            shard.pending.append(tracker)
+            producer.poll(0)
+            self._advance(shard)
+        self.stats.events += sum(len(batch) for batch in batches)
+        self.stats.messages += count
+        self._ack()
+        self._report()
+
+    def _advance(self, shard: _Shard) -> None:
+        """At-least-once: move the position past every step whose reports all came back, and
+        store it in the offsets topic (a hint for the next start: idempotent, not awaited)."""
+        moved = False
+        while shard.pending and shard.pending[0].remaining <= 0:
+            done = shard.pending.popleft()
+            if done.error:
+                raise DeliveryError(shard.index, done.lsn, self.options.prefix, done.error)
+            shard.position, moved = done.lsn, True
+        if moved:
+            opts = self.options
+            shard.producer.produce(
+                self.topics.offsets, offset_value(shard.position, self.source, len(self._shards)),
+                offset_key(opts.sink_name, opts.prefix, shard.index), partition=0,
+            )  # fmt: skip
+
+    def _commit(self, shard: _Shard) -> None:
+        """Commit the shard's transaction: retried while retriable; aborted (and the log read
+        again from the stored position) when Kafka says so; fencing stops the sink."""
+        deadline = time.monotonic() + self.options.timeout_ms / 1000
+        while True:
+            try:
+                shard.producer.commit_transaction(self.options.timeout_ms / 1000)
+                return
+            except KafkaException as exc:
+                error: KafkaError = exc.args[0]
+                if error.fatal():
+                    raise self._failure(shard, error) from None
+                if error.txn_requires_abort():
+                    shard.producer.abort_transaction(self.options.timeout_ms / 1000)
+                    assert shard.tail is not None
+                    shard.tail.close()  # the records go again, in the next transaction
+                    shard.tail = Tail(shard.path, shard.position + 1, name=self.options.name,
+                                      clock=self._clock, transactions=True)  # fmt: skip
+                    return
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise BrokerUnavailableError(
+                        str(error), self.options.bootstrap_servers
+                    ) from None
+
+    def _failure(self, shard: _Shard, error: KafkaError) -> MoonishError:
+        """The error that stops the sink for a producer's failure: fencing, or the broker."""
+        if error.code() == KafkaError._FATAL:  # produce() says only "fatal": ask for which
+            try:
+                shard.producer.abort_transaction(1)
+            except KafkaException as exc:
+                error = exc.args[0]
+        fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+        if error.code() in fenced or "fenced" in str(error).lower():
+            return SinkFencedError(shard.index, shard.txn_id)
+        return BrokerUnavailableError(str(error), self.options.bootstrap_servers)
+
+    def _flush(self, shard: _Shard) -> None:
+        """At-least-once: wait for every delivery report, then move the position."""
+        if self.options.delivery == EXACTLY_ONCE:
+            return
+        left = shard.producer.flush(self.options.timeout_ms / 1000)
+        self._advance(shard)  # stores the position: flushed too, so the next start has it
+        left += shard.producer.flush(self.options.timeout_ms / 1000)
+        if left:
+            raise BrokerUnavailableError(
+                f"{left} records not delivered within {self.options.timeout_ms} ms",
+                self.options.bootstrap_servers,
+            )
+
+    def _ack(self, force: bool = False) -> None:
+        """Move the named consumer to the stored positions (at most once a second)."""
+        now = time.monotonic()
+        if self.options.consumer is None or not self._started:
+            return
+        if force or now - self._acked_at >= 1.0:
+            consumers.ack(self.data_dir, self.options.consumer, self.positions)
+            self._acked_at = now
+
+    def _report(self, force: bool = False) -> None:
+        self.stats.positions = dict(enumerate(self.positions))
+        now = time.monotonic()
+        if self._progress is not None and (
+            force or now - self._reported_at >= self._progress_ms / 1000
+        ):
+            self._progress(self.stats)
+            self._reported_at = now
+
+    # -- stop ------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """End a running :meth:`run` after its current step (from a signal handler or another
+        thread); what was sent is stored, the rest goes next time."""
+        self._stop.set()
+        if self._signal is not None:
+            self._signal.wake()
+
+    def _close_clients(self) -> None:
+        for shard in self._shards:
+            if shard.tail is not None:
+                shard.tail.close()
+        self._shards.clear()
+        self._started = False
+
+    def close(self) -> None:
+        """Release the logs and the clients (a transaction left open is aborted by Kafka)."""
+        self._stop.set()
+        if self._signal is not None:
+            self._signal.close()
+        self._close_clients()
+
+    def __enter__(self) -> KafkaSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -127,9 +127,26 @@ def _send(port: int, commands: list[list[bytes]]) -> None:
 def redis_args(workdir: Path, port: int, *extra: str) -> list[str]:
     binary = shutil.which("redis-server")
     assert binary, "redis-server is missing: `make install` installs it (Debian package)"
-    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(workdir),
-            "--save", "", "--daemonize", "no", "--appendonly", "yes",
-            "--aof-use-rdb-preamble", "no", "--appendfsync", "no", *extra]  # fmt: skip
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(workdir),
+        "--save",
+        "",
+        "--daemonize",
+        "no",
+        "--appendonly",
+        "yes",
+        "--aof-use-rdb-preamble",
+        "no",
+        "--appendfsync",
+        "no",
+        *extra,
+    ]
 
 
 def free_port() -> int:

@@ -80,9 +80,20 @@ def bench_capture(data: Path) -> list[str]:
 
 def _start_capture(port: int, target: Path) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [sys.executable, "-m", "cli.main", "wal", "capture", f"redis://127.0.0.1:{port}",
-            str(target), "--shards", str(SHARDS), "--ack-interval-ms", "100",
-            "--quiet"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "wal",
+        "capture",
+        f"redis://127.0.0.1:{port}",
+        str(target),
+        "--shards",
+        str(SHARDS),
+        "--ack-interval-ms",
+        "100",
+        "--quiet",
+    ]
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
 
 
@@ -111,8 +122,24 @@ def _wait_streaming(client: redis.Redis) -> None:
 def _load(port: int, seconds: int) -> int:
     """One redis-benchmark run of RATE writes per second; returns how many overran."""
     per_test = RATE // len(TESTS.split(","))
-    args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", TESTS,
-            "-n", str(per_test), "-r", "1000000", "-c", "10", "-P", "10", "-q"]  # fmt: skip
+    args = [
+        "redis-benchmark",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-t",
+        TESTS,
+        "-n",
+        str(per_test),
+        "-r",
+        "1000000",
+        "-c",
+        "10",
+        "-P",
+        "10",
+        "-q",
+    ]
     overruns, start = 0, time.monotonic()
     for second in range(seconds):
         with elsewhere():

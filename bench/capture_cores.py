@@ -43,12 +43,15 @@ PROCESSES = (1, 2)
 
 
 SPREAD = [
-    "set key:__rand_int__ __rand_int__", "incr counter:__rand_int__",
-    "lpush list:__rand_int__ __rand_int__", "rpop list:__rand_int__",
-    "sadd set:__rand_int__ __rand_int__", "hset hash:__rand_int__ f__rand_int__ __rand_int__",
+    "set key:__rand_int__ __rand_int__",
+    "incr counter:__rand_int__",
+    "lpush list:__rand_int__ __rand_int__",
+    "rpop list:__rand_int__",
+    "sadd set:__rand_int__ __rand_int__",
+    "hset hash:__rand_int__ f__rand_int__ __rand_int__",
     "zadd zset:__rand_int__ __rand_int__ m__rand_int__",
     "mset " + " ".join(f"m{i}:__rand_int__ __rand_int__" for i in range(10)),
-]  # fmt: skip
+]
 """The spread workload: each command on random keys of its own (``-r 10000``)."""
 
 
@@ -72,9 +75,11 @@ def _workload(data: Path, name: str, commands: int, write: Callable[[int, int], 
     workdir.mkdir(parents=True)
     with contextlib.ExitStack() as stack:
         with elsewhere():
-            client = stack.enter_context(redis_server(
-                workdir, "--repl-backlog-size", "1gb", "--appendonly", "no", "--save", ""
-            ))  # fmt: skip
+            client = stack.enter_context(
+                redis_server(
+                    workdir, "--repl-backlog-size", "1gb", "--appendonly", "no", "--save", ""
+                )
+            )
         port = int(client.connection_pool.connection_kwargs["port"])
         first = _start(port, base, 1)
         _wait_streaming(client)
@@ -117,9 +122,22 @@ def _workload(data: Path, name: str, commands: int, write: Callable[[int, int], 
 
 def _start(port: int, target: Path, processes: int) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    args = [sys.executable, "-m", "cli.main", "wal", "capture", f"redis://127.0.0.1:{port}",
-            str(target), "--shards", str(SHARDS), "--ack-interval-ms", "100",
-            "--processes", str(processes), "--quiet"]  # fmt: skip
+    args = [
+        sys.executable,
+        "-m",
+        "cli.main",
+        "wal",
+        "capture",
+        f"redis://127.0.0.1:{port}",
+        str(target),
+        "--shards",
+        str(SHARDS),
+        "--ack-interval-ms",
+        "100",
+        "--processes",
+        str(processes),
+        "--quiet",
+    ]
     with _unpinned():
         return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
 
@@ -153,8 +171,24 @@ def _write_tests(port: int, commands: int) -> None:
     """redis-benchmark's write tests (bench.capture's mix): its lists, sets, sorted sets and
     hash are one key each (``mylist``, ``myset``, ``myzset``, ``myhash``)."""
     per_test = commands // len(TESTS.split(","))
-    args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-t", TESTS,
-            "-n", str(per_test), "-r", "1000000", "-c", "10", "-P", "10", "-q"]  # fmt: skip
+    args = [
+        "redis-benchmark",
+        "-h",
+        "127.0.0.1",
+        "-p",
+        str(port),
+        "-t",
+        TESTS,
+        "-n",
+        str(per_test),
+        "-r",
+        "1000000",
+        "-c",
+        "10",
+        "-P",
+        "10",
+        "-q",
+    ]
     with elsewhere():
         subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
 
@@ -162,9 +196,23 @@ def _write_tests(port: int, commands: int) -> None:
 def _write_spread(port: int, commands: int) -> None:
     """:data:`SPREAD`, in equal parts, on random keys out of 10,000 per command."""
     for command in SPREAD:
-        args = ["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n",
-                str(commands // len(SPREAD)), "-r", "10000", "-c", "10", "-P", "10", "-q",
-                *command.split()]  # fmt: skip
+        args = [
+            "redis-benchmark",
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-n",
+            str(commands // len(SPREAD)),
+            "-r",
+            "10000",
+            "-c",
+            "10",
+            "-P",
+            "10",
+            "-q",
+            *command.split(),
+        ]
         with elsewhere():
             subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
 

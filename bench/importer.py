@@ -1,5 +1,5 @@
-"""Benchmark of ``moonish wal import-aof`` against redis-server loading the same AOF (issue 11
-§5: ``python -m bench.run import``).
+"""Benchmark of ``moonish wal import-aof`` against redis-server loading the same AOF (``make
+bench`` section "import", ``python -m bench.run import``; docs/benchmarks.md §10).
 
 The AOF: several hundred thousand commands written by a real redis-server
 (bench.aof_workload: the mix of the real fixture, ``aof-use-rdb-preamble no``), built once
@@ -14,9 +14,10 @@ into ``bench-data/import-aof-<commands>``. Each round, in a shuffled order:
 - **moonish** ``import_aof`` in this process (pinned to one core by bench.run) into a new data
   directory, NEW_AND_OLD_IMAGES, the import's default durability (appends unsynced, every
   shard fdatasynced when the import closes it: ``moonish wal import-aof`` as a user runs it),
-  with ``--shards 1`` and ``--shards 4``, and ``--shards 4 --processes 2`` (moonish.redis.aof.parallel:
-  its workers may use both cores). The time covers opening the shards, the replay, the final
-  expiry pass, the syncs and closing: everything but Python's start and imports.
+  with ``--shards 1`` and ``--shards 4``, and ``--shards 4 --processes 2``
+  (moonish.redis.aof.parallel: its workers may use both cores). The time covers opening the
+  shards, the replay, the final expiry pass, the syncs and closing: everything but Python's
+  start and imports.
 
 One untimed warm-up round first (page cache, allocator arenas). The report gives medians of
 the rounds and the median of the per-round ratios moonish time / Redis's load time, and
@@ -65,9 +66,12 @@ def timed_load(workdir: Path, loaded: re.Pattern[bytes], *extra: str) -> tuple[f
     (``extra``: more arguments)."""
     port = free_port()
     began = time.perf_counter()
-    process = subprocess.Popen([*redis_args(workdir, port), *extra], stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT,
-                               preexec_fn=lambda: os.sched_setaffinity(0, {0}))  # fmt: skip
+    process = subprocess.Popen(
+        [*redis_args(workdir, port), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        preexec_fn=lambda: os.sched_setaffinity(0, {0}),
+    )
     try:
         wait_ping(port, process)
         wall = time.perf_counter() - began
@@ -94,8 +98,9 @@ def moonish_import(
         os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the forked workers inherit it
     try:
         began, cpu = time.perf_counter(), _cpu()
-        report = import_aof(aof, out, shards, stream=StreamConfig(ViewType.NEW_AND_OLD_IMAGES),
-                            processes=processes)  # fmt: skip
+        report = import_aof(
+            aof, out, shards, stream=StreamConfig(ViewType.NEW_AND_OLD_IMAGES), processes=processes
+        )
         seconds, cpu = time.perf_counter() - began, _cpu() - cpu
     finally:
         os.sched_setaffinity(0, pinned)
@@ -129,8 +134,9 @@ def bench_import(data: Path, commands: int = COMMANDS, rounds: int = ROUNDS) -> 
         name = f"moonish --shards {shards}" + (f" --processes {processes}" if processes > 1 else "")
 
         def moonish(shards: int = shards, processes: int = processes, name: str = name) -> float:
-            seconds, cpu, done, records = moonish_import(aof, data / "import-out", shards,
-                                                         processes)  # fmt: skip
+            seconds, cpu, done, records = moonish_import(
+                aof, data / "import-out", shards, processes
+            )
             counts[name] = (done, records)
             cpus.setdefault(name, []).append(cpu)
             return seconds

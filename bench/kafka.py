@@ -40,8 +40,12 @@ def bench_kafka(data: Path, appendonlydir: Path) -> list[str]:
             for round_ in range(ROUNDS):
                 reads.append(_read_rate(shard))
                 with _beside() as broker:
-                    options = KafkaOptions(broker.bootstrap, topic_prefix=f"b{round_}",
-                                           delivery=delivery, schemas=schemas)  # fmt: skip
+                    options = KafkaOptions(
+                        broker.bootstrap,
+                        topic_prefix=f"b{round_}",
+                        delivery=delivery,
+                        schemas=schemas,
+                    )
                     with KafkaSink(shard.parent, options) as sink:
                         started = time.perf_counter()
                         sink.start()

@@ -88,13 +88,16 @@ print(json.dumps([time.perf_counter() - began, report.keys_loaded, report.record
 
 def _import(dump: Path, out: Path, processes: int) -> tuple[float, int, int]:
     """(seconds, keys, records) of ``import_rdb`` in a new process on every core (a fresh
-    heap each time: an earlier import's 2 GiB of freed objects slow the next one's)."""
+    heap each time: an earlier import's freed objects slow the next one's)."""
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent))
     run = subprocess.run(
         [sys.executable, "-c", _CHILD, str(dump), str(out), str(SHARDS), str(processes)],
-        capture_output=True, text=True, check=True, env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
         preexec_fn=lambda: os.sched_setaffinity(0, range(os.cpu_count() or 1)),
-    )  # fmt: skip
+    )
     seconds, keys, records = json.loads(run.stdout.splitlines()[-1])
     return float(seconds), int(keys), int(records)
 
@@ -115,10 +118,27 @@ def _build_dump(data: Path) -> Path:
     try:
         wait_ping(port, process)
         for command in SPREAD:
-            subprocess.run(["redis-benchmark", "-h", "127.0.0.1", "-p", str(port), "-n",
-                            str(KEY_COMMANDS // len(SPREAD)), "-r", str(KEYS), "-c", "10",
-                            "-P", "10", "-q", *command.split()],
-                           check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+            subprocess.run(
+                [
+                    "redis-benchmark",
+                    "-h",
+                    "127.0.0.1",
+                    "-p",
+                    str(port),
+                    "-n",
+                    str(KEY_COMMANDS // len(SPREAD)),
+                    "-r",
+                    str(KEYS),
+                    "-c",
+                    "10",
+                    "-P",
+                    "10",
+                    "-q",
+                    *command.split(),
+                ],
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
         with socket.create_connection(("127.0.0.1", port)) as sock:
             sock.sendall(b"*1\r\n$4\r\nSAVE\r\n")
             assert sock.recv(64).startswith(b"+OK")

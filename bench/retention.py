@@ -38,13 +38,16 @@ MOONISH = [sys.executable, "-c", "from cli.main import entry; entry()"]
 
 def _write(shard: Path, records: int, value_bytes: int, segment_bytes: int, shard_id: int) -> None:
     """``records`` plain kv records of ``value_bytes``, in batches of 100, one ms apart."""
-    options = WriterOptions(shard_id=shard_id, fsync=FsyncPolicy.NEVER,
-                            segment_bytes=segment_bytes, heartbeat_ms=None)  # fmt: skip
+    options = WriterOptions(
+        shard_id=shard_id, fsync=FsyncPolicy.NEVER, segment_bytes=segment_bytes, heartbeat_ms=None
+    )
     value = b"v" * value_bytes
     with WalWriter(shard, options, FixedClock(START_US)) as writer:
         for first in range(0, records, 100):
-            batch = [KvCommand(0, (b"SET", b"key:%d" % i, value))
-                     for i in range(first, min(first + 100, records))]  # fmt: skip
+            batch = [
+                KvCommand(0, (b"SET", b"key:%d" % i, value))
+                for i in range(first, min(first + 100, records))
+            ]
             writer.append_batch(batch, START_US + first * 1000)
 
 
@@ -136,8 +139,9 @@ def bench_consumer_list(data: Path) -> list[str]:
 
     def command() -> float:
         started = time.perf_counter()
-        subprocess.run([*MOONISH, "consumer", "list", str(root)], check=True,
-                       stdout=subprocess.DEVNULL)  # fmt: skip
+        subprocess.run(
+            [*MOONISH, "consumer", "list", str(root)], check=True, stdout=subprocess.DEVNULL
+        )
         return time.perf_counter() - started
 
     library_ms = _median_ms(in_process)

@@ -1,5 +1,8 @@
 """moonish benchmarks (``make bench``). Prints a markdown report; docs/benchmarks.md quotes it.
 
+Each item is ``python -m bench.run <name>`` and carries the number of its section in
+docs/benchmarks.md:
+
 1. read: read + decode + encode over a WAL of >= 1M records made by importing the real Redis
    AOF fixture repeatedly into one shard, against a bare loop that only reads the file, checks
    each frame's CRC and calls ``orjson.dumps`` once per record, and against the same records
@@ -8,27 +11,28 @@
 2. position: ``read`` of 10 records at the end of a 10 MB and of a 1 GB WAL (in process, and
    the whole ``moonish cdc read`` command), beside a full scan of each WAL (what a reader that
    rescans the log per poll, like Moon's CDC.READ, pays).
-   "images" does the same over >= 1M kv_change records with NEW_AND_OLD_IMAGES (bench.state).
-3. writer: records/s for single appends and batches of 10 under each fsync policy; "views":
-   the keyspace write path per stream view type (bench.state).
+3. writer: records/s for single appends and batches of 10 under each fsync policy.
 4. follow: latency from append (commit time) in a writer process to the envelope read from
    ``moonish cdc tail --follow`` in another process: p50 and p99.
-5. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
-6. merged: one stream over 4 shards against reading them one by one (bench.merged).
-7. retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
+5. views: the keyspace write path per stream view type; images: what "read" measures, over
+   >= 1M kv_change records with NEW_AND_OLD_IMAGES (bench.state).
+6. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
+7. merged: one stream over 4 shards against reading them one by one (bench.merged);
+   retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
 8. kafka: events/s into a broker, per delivery mode, payload-only and --schemas (bench.kafka).
 9. serve: the change feed server over loopback: catch-up against in-process reading, 100
    live subscribers at 10K appends/s, a slow subscriber, 1,000 idle long-polls (bench.serve).
-10. import: ``moonish wal import-aof`` of a large AOF written by redis-server (NEW_AND_OLD_IMAGES,
-    --shards 1 and 4) against redis-server's own load time of the same file (bench.importer).
-11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99 (bench.capture).
-    "capture-cores": a capture catching up a backlog with --processes 1 and 2, the speed-up on
-    this machine's cores (bench.capture_cores). "import-rdb": ``wal import-rdb`` of a dump with
-    --processes 1 and 2 beside redis-server's load of it (bench.rdb_import).
+10. import: ``moonish wal import-aof`` of a large AOF written by redis-server
+    (NEW_AND_OLD_IMAGES, --shards 1 and 4) against redis-server's own load time of the same
+    file (bench.importer); import-rdb: ``wal import-rdb`` of a dump with --processes 1 and 2
+    beside redis-server's load of it (bench.rdb_import).
+11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99
+    (bench.capture); capture-cores: a capture catching up a backlog with --processes 1 and 2,
+    the speed-up on this machine's cores (bench.capture_cores).
 
-The benchmark process pins itself to one core (the spark section uses both). Data goes to
-bench-data/ (reused across runs).
+The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
+--processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
 """
 
 from __future__ import annotations
@@ -95,8 +99,10 @@ def read_wal() -> Path:
     with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
         while writer.next_lsn <= READ_RECORDS:
             for db, argv in commands:
-                parts = [KvCommand(db, part_argv, key_pos) for _, part_argv, key_pos
-                         in split_command(argv)]  # fmt: skip
+                parts = [
+                    KvCommand(db, part_argv, key_pos)
+                    for _, part_argv, key_pos in split_command(argv)
+                ]
                 if len(parts) == 1:
                     writer.append(parts[0])
                 else:
@@ -161,9 +167,9 @@ def bench_images() -> list[str]:
 
 
 def v1_copy(shard: Path) -> Path:
-    """The same records in WAL format version 1 (as moonish wrote them before version 2: one
-    CRC per frame, no header checksum, no trailer), beside ``shard``, to measure in one run
-    what version 2 costs a reader. Segments only: the read benchmark reads from LSN 1."""
+    """The same records in WAL format version 1 (one CRC per frame, no header checksum, no
+    trailer), beside ``shard``, to measure in one run what version 2 costs a reader. Segments
+    only: the read benchmark reads from LSN 1."""
     out = shard.parent / f"{shard.name}-v1"
     stamp = out / "SOURCE"
     source = f"{shard_read.info(shard)['next_lsn']}"
@@ -180,10 +186,20 @@ def v1_copy(shard: Path) -> Path:
         frames, _, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data))
         assert stop is None
         for f in frames:
-            body = FRAME_HEADER.pack(
-                0, V1_BODY_MIN_BYTES + len(f.payload), f.lsn, f.record_type, f.flags, 0,
-                f.batch_index, f.batch_size, f.commit_us,
-            )[4:] + f.payload  # fmt: skip
+            body = (
+                FRAME_HEADER.pack(
+                    0,
+                    V1_BODY_MIN_BYTES + len(f.payload),
+                    f.lsn,
+                    f.record_type,
+                    f.flags,
+                    0,
+                    f.batch_index,
+                    f.batch_size,
+                    f.commit_us,
+                )[4:]
+                + f.payload
+            )
             parts.append(FRAME_CRC.pack(crc32c.crc32c(body)) + body)
         Path(segment_path(str(out), base)).write_bytes(b"".join(parts))
     stamp.write_text(source)
@@ -257,8 +273,11 @@ def bench_position() -> list[str]:
 
         def command(shard: Path = shard, start: int = start) -> float:
             began = time.perf_counter()
-            subprocess.run([*MOONISH, "cdc", "read", str(shard), str(start), "--limit", "10"],
-                           check=True, capture_output=True)  # fmt: skip
+            subprocess.run(
+                [*MOONISH, "cdc", "read", str(shard), str(start), "--limit", "10"],
+                check=True,
+                capture_output=True,
+            )
             return time.perf_counter() - began
 
         def full_scan(shard: Path = shard) -> float:
@@ -308,8 +327,10 @@ def bench_writer() -> list[str]:
             writer.close()
             seconds = time.perf_counter() - began
             kind = "single appends" if batch_size == 1 else "batches of 10"
-            lines.append(f"fsync {policy.value}, {kind}: {singles / seconds:,.0f} records/s "
-                         f"({singles:,} records, close included)")  # fmt: skip
+            lines.append(
+                f"fsync {policy.value}, {kind}: {singles / seconds:,.0f} records/s "
+                f"({singles:,} records, close included)"
+            )
             shutil.rmtree(path)
     return lines
 
@@ -331,8 +352,9 @@ def bench_follow(samples: int = 2000) -> list[str]:
     shard = DATA / "follow" / "shard-0"
     shutil.rmtree(shard.parent, ignore_errors=True)
     shard.mkdir(parents=True)
-    follower = subprocess.Popen([*MOONISH, "cdc", "tail", str(shard), "--follow"],
-                                stdout=subprocess.PIPE)  # fmt: skip
+    follower = subprocess.Popen(
+        [*MOONISH, "cdc", "tail", str(shard), "--follow"], stdout=subprocess.PIPE
+    )
     latencies_ms = []
     with follower:
         time.sleep(1.0)
@@ -367,22 +389,29 @@ def main() -> None:
     os.sched_setaffinity(0, {0})
     DATA.mkdir(exist_ok=True)
     print(f"# moonish benchmarks, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()} ({interpreter()}), "
-          "benchmark process pinned to one core")  # fmt: skip
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()} ({interpreter()}), "
+        "benchmark process pinned to one core"
+    )
     sections = [
-        ("read", bench_read), ("images", bench_images), ("position", bench_position),
-        ("writer", bench_writer), ("views", lambda: bench_views(DATA, AOF)),
+        ("read", bench_read),
+        ("images", bench_images),
+        ("position", bench_position),
+        ("writer", bench_writer),
+        ("views", lambda: bench_views(DATA, AOF)),
         ("follow", bench_follow),
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
-        ("retention", lambda: bench_prune(DATA)), ("consumers", lambda: bench_consumer_list(DATA)),
+        ("retention", lambda: bench_prune(DATA)),
+        ("consumers", lambda: bench_consumer_list(DATA)),
         ("kafka", lambda: bench_kafka(DATA, AOF)),
         ("serve", lambda: bench_serve(DATA, AOF, READ_RECORDS)),
-        ("import", lambda: bench_import(DATA)), ("capture", lambda: bench_capture(DATA)),
+        ("import", lambda: bench_import(DATA)),
+        ("capture", lambda: bench_capture(DATA)),
         ("capture-cores", lambda: bench_capture_cores(DATA)),
         ("import-rdb", lambda: bench_import_rdb(DATA)),
-    ]  # fmt: skip
+    ]
     only = sys.argv[1:]
     for title, bench in sections:
         if only and title not in only:

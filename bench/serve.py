@@ -74,10 +74,24 @@ def _server(data: Path, *extra: str) -> tuple[subprocess.Popen[bytes], str]:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
     process = subprocess.Popen(
-        [sys.executable, "-c", "from cli.main import entry; entry()", "serve", str(data),
-         "--port", "0", "--max-subscribers", "5000", "--ring-bytes", str(RING_BYTES), *extra],
-        stdout=subprocess.PIPE, preexec_fn=on_core_1, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "from cli.main import entry; entry()",
+            "serve",
+            str(data),
+            "--port",
+            "0",
+            "--max-subscribers",
+            "5000",
+            "--ring-bytes",
+            str(RING_BYTES),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        preexec_fn=on_core_1,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert process.stdout is not None
     url = orjson.loads(process.stdout.readline())["url"]
     process.stdout.close()
@@ -122,9 +136,10 @@ async def over_http(url: str) -> tuple[int, float]:
     started = time.perf_counter()
     count = 0
     timeout = aiohttp.ClientTimeout(total=None)
-    async with aiohttp.ClientSession(timeout=timeout) as session, session.get(
-        f"{url}/v1/changes?feed=continuous&since=earliest&timeout=1"
-    ) as response:  # fmt: skip
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as session,
+        session.get(f"{url}/v1/changes?feed=continuous&since=earliest&timeout=1") as response,
+    ):
         async for chunk in response.content.iter_any():
             count += chunk.count(b"\n")  # (a row may be split between two reads)
     return count - 1, time.perf_counter() - started  # less the last_seq line
@@ -159,9 +174,9 @@ def bench_catch_up(data: Path, rounds: int = 3) -> list[str]:
 class _Feed(asyncio.Protocol):
     """One live subscriber as a bare HTTP/1.1 client on an asyncio protocol: it sends the
     request and looks at the bytes as they arrive (chunk framing and headers need no
-    parsing for what it measures). The bench measures the server: aiohttp's client costs
-    several times more per read, and with 100 of them and the writer on one core, the
-    clients' own queueing showed up in the latencies."""
+    parsing for what it measures). The bench measures the server: aiohttp's client costs more
+    per read, and with 100 of them and the writer on one core, the clients' own queueing
+    would add to the latencies."""
 
     def __init__(self, path: str, latencies: list[float], counts: list[int]) -> None:
         self._request = f"GET {path} HTTP/1.1\r\nHost: bench\r\n\r\n".encode()
@@ -202,9 +217,10 @@ async def _subscriber(url: str, latencies: list[float], counts: list[int], stop:
 
 async def _slow(url: str, stop: float) -> int:
     got = 0
-    async with aiohttp.ClientSession() as session, session.ws_connect(
-        f"{url}/v1/ws?since=now", max_msg_size=0
-    ) as ws:  # fmt: skip
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(f"{url}/v1/ws?since=now", max_msg_size=0) as ws,
+    ):
         await ws.receive_json()
         while time.monotonic() < stop:
             await ws.send_json({"request": 100})
@@ -225,14 +241,21 @@ async def _live(
     stop = time.monotonic() + LIVE_SECONDS + 2
     latencies: list[float] = []
     counts = [0]
-    tasks = [asyncio.create_task(_subscriber(url, latencies, counts, stop))
-             for _ in range(SUBSCRIBERS)]  # fmt: skip
+    tasks = [
+        asyncio.create_task(_subscriber(url, latencies, counts, stop)) for _ in range(SUBSCRIBERS)
+    ]
     slow_task = asyncio.create_task(_slow(url, stop)) if slow else None
     await asyncio.sleep(1)
     writer = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", WRITER, str(data), str(rate), str(LIVE_SECONDS),
-        stdout=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )  # fmt: skip
+        sys.executable,
+        "-c",
+        WRITER,
+        str(data),
+        str(rate),
+        str(LIVE_SECONDS),
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     rss = []
     cpu0, me0 = _cpu_s(pid), time.process_time()
     for _ in range(LIVE_SECONDS):
@@ -250,14 +273,17 @@ def _fresh(root: Path, name: str) -> Path:
     data = root / name
     shutil.rmtree(data, ignore_errors=True)
     script = (
-        "import sys\nfrom moonish.log.payloads import KvCommand\n"
+        "import sys\nfrom moonish.log.records import KvCommand\n"
         "from moonish.log.writer import WalWriter, WriterOptions\n"
         "for k in range(4):\n"
         "    with WalWriter(f'{sys.argv[1]}/shard-{k}', WriterOptions(k)) as w:\n"
         "        w.append(KvCommand(0, (b'SET', b'seed', b'v')))\n"
     )
-    subprocess.run([sys.executable, "-c", script, str(data)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(ROOT)})  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-c", script, str(data)],
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     return data
 
 
@@ -298,8 +324,9 @@ async def _idle(url: str, pid: int) -> tuple[int, int]:
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         query = "feed=longpoll&since=now&timeout=120000"
-        requests = [asyncio.create_task(session.get(f"{url}/v1/changes?{query}"))
-                    for _ in range(IDLE_POLLS)]  # fmt: skip
+        requests = [
+            asyncio.create_task(session.get(f"{url}/v1/changes?{query}")) for _ in range(IDLE_POLLS)
+        ]
         while True:
             await asyncio.sleep(0.5)
             async with session.get(f"{url}/v1/info") as response:

@@ -9,8 +9,8 @@ sections before Spark starts) in one warm session: a first run of each configura
 counted, then ROUNDS runs each. A run is one streaming query with ``availableNow`` from an
 empty checkpoint to termination. Each is reported two ways: Spark's processing time (the
 micro-batches' ``triggerExecution``, as query progress reports it) and the wall time from
-``start()`` to the end of ``awaitTermination()``, which adds starting the query (about 1.5 s:
-Spark starts a Python process for a Python streaming source) and its last check for data.
+``start()`` to the end of ``awaitTermination()``, which adds starting the query (Spark
+starts a Python process for a Python streaming source) and its last check for data.
 
 - WAL source -> no-op sink (``format("noop")``): reading and building the rows;
 - WAL source -> the materialized table (``moonish.spark.materialize``): end to end;
@@ -82,9 +82,12 @@ def _bench_spark(data: Path, shard: Path) -> list[str]:
 
     def noop(source: Any) -> Any:
         return lambda checkpoint, _table: (
-            source().writeStream.format("noop").option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True).start()
-        )  # fmt: skip
+            source()
+            .writeStream.format("noop")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
 
     def table(source: Any) -> Any:
         return lambda checkpoint, table_dir: materialize(source(), table_dir, checkpoint)
@@ -100,8 +103,10 @@ def _bench_spark(data: Path, shard: Path) -> list[str]:
         f"{sum(p.stat().st_size for p in shard.glob('*.seg')) / 2**20:,.0f} MiB of WAL), "
         f"local[2], warm session, {ROUNDS} timed runs after one untimed, availableNow"
     ]
-    lines.append(f"`moonish cdc export` (in process, one core) of those records into files of "
-                 f"50,000: {records / export_seconds:,.0f} envelopes/s")  # fmt: skip
+    lines.append(
+        f"`moonish cdc export` (in process, one core) of those records into files of "
+        f"50,000: {records / export_seconds:,.0f} envelopes/s"
+    )
     try:
         for title, start in runs:
             timed_query(start, data / "spark-run")  # warm-up

@@ -44,11 +44,12 @@ def aof_commands(appendonlydir: Path) -> list[tuple[int, list[bytes]]]:
 
 
 def _options(view: ViewType) -> ShardOptions:
-    return ShardOptions(WriterOptions(fsync=FsyncPolicy.NEVER), StreamConfig(view),
-                        expiry_sweep_ms=0)  # fmt: skip
+    return ShardOptions(
+        WriterOptions(fsync=FsyncPolicy.NEVER), StreamConfig(view), expiry_sweep_ms=0
+    )
 
 
-BLOCK = 500  # commands per timed block (about 25 ms)
+BLOCK = 500  # commands per timed block
 
 
 def replay_interleaved(
@@ -56,8 +57,8 @@ def replay_interleaved(
 ) -> tuple[int, dict[ViewType, float]]:
     """(records per view, seconds per view) of running ``commands`` on one new shard per
     view, in blocks of BLOCK commands taken by each view in turn (a shuffled order per block),
-    so that the machine's speed changing over time (a shared VM's CPU varies by 20% from one
-    second to the next) falls on every view alike."""
+    so that the machine's speed changing over time (a shared VM's CPU varies from one second
+    to the next) falls on every view alike."""
     shuffle = random.Random(seed).shuffle
     seconds = dict.fromkeys(views, 0.0)
     records = dict.fromkeys(views, 0)

@@ -48,7 +48,8 @@ class MoonishError(Exception):
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickled whole, whatever its class's ``__init__`` takes (an error a worker process
-        sends: moonish.redis.capture.workers, moonish.redis.aof.parallel)."""
+        sends: moonish.redis.capture.workers, moonish.redis.aof.parallel,
+        moonish.redis.rdbimport.parallel)."""
         return _rebuild, (type(self), self.args, self.__dict__)
 
     def _render(self) -> str:

@@ -61,4 +61,3 @@ def check_extensions(package_dir: str = PACKAGE_DIR) -> None:
             "with `make install`, or remove them with `make pure` to run pure Python "
             "(docs/build.md)"
         )
-

@@ -46,8 +46,8 @@ class raised_gc_thresholds:
     """Within the block, the garbage collector's thresholds are :data:`GC_THRESHOLDS`
     (``gc.set_threshold``); the previous ones are restored after. For a batch job that
     allocates many short-lived containers per item and makes no cycles worth collecting often
-    (``wal import-aof``: 1-7% less CPU in two A/B runs, within the machine's noise;
-    docs/benchmarks.md §10). Collections still run, so cycles are still freed."""
+    (``wal import-aof``; docs/benchmarks.md §10 measures it). Collections still run, so
+    cycles are still freed."""
 
     __slots__ = ("_before",)
 

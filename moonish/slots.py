@@ -44,5 +44,4 @@ def shard_groups(shards: int, processes: int) -> list[range]:
     """The shards each of ``processes`` processes writes when an import or a capture runs in
     several: process ``w`` writes ``[w * shards // processes, (w + 1) * shards // processes)``
     (contiguous, as even as the counts allow)."""
-    return [range(w * shards // processes, (w + 1) * shards // processes)
-            for w in range(processes)]  # fmt: skip
+    return [range(w * shards // processes, (w + 1) * shards // processes) for w in range(processes)]

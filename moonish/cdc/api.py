@@ -89,13 +89,23 @@ def read(
             )
         where = position if isinstance(position, Token) or position is None else str(position)
         return read_merged(
-            path, where, limit, consumer=consumer, name=name, clock=clock,
+            path,
+            where,
+            limit,
+            consumer=consumer,
+            name=name,
+            clock=clock,
             transactions=transactions,
-        )  # fmt: skip
+        )
     return read_shard(
-        path, _cursor(position), limit, name=name, clock=clock, snapshot=snapshot,
+        path,
+        _cursor(position),
+        limit,
+        name=name,
+        clock=clock,
+        snapshot=snapshot,
         transactions=transactions,
-    )  # fmt: skip
+    )
 
 
 def tail(
@@ -115,8 +125,8 @@ def tail(
 ) -> Tail | MergedTail:
     """An iterator of events after ``position``: :class:`~moonish.cdc.shard_read.Tail` for a
     shard's cursor, :class:`~moonish.cdc.merged_read.MergedTail` for a merged read (which
-    alone carries ``resolved_ms`` markers). Use as a context manager. ``from_lsn`` is the
-    shard cursor's older name (``position`` and ``from_lsn`` are one argument).
+    alone carries ``resolved_ms`` markers). Use as a context manager. ``from_lsn`` is another
+    name of a shard cursor's ``position`` (the two are one argument).
 
     Raises:
         InvalidArgumentError: as the iterator chosen; ``snapshot`` with a merged read,
@@ -138,15 +148,28 @@ def tail(
             )
         where = position if isinstance(position, Token) or position is None else str(position)
         return MergedTail(
-            path, where, consumer=consumer, follow=follow, name=name, clock=clock,
-            fallback_poll_ms=fallback_poll_ms, watch=watch, transactions=transactions,
+            path,
+            where,
+            consumer=consumer,
+            follow=follow,
+            name=name,
+            clock=clock,
+            fallback_poll_ms=fallback_poll_ms,
+            watch=watch,
+            transactions=transactions,
             resolved_ms=resolved_ms,
-        )  # fmt: skip
+        )
     return Tail(
-        path, _cursor(position), follow=follow, name=name, clock=clock,
-        fallback_poll_ms=fallback_poll_ms, watch=watch, snapshot=snapshot,
+        path,
+        _cursor(position),
+        follow=follow,
+        name=name,
+        clock=clock,
+        fallback_poll_ms=fallback_poll_ms,
+        watch=watch,
+        snapshot=snapshot,
         transactions=transactions,
-    )  # fmt: skip
+    )
 
 
 def ack(data_dir: str | os.PathLike[str], consumer: str, token: Token | str) -> Consumer:

@@ -71,8 +71,12 @@ FLAG_SNAPSHOT = 0x80
 _U32 = struct.Struct("<I")
 _SNAPSHOT_MARK = {-1: b"first", 0: b"true", 1: b"last"}
 _OP_ROW = ord("r")
-_ROW_MARK = {0: b"true", CHANGE_FIRST_ROW: b"first", CHANGE_LAST_ROW: b"last",
-             CHANGE_FIRST_ROW | CHANGE_LAST_ROW: b"last"}  # fmt: skip
+_ROW_MARK = {
+    0: b"true",
+    CHANGE_FIRST_ROW: b"first",
+    CHANGE_LAST_ROW: b"last",
+    CHANGE_FIRST_ROW | CHANGE_LAST_ROW: b"last",
+}
 
 _b64encode = base64.b64encode
 
@@ -99,8 +103,10 @@ def omitted_out(image: bytes) -> bytes:
     if found is None:
         return image
     return b'%s,"value":null,"expire_at_ms":%s,"omitted_length":%s}' % (
-        image[: found.start()], found[2], found[1],
-    )  # fmt: skip
+        image[: found.start()],
+        found[2],
+        found[1],
+    )
 
 
 def _stream_off(record_type: int, payload: bytes) -> bool:
@@ -109,7 +115,8 @@ def _stream_off(record_type: int, payload: bytes) -> bool:
 
 
 def command_image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[str, Any]:
-    """The ``after``/``before`` image of a data record (docs/envelopes.md, "Images")."""
+    """The command-shaped ``after``/``before`` image of a plain kv, temporal or graph record
+    (docs/envelopes.md, "Plain kv records")."""
     if isinstance(record, KvCommand):
         return {
             "record_type": "kv",
@@ -160,9 +167,14 @@ class EnvelopeEncoder:
     """
 
     def __init__(
-        self, shard: int, name: str = CONNECTOR, clock: Clock = SYSTEM_CLOCK, path: str = "",
-        *, transactions: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        shard: int,
+        name: str = CONNECTOR,
+        clock: Clock = SYSTEM_CLOCK,
+        path: str = "",
+        *,
+        transactions: bool = False,
+    ) -> None:
         self.shard = shard
         self.transactions = transactions
         self.name = name
@@ -170,10 +182,14 @@ class EnvelopeEncoder:
         self.path = path
         self._pieces = self._constant_pieces()
         self._source_head = (
-            ',"source":{"version":' + orjson.dumps(SOURCE_VERSION).decode()
-            + ',"connector":"' + CONNECTOR + '","name":' + orjson.dumps(self.name).decode()
+            ',"source":{"version":'
+            + orjson.dumps(SOURCE_VERSION).decode()
+            + ',"connector":"'
+            + CONNECTOR
+            + '","name":'
+            + orjson.dumps(self.name).decode()
             + ',"ts_ms":'
-        ).encode()  # fmt: skip
+        ).encode()
 
     def encode(self, frames: list[Frame]) -> EventBatch:
         """Change events for ``frames`` (in the order given), envelopes included.
@@ -208,10 +224,13 @@ class EnvelopeEncoder:
             return self.encode(frames), len(frames), None
         except CorruptionError as error:
             damaged = next(
-                (i for i, f in enumerate(frames)
-                 if f.lsn == error.lsn and not f.flags & FLAG_SNAPSHOT),
+                (
+                    i
+                    for i, f in enumerate(frames)
+                    if f.lsn == error.lsn and not f.flags & FLAG_SNAPSHOT
+                ),
                 0,
-            )  # fmt: skip
+            )
             kept = max(0, damaged - frames[damaged].batch_index) if frames else 0
             return self.encode(frames[:kept]), kept, error
 
@@ -259,10 +278,14 @@ class EnvelopeEncoder:
         """The text between the fields of a fast-path envelope (ops ``u``, ``d``) that is the
         same for every envelope of this encoder; the tails (processing time) come per call."""
         source = (
-            ',"source":{"version":' + orjson.dumps(SOURCE_VERSION).decode()
-            + ',"connector":"' + CONNECTOR + '","name":' + orjson.dumps(self.name).decode()
+            ',"source":{"version":'
+            + orjson.dumps(SOURCE_VERSION).decode()
+            + ',"connector":"'
+            + CONNECTOR
+            + '","name":'
+            + orjson.dumps(self.name).decode()
             + ',"ts_ms":'
-        )  # fmt: skip
+        )
         return {
             "head_u": '{"before":null,"after":{"record_type":"kv","command":"',
             "head_d": '{"before":{"record_type":"kv","command":"',
@@ -304,8 +327,9 @@ class EnvelopeEncoder:
                 if len(payload) > 2 and payload[2] == 0:
                     self._check_skipped(lsn, payload, offset)
                     continue  # written while the stream was off: not a change event
-                op, envelope = change(lsn, flags, bidx, bsize, commit_us, payload, offset,
-                                      change_tail)  # fmt: skip
+                op, envelope = change(
+                    lsn, flags, bidx, bsize, commit_us, payload, offset, change_tail
+                )
                 add_op(op)
                 add_envelope(envelope)
                 continue
@@ -385,9 +409,16 @@ class EnvelopeEncoder:
             raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
 
     def _change(
-        self, lsn: int, flags: int, bidx: int, bsize: int, commit_us: int, payload: bytes,
-        offset: int, tail: bytes,
-    ) -> tuple[str, bytes]:  # fmt: skip
+        self,
+        lsn: int,
+        flags: int,
+        bidx: int,
+        bsize: int,
+        commit_us: int,
+        payload: bytes,
+        offset: int,
+        tail: bytes,
+    ) -> tuple[str, bytes]:
         """(op, envelope) of a kv_change record or a snapshot row: the images are spliced in
         as stored (the writer made them JSON), no JSON is parsed."""
         try:
@@ -409,8 +440,11 @@ class EnvelopeEncoder:
             transaction = b"null"
         elif flags & FLAG_BATCH:
             transaction = b'{"id":"%d:%d","total_order":%d,"data_collection_order":%d}' % (
-                self.shard, lsn - bidx, bidx + 1, bidx + 1,
-            )  # fmt: skip
+                self.shard,
+                lsn - bidx,
+                bidx + 1,
+                bidx + 1,
+            )
         else:
             transaction = b"null"
         if not command:
@@ -420,21 +454,44 @@ class EnvelopeEncoder:
         else:
             command_json = orjson.dumps(text_or_b64(command))
         expired = b"true" if change_flags & CHANGE_EXPIRED else b"false"
-        envelope = b"".join([
-            b'{"before":', before, b',"after":', after, self._source_head,
-            b'%d,"ts_us":%d,"ts_ns":%d,"snapshot":"%s","db":%d,"shard":%d,"lsn":%d,'
-            b'"command":%s,"expired":%s},"transaction":%s,"op":"%s",' % (
-                commit_us // 1000, commit_us, commit_us * 1000, snapshot, db, self.shard, lsn,
-                command_json, expired, transaction, op.encode(),
-            ),
-            tail,
-        ])  # fmt: skip
+        envelope = b"".join(
+            [
+                b'{"before":',
+                before,
+                b',"after":',
+                after,
+                self._source_head,
+                b'%d,"ts_us":%d,"ts_ns":%d,"snapshot":"%s","db":%d,"shard":%d,"lsn":%d,'
+                b'"command":%s,"expired":%s},"transaction":%s,"op":"%s",'
+                % (
+                    commit_us // 1000,
+                    commit_us,
+                    commit_us * 1000,
+                    snapshot,
+                    db,
+                    self.shard,
+                    lsn,
+                    command_json,
+                    expired,
+                    transaction,
+                    op.encode(),
+                ),
+                tail,
+            ]
+        )
         return op, envelope
 
     def _general(
-        self, lsn: int, rtype: int, flags: int, bidx: int, commit_us: int, payload: bytes,
-        offset: int, now_us: int,
-    ) -> tuple[str, bytes]:  # fmt: skip
+        self,
+        lsn: int,
+        rtype: int,
+        flags: int,
+        bidx: int,
+        commit_us: int,
+        payload: bytes,
+        offset: int,
+        now_us: int,
+    ) -> tuple[str, bytes]:
         """(op, envelope) of any record: typed decode, a dict, ``orjson.dumps``."""
         try:
             record = decode_payload(rtype, payload)
@@ -462,10 +519,14 @@ class EnvelopeEncoder:
             "lsn": lsn,
         }
         transaction = (
-            {"id": f"{self.shard}:{lsn - bidx}", "total_order": bidx + 1,
-             "data_collection_order": bidx + 1}
-            if flags & FLAG_BATCH else None
-        )  # fmt: skip
+            {
+                "id": f"{self.shard}:{lsn - bidx}",
+                "total_order": bidx + 1,
+                "data_collection_order": bidx + 1,
+            }
+            if flags & FLAG_BATCH
+            else None
+        )
         if isinstance(record, Checkpoint | Message):
             if isinstance(record, Message):
                 prefix, content = record.prefix, record.content
@@ -475,8 +536,13 @@ class EnvelopeEncoder:
                     {"checkpoint_lsn": record.checkpoint_lsn, "label": record.label}
                 )
             message = {"prefix": prefix, "content": _b64encode(content).decode("ascii")}
-            envelope = {"op": op, "ts_ms": now_us // 1000, "source": source,
-                        "transaction": transaction, "message": message}  # fmt: skip
+            envelope = {
+                "op": op,
+                "ts_ms": now_us // 1000,
+                "source": source,
+                "transaction": transaction,
+                "message": message,
+            }
             return op, orjson.dumps(envelope)
         image = command_image(record)
         before, after = {"u": (None, image), "d": (image, None)}.get(op, (None, None))

@@ -92,9 +92,14 @@ class EventBatch(Sequence[ChangeEvent]):
             return [self[i] for i in range(*index.indices(len(self)))]
         frame = self.frames[index]
         return ChangeEvent(
-            self.shard, frame.lsn, self.ops[index], frame.commit_us, self.envelopes[index],
-            frame.record_type, frame.payload,
-        )  # fmt: skip
+            self.shard,
+            frame.lsn,
+            self.ops[index],
+            frame.commit_us,
+            self.envelopes[index],
+            frame.record_type,
+            frame.payload,
+        )
 
     def __iter__(self) -> Iterator[ChangeEvent]:
         shard = self.shard

@@ -4,11 +4,10 @@ The follower clears the signal *before* it polls the log and waits only if the p
 nothing, so an append that lands between the poll and the wait still wakes it at once.
 
 A follower that keeps finding changes does not need events, and they are not free: every
-append is an inotify event that watchdog's threads turn into Python objects (measured: about
-a third of a core at 10,000 appends/s over 4 shards). So after ``IDLE_WATCH_POLLS``
-polls in a row without a wait the watches are removed, and the next wait puts them back and
-returns at once without waiting: the follower polls again, now watched, before it really
-waits, so a change made while nothing watched is found by that poll.
+append is an inotify event that watchdog's threads turn into Python objects. So after
+``IDLE_WATCH_POLLS`` polls in a row without a wait the watches are removed, and the next wait
+puts them back and returns at once without waiting: the follower polls again, now watched,
+before it really waits, so a change made while nothing watched is found by that poll.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ class _WatchdogNotices(logging.Filter):
 
     - the error logged when an observer is stopped while its emitter thread is reading an
       event (``watchdog.observers.inotify``): nothing is wrong, the emitter returns as if there
-      were no event (gorakhargosh/watchdog#963), but ``cdc tail --follow`` printed it on
+      were no event (gorakhargosh/watchdog#963), but ``cdc tail --follow`` would print it on
       Ctrl-C;
     - the warning that the kernel's inotify queue overflowed and events were lost
       (``watchdog.observers.inotify_c``; a shard directory can change faster than that
@@ -45,8 +44,8 @@ class _WatchdogNotices(logging.Filter):
 _NOTICES = _WatchdogNotices()
 _READS = frozenset({"opened", "closed_no_write"})
 """Events a reader causes (watchdog 5 reports IN_OPEN and IN_CLOSE_NOWRITE): a follower's
-own poll opens heartbeat.json and lists the directory, so waking on them made every
-follower at the end of the log poll in a loop (a core's worth of CPU, idle)."""
+own poll opens heartbeat.json and lists the directory, so waking on them would make every
+follower at the end of the log poll in a loop."""
 _SIGNALS: weakref.WeakSet[ChangeSignal] = weakref.WeakSet()
 IDLE_WATCH_POLLS = 32
 """Polls in a row without a wait after which a signal stops watching (see above)."""

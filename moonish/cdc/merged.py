@@ -159,9 +159,14 @@ class MergedBatch(Sequence[ChangeEvent]):
             return [self[i] for i in range(*index.indices(len(self)))]
         frame = self.frames[index]
         return ChangeEvent(
-            self.shards[index], frame.lsn, self.ops[index], frame.commit_us,
-            self.envelopes[index], frame.record_type, frame.payload,
-        )  # fmt: skip
+            self.shards[index],
+            frame.lsn,
+            self.ops[index],
+            frame.commit_us,
+            self.envelopes[index],
+            frame.record_type,
+            frame.payload,
+        )
 
     @property
     def records(self) -> int:
@@ -179,9 +184,14 @@ class ShardFeed:
     """
 
     def __init__(
-        self, index: int, shard_dir: str, position: int, name: str, clock: Clock,
+        self,
+        index: int,
+        shard_dir: str,
+        position: int,
+        name: str,
+        clock: Clock,
         transactions: bool,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.index = index
         self.reader = ShardReader(shard_dir)
         self.position = position
@@ -235,8 +245,8 @@ class ShardFeed:
             self.chunk_end = frames[-1].lsn
         keys = list(map(_COMMIT_US, batch.frames))
         running = self.running_us
-        if keys and (keys[0] < running or keys != sorted(keys)):  # a log older than the rule
-            for i, commit_us in enumerate(keys):  # that commit times never decrease
+        if keys and (keys[0] < running or keys != sorted(keys)):  # commit times that decrease:
+            for i, commit_us in enumerate(keys):  # the running maximum stands for them
                 running = running if running >= commit_us else commit_us
                 keys[i] = running
         elif keys:

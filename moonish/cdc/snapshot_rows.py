@@ -65,8 +65,18 @@ def snapshot_frames(shard_dir: str, cursor: Cursor, limit: int) -> tuple[list[Fr
             else key_image(db, key)
         )
         _, payload = encode_payload(KvChange("r", db, b"", key, b"", after, view))
-        frames.append(Frame(lsn, RecordType.KV_CHANGE, FLAG_SNAPSHOT, row, total,
-                            snapshot.created_us, payload, 0))  # fmt: skip
+        frames.append(
+            Frame(
+                lsn,
+                RecordType.KV_CHANGE,
+                FLAG_SNAPSHOT,
+                row,
+                total,
+                snapshot.created_us,
+                payload,
+                0,
+            )
+        )
     return frames, Cursor(lsn + 1, end) if end < total else Cursor(lsn + 1)
 
 

@@ -16,7 +16,7 @@ shard. A merged stream only ever moves components forward, so a later token neve
 before an earlier one (``sorted()`` on tokens as strings gives the order they were emitted).
 
 ``earliest`` and ``now`` are accepted wherever a token is; they are resolved against the log
-(:func:`moonish.cdc.merged.resolve`).
+(:func:`moonish.cdc.positions.resolve`).
 """
 
 from __future__ import annotations

@@ -77,10 +77,15 @@ ACTIVE, LOST = "active", "lost"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 """Consumer names: what a file name can hold safely, never ``.``-hidden."""
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
-    "name": str, "owner": (str, type(None)), "created_ms": int, "updated_ms": int,
-    "status": str, "lost_reason": (str, type(None)), "lost_ms": (int, type(None)),
+    "name": str,
+    "owner": (str, type(None)),
+    "created_ms": int,
+    "updated_ms": int,
+    "status": str,
+    "lost_reason": (str, type(None)),
+    "lost_ms": (int, type(None)),
     "lost_shard": (int, type(None)),
-}  # fmt: skip
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,10 +244,16 @@ def lost_error(
     (component ``shard``; its oldest retained LSN is ``oldest``)."""
     wanted = consumer.positions[shard] + 1
     return ConsumerLostError(
-        consumer.name, status=consumer.status, reason=consumer.lost_reason, shard=shard,
-        requested_lsn=wanted, oldest_lsn=oldest, gone=max(0, oldest - wanted),
-        oldest_token=oldest_token, path=_path(data_dir, consumer.name),
-    )  # fmt: skip
+        consumer.name,
+        status=consumer.status,
+        reason=consumer.lost_reason,
+        shard=shard,
+        requested_lsn=wanted,
+        oldest_lsn=oldest,
+        gone=max(0, oldest - wanted),
+        oldest_token=oldest_token,
+        path=_path(data_dir, consumer.name),
+    )
 
 
 def _marked_lost(root: str, consumer: Consumer, shards: list[str]) -> ConsumerLostError:
@@ -439,9 +450,13 @@ def mark_lost(
             return consumer
         now = _now_ms(clock)
         consumer = dataclasses.replace(
-            consumer, updated_ms=now, status=LOST, lost_reason=reason, lost_ms=now,
+            consumer,
+            updated_ms=now,
+            status=LOST,
+            lost_reason=reason,
+            lost_ms=now,
             lost_shard=shard,
-        )  # fmt: skip
+        )
         _write(root, consumer)
     return consumer
 

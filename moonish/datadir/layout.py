@@ -1,4 +1,4 @@
-"""A data directory's shards as the log layer sees them, and the locks that named consumers
+"""A data directory's shards as moonish.datadir sees them, and the locks that named consumers
 (moonish.datadir.consumers) and retention (moonish.datadir.retention) share.
 
 A data directory holds ``shard-<k>`` directories numbered from 0; a shard directory given
@@ -29,7 +29,7 @@ SHARD_NAME = re.compile(r"shard-(0|[1-9][0-9]*)")
 
 def shard_dirs(data_dir: str | os.PathLike[str]) -> list[str]:
     """The shard directories of ``data_dir`` in token order, or ``[data_dir]`` when it is a
-    shard directory (the rule of moonish.cdc.positions.data_shards, which the log layer
+    shard directory (the rule of moonish.cdc.positions.data_shards, which moonish.datadir
     cannot import).
 
     Raises:

@@ -278,9 +278,13 @@ class _Rules:
     record only when an age rule needs it, and the end of the log only for ``max_records``."""
 
     def __init__(
-        self, shard_dir: str, policy: RetentionPolicy, now_ms: int, before: int | None,
+        self,
+        shard_dir: str,
+        policy: RetentionPolicy,
+        now_ms: int,
+        before: int | None,
         total_bytes: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.policy, self.now_ms, self.before = policy, now_ms, before
         self.remaining_bytes = total_bytes
         self._reader = ShardReader(shard_dir)
@@ -400,8 +404,13 @@ def prune(
                 lost.append(LostConsumer(holder.data_dir, holder.consumer.name, why))
                 if not dry_run:
                     with contextlib.suppress(ConsumerNotFoundError):  # dropped meanwhile
-                        mark_lost(holder.data_dir, holder.consumer.name, why,
-                                  shard=holder.component, clock=clock)  # fmt: skip
+                        mark_lost(
+                            holder.data_dir,
+                            holder.consumer.name,
+                            why,
+                            shard=holder.component,
+                            clock=clock,
+                        )
         if not dry_run:
             delete_segments(shard_dir, found.deletions)
     return PruneReport(

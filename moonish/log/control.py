@@ -25,8 +25,8 @@ the next LSN when it closes; ``moonish wal repair`` adds discarded ranges. So:
 - LSNs in a discarded range are never written again; a reader that reaches one gets
   :class:`~moonish.errors.LsnDiscardedError` naming where the log continues.
 
-A shard without the file (written before it existed) is read as if it said ``clean: false``
-with the end its segments give.
+A shard without the file is read as if it said ``clean: false`` with the end its segments
+give.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The moonish WAL byte layout (format version 2; version 1 is still read). docs/wal-format.md
+"""The moonish WAL byte layout (format version 2; version 1 is read too). docs/wal-format.md
 has the same tables.
 
 A shard is a directory of segment files::

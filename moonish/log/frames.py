@@ -176,9 +176,12 @@ def encode_frame(
 
 
 def encode_records(
-    records: Sequence[Record], first_lsn: int, commit_us: int, flags: int,
+    records: Sequence[Record],
+    first_lsn: int,
+    commit_us: int,
+    flags: int,
     source: bytes | None = None,
-) -> bytes:  # fmt: skip
+) -> bytes:
     """The frames of ``records`` appended together at ``first_lsn`` (one a batch position,
     ``batch_size`` their count), ``source`` stored on the last one (``encode_payload``).
 
@@ -193,9 +196,12 @@ def encode_records(
 
 
 def encode_records_py(
-    records: Sequence[Record], first_lsn: int, commit_us: int, flags: int,
+    records: Sequence[Record],
+    first_lsn: int,
+    commit_us: int,
+    flags: int,
     source: bytes | None = None,
-) -> bytes:  # fmt: skip
+) -> bytes:
     """:func:`encode_records` in Python: what a pure build runs, and any batch with a record
     that is not a kv_change (moonish/log/_cframes.c gives the same bytes for those)."""
     count = len(records)
@@ -288,14 +294,15 @@ def scan_frames(
             if committed >= max_records:
                 break
             continue
-        problem = _batch_problem(bidx, bsize, flags, open_size, expect_index,
-                                 mid_batch_start and not frames)  # fmt: skip
+        problem = _batch_problem(
+            bidx, bsize, flags, open_size, expect_index, mid_batch_start and not frames
+        )
         if problem:
-            stop = Stop(StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end,
-                        problem)  # fmt: skip
+            stop = Stop(
+                StopKind.BAD_BATCH, file_offset + pos, lsn, file_offset + frame_end, problem
+            )
             break
-        append(new(Frame, (lsn, rtype, flags, bidx, bsize, commit_us, payload,
-                           file_offset + pos)))  # fmt: skip
+        append(new(Frame, (lsn, rtype, flags, bidx, bsize, commit_us, payload, file_offset + pos)))
         pos = frame_end
         next_lsn += 1
         if bidx + 1 == bsize:
@@ -351,8 +358,13 @@ def _diagnose(
         return Stop(StopKind.BAD_CRC, at, next_lsn, file_offset + frame_end)
     if lsn != next_lsn:
         return Stop(StopKind.BAD_LSN, at, next_lsn, file_offset + frame_end, f"found LSN {lsn}")
-    return Stop(StopKind.BAD_FLAGS, at, lsn, file_offset + frame_end,
-                f"flags 0x{flags:02x}, reserved 0x{reserved:04x}")  # fmt: skip
+    return Stop(
+        StopKind.BAD_FLAGS,
+        at,
+        lsn,
+        file_offset + frame_end,
+        f"flags 0x{flags:02x}, reserved 0x{reserved:04x}",
+    )
 
 
 def _frame_checksum_holds(
@@ -413,9 +425,15 @@ def _append_prefix(
             or found != lsn
             or (flags & ~KNOWN_FLAGS) | reserved
             or not layout.min_length <= length <= layout.max_length
-            or _batch_problem(bidx, bsize, flags | (FLAG_BATCH if bsize == 1 else 0),
-                              open_size, expect_index, mid_batch_start and pos == 0)
-        ):  # fmt: skip
+            or _batch_problem(
+                bidx,
+                bsize,
+                flags | (FLAG_BATCH if bsize == 1 else 0),
+                open_size,
+                expect_index,
+                mid_batch_start and pos == 0,
+            )
+        ):
             return None
         frame_end = pos + layout.overhead + length
         if frame_end > limit:

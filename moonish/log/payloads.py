@@ -1,4 +1,5 @@
-"""Typed records and their payload encodings (inside a frame; see moonish.log.format).
+"""The payload encodings of the record types (the types are moonish.log.records, re-exported
+here): what a frame holds after its header (moonish.log.format).
 
 Payload grammar, little-endian, ``bytes(n)`` meaning ``len:u32`` followed by ``len`` bytes::
 
@@ -18,9 +19,9 @@ A kv_change record says what a write did to one key, as the writer's keyspace sa
 is ``c``, ``u``, ``d``, or ``r`` for a key loaded from an RDB file (ASCII); ``change_flags``
 bit 0 marks a delete by expiry, bit 1 a record of an AOF import (replayed with Redis's loading
 semantics), bit 2 a source position after argv (the import's or capture's position in its
-source once this record is written: moonish.redis.routing.sources), bits 3 and 4 the first and the
-last row of an RDB load; ``view`` is
-the stream view type in force (``ViewType``; 0: the stream was off, readers skip the record);
+source once this record is written: moonish.redis.routing.sources), bits 3 and 4 the first
+and the last row of an RDB load; ``view`` is the stream view type in force (``ViewType``; 0:
+the stream was off, readers skip the record);
 ``before``/``after`` are the images readers put in the envelope as they are (UTF-8 JSON,
 empty for null); ``replay`` says how the writer rebuilds its keyspace from the log: ``1``
 run ``argv`` (the whole command, once per command and shard), ``2`` set the key to ``state``
@@ -33,10 +34,9 @@ command an import did not apply; docs/wal-format.md lists them) and ``content`` 
 log; ``db`` is the Redis database the command ran in.
 
 A kv payload lists all argument lengths before the argument bytes, so a reader gets every length
-with one ``struct`` call. ``key_pos`` is the index in ``argv`` of the key this record is about, 0
-when the command has no
-key (FLUSHDB). A command that touches several keys is written as one record per key, as an
-atomic batch, so every record says what happened to exactly one key.
+with one ``struct`` call. ``key_pos`` is the index in ``argv`` of the key this record is about,
+0 when the command has no key (FLUSHDB). A command that touches several keys is written as one
+record per key, as an atomic batch, so every record says what happened to exactly one key.
 """
 
 from __future__ import annotations
@@ -137,24 +137,47 @@ def encode_payload(record: Record, source: bytes | None = None) -> tuple[RecordT
         ValueError: a field is out of range (db above 65535, key_pos outside argv, empty argv).
     """
     if type(record) is _KV_CHANGE:  # the write path's record: first, and without attributes
-        (op, db, command, key, before, after, view, expired, replay, state, argv, loading, own,
-         row) = record  # fmt: skip
+        (
+            op,
+            db,
+            command,
+            key,
+            before,
+            after,
+            view,
+            expired,
+            replay,
+            state,
+            argv,
+            loading,
+            own,
+            row,
+        ) = record
         if source is None:
             source = own
         if not 0 <= db <= MAX_DB:
             raise ValueError(f"db index must be 0..{MAX_DB}, got {db}")
         flags = (
-            (CHANGE_EXPIRED if expired else 0) | (CHANGE_LOADING if loading else 0)
-            | (CHANGE_SOURCE if source else 0) | (_ROW_FLAGS[row] if row else 0)
-        )  # fmt: skip
+            (CHANGE_EXPIRED if expired else 0)
+            | (CHANGE_LOADING if loading else 0)
+            | (CHANGE_SOURCE if source else 0)
+            | (_ROW_FLAGS[row] if row else 0)
+        )
         small, pack = _SMALL_LENGTHS, _PACK_LENGTH  # a table lookup is faster than a pack call
         k, b, a = len(key), len(before), len(after)
         parts = [
-            _PACK_CHANGE_HEAD(ord(op), flags, view, replay, db, 0, len(command)), command,
-            small[k] if k < _SMALL else pack(k), key, small[b] if b < _SMALL else pack(b),
-            before, small[a] if a < _SMALL else pack(a), after, pack(len(state)), state,
+            _PACK_CHANGE_HEAD(ord(op), flags, view, replay, db, 0, len(command)),
+            command,
+            small[k] if k < _SMALL else pack(k),
+            key,
+            small[b] if b < _SMALL else pack(b),
+            before,
+            small[a] if a < _SMALL else pack(a),
+            after,
+            pack(len(state)),
+            state,
             pack(len(argv)),
-        ]  # fmt: skip
+        ]
         for arg in argv:
             k = len(arg)
             parts += (small[k] if k < _SMALL else pack(k), arg)
@@ -402,10 +425,21 @@ def _decode_change(payload: bytes) -> tuple[KvChange, int]:
         payload, True
     )
     record = KvChange(
-        chr(op), db, command, key, before, after, ViewType(view), bool(flags & CHANGE_EXPIRED),
-        Replay(replay), state, tuple(argv), bool(flags & CHANGE_LOADING), source,
+        chr(op),
+        db,
+        command,
+        key,
+        before,
+        after,
+        ViewType(view),
+        bool(flags & CHANGE_EXPIRED),
+        Replay(replay),
+        state,
+        tuple(argv),
+        bool(flags & CHANGE_LOADING),
+        source,
         _ROW_NAMES[flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)],
-    )  # fmt: skip
+    )
     return record, len(payload)
 
 

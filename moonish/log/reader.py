@@ -360,9 +360,14 @@ class ShardReader:
                 if len(buf) < asked:  # a new writer cut the file since the fstat
                     size = start + len(buf)
             frames, end, stop = scan_frames(
-                buf, offset - start, self._next_lsn, max_records, layout=self._layout,
-                mid_batch_start=self._mid_batch, file_offset=start,
-            )  # fmt: skip
+                buf,
+                offset - start,
+                self._next_lsn,
+                max_records,
+                layout=self._layout,
+                mid_batch_start=self._mid_batch,
+                file_offset=start,
+            )
             if frames:
                 if len(frames) > max_records and not whole_batches:
                     rest = frames[max_records]

@@ -37,8 +37,8 @@ _GRAPH_HEAD: Final = struct.Struct(
 )
 KV_CHANGE_HEAD: Final = struct.Struct(
     "<"
-    "B"  # op: b"c", b"u" or b"d"
-    "B"  # change_flags: bit 0 CHANGE_EXPIRED, bit 1 CHANGE_LOADING
+    "B"  # op: b"c", b"u", b"d" or b"r"
+    "B"  # change_flags: the CHANGE_* bits below
     "B"  # view: ViewType in force when written (0: stream off)
     "B"  # replay: Replay
     "H"  # db: Redis database index
@@ -186,11 +186,12 @@ class Message:
 
 
 class KvChange(NamedTuple):
-    """What one write did to one key (see the module docstring for the fields).
+    """What one write did to one key (moonish.log.payloads's module docstring describes the
+    fields).
 
     Immutable, like the other records; a named tuple rather than a frozen dataclass because
-    the write path builds one per key changed and the read path one per event: construction
-    costs a quarter as much (``bench.run import``).
+    the write path builds one per key changed and the read path one per event, and a named
+    tuple costs less to construct.
 
     Attributes:
         op: ``"c"``, ``"u"``, ``"d"``, or ``"r"`` (a key loaded from an RDB file, or a row
@@ -228,8 +229,12 @@ class KvChange(NamedTuple):
     row: str = ""
 
 
-_ROW_FLAGS: Final = {"": 0, "first": CHANGE_FIRST_ROW, "last": CHANGE_LAST_ROW,
-              "only": CHANGE_FIRST_ROW | CHANGE_LAST_ROW}  # fmt: skip
+_ROW_FLAGS: Final = {
+    "": 0,
+    "first": CHANGE_FIRST_ROW,
+    "last": CHANGE_LAST_ROW,
+    "only": CHANGE_FIRST_ROW | CHANGE_LAST_ROW,
+}
 _ROW_NAMES: Final = {flags: name for name, flags in _ROW_FLAGS.items()}
 
 

@@ -139,9 +139,16 @@ def truncate_at(
         discarded = (first, last) if last >= first else None
         removed = sum(os.path.getsize(segment_path(path, b)) for b in later)
         report = RepairReport(
-            path, dry_run, segment_name(base), offset, [segment_name(b) for b in later],
-            len(data) - kept + removed, intact, discarded, last + 1,
-        )  # fmt: skip
+            path,
+            dry_run,
+            segment_name(base),
+            offset,
+            [segment_name(b) for b in later],
+            len(data) - kept + removed,
+            intact,
+            discarded,
+            last + 1,
+        )
         if dry_run:
             return report
         # control.json first: a repair cut short by a crash must still never let those LSNs

@@ -243,9 +243,10 @@ def describe(record: Record) -> str:
         )
     if isinstance(record, KvChange):
         flags = "".join(
-            f", {name}" for name, on in (("expired", record.expired), ("loading", record.loading))
+            f", {name}"
+            for name, on in (("expired", record.expired), ("loading", record.loading))
             if on
-        )  # fmt: skip
+        )
         replay = f", replay: {' '.join(map(_show, record.argv))}" if record.argv else ""
         replay = ", replay: by value" if record.replay is Replay.STATE else replay
         return (

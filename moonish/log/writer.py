@@ -245,9 +245,12 @@ class WalWriter:
         return self._append((record,), 0, commit_us, source)
 
     def append_batch(
-        self, records: Sequence[Record], commit_us: int | None = None, *,
+        self,
+        records: Sequence[Record],
+        commit_us: int | None = None,
+        *,
         source: bytes | None = None,
-    ) -> list[int]:  # fmt: skip
+    ) -> list[int]:
         """Append records as one atomic batch (all visible to readers, or none), committed at
         ``commit_us`` (default: the clock's time); ``source`` as for :meth:`append`, on the
         last record.
@@ -267,9 +270,12 @@ class WalWriter:
         return list(range(first, first + len(records)))
 
     def _append(
-        self, records: Sequence[Record], flags: int, commit_us: int | None = None,
+        self,
+        records: Sequence[Record],
+        flags: int,
+        commit_us: int | None = None,
         source: bytes | None = None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Append ``records`` with ``flags``; the first one's LSN."""
         if not records:
             raise ValueError("an atomic batch needs at least one record")
@@ -343,8 +349,10 @@ class WalWriter:
             try:
                 write_all(self._fd, data)
             except OSError as error:
-                self._fail(f"a write of {len(data)} bytes of appended records failed "
-                           f"({error.strerror})", error)  # fmt: skip
+                self._fail(
+                    f"a write of {len(data)} bytes of appended records failed ({error.strerror})",
+                    error,
+                )
             self._dirty = True
         if self._pending_index:
             entries = b"".join(self._pending_index)
@@ -367,13 +375,16 @@ class WalWriter:
                 size = os.fstat(fd).st_size // INDEX_ENTRY.size * INDEX_ENTRY.size
             os.ftruncate(fd, size)
         except OSError as undo:
-            self._fail(f"a {what} write failed ({error.strerror}) and could not be undone "
-                       f"({undo.strerror})", error)  # fmt: skip
+            self._fail(
+                f"a {what} write failed ({error.strerror}) and could not be undone "
+                f"({undo.strerror})",
+                error,
+            )
 
     def _fdatasync(self, fd: int, last_lsn: int) -> None:
         """fdatasync, or stop for good: after a failed fdatasync nothing says what reached
-        the disk, and a retry may report success for data it lost (PostgreSQL's fsync
-        lesson, 2018)."""
+        the disk, and a retry may report success for data it lost (PostgreSQL's "Fsync
+        Errors", https://wiki.postgresql.org/wiki/Fsync_Errors)."""
         try:
             os.fdatasync(fd)
         except OSError as error:

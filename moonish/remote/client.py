@@ -65,9 +65,12 @@ class Client:
         return self._transport.url
 
     def read(
-        self, position: Position = None, limit: int = DEFAULT_LIMIT, *,
+        self,
+        position: Position = None,
+        limit: int = DEFAULT_LIMIT,
+        *,
         consumer: str | None = None,
-    ) -> RemoteResult:  # fmt: skip
+    ) -> RemoteResult:
         """Up to ``limit`` changes after ``position`` (``GET /v1/changes``, ``feed=normal``),
         in stream order; an atomic batch is never cut (the last may pass ``limit``).
 
@@ -96,9 +99,13 @@ class Client:
         return RemoteResult(batch.token, batch, pending)
 
     def tail(
-        self, position: Position = None, *, consumer: str | None = None, follow: bool = False,
+        self,
+        position: Position = None,
+        *,
+        consumer: str | None = None,
+        follow: bool = False,
         resolved_ms: int | None = None,
-    ) -> RemoteTail:  # fmt: skip
+    ) -> RemoteTail:
         """An iterator of the changes after ``position`` (moonish.remote.tail): to the end
         of the log, or with ``follow`` for ever, reconnecting after failures from the last
         token received.
@@ -155,9 +162,13 @@ class Client:
         return self._json("GET", f"/v1/consumers/{_name(name)}")
 
     def create_consumer(
-        self, name: str, start: Position = NOW, *, owner: str | None = None,
+        self,
+        name: str,
+        start: Position = NOW,
+        *,
+        owner: str | None = None,
         replace: bool = False,
-    ) -> dict[str, Any]:  # fmt: skip
+    ) -> dict[str, Any]:
         """Create a consumer at ``start`` (a token, ``earliest`` or ``now``); its lag entry.
 
         Raises:

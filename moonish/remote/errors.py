@@ -57,9 +57,13 @@ class RemoteUnavailableError(UnavailableError):
     """
 
     def __init__(
-        self, url: str, message: str, *, status: int | None = None,
+        self,
+        url: str,
+        message: str,
+        *,
+        status: int | None = None,
         retry_after_ms: int | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.url, self.status, self.retry_after_ms = url, status, retry_after_ms
         super().__init__(f"{url}: {message}")
 
@@ -111,10 +115,15 @@ def error_from_body(url: str, status: int, body: Any) -> MoonishError:
         return _consumer_lost(body, reason)
     if code == "not_retained":
         return PositionNotRetainedError(
-            reason, shard=int(body.get("shard") or 0), oldest_lsn=int(body.get("oldest_lsn") or 0),
-            lsn=lsn, path=path, token=str(body.get("token")),
-            oldest_token=str(body.get("oldest_token")), gone=int(body.get("gone") or 0),
-        )  # fmt: skip
+            reason,
+            shard=int(body.get("shard") or 0),
+            oldest_lsn=int(body.get("oldest_lsn") or 0),
+            lsn=lsn,
+            path=path,
+            token=str(body.get("token")),
+            oldest_token=str(body.get("oldest_token")),
+            gone=int(body.get("gone") or 0),
+        )
     if code == "corruption":
         return CorruptionError(reason, path=path, offset=body.get("offset"), lsn=lsn)
     if code == "unsupported":
@@ -124,12 +133,16 @@ def error_from_body(url: str, status: int, body: Any) -> MoonishError:
 
 def _consumer_lost(body: dict[str, Any], reason: str) -> ConsumerLostError:
     error = ConsumerLostError(
-        str(body.get("consumer")), status=str(body.get("status")),
-        reason=body.get("lost_reason"), shard=int(body.get("shard") or 0),
-        requested_lsn=int(body.get("lsn") or 0), oldest_lsn=int(body.get("oldest_lsn") or 0),
-        gone=int(body.get("gone") or 0), oldest_token=body.get("oldest_token"),
+        str(body.get("consumer")),
+        status=str(body.get("status")),
+        reason=body.get("lost_reason"),
+        shard=int(body.get("shard") or 0),
+        requested_lsn=int(body.get("lsn") or 0),
+        oldest_lsn=int(body.get("oldest_lsn") or 0),
+        gone=int(body.get("gone") or 0),
+        oldest_token=body.get("oldest_token"),
         path=body.get("path"),
-    )  # fmt: skip
+    )
     error.message = reason  # the server's words, which name what it saw
     error.args = (reason,)
     return error

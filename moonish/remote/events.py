@@ -51,9 +51,13 @@ def event_of(envelope: bytes, seq: str) -> RemoteEvent:
     document = orjson.loads(envelope)
     source = document["source"]
     return RemoteEvent(
-        source["shard"], source["lsn"], document["op"], source["ts_us"], envelope,
+        source["shard"],
+        source["lsn"],
+        document["op"],
+        source["ts_us"],
+        envelope,
         Token.parse(seq),
-    )  # fmt: skip
+    )
 
 
 class RemoteBatch(Sequence[RemoteEvent]):

@@ -89,8 +89,13 @@ class ClientOptions:
     retry_for_ms: int | None = 120_000
 
     def __post_init__(self) -> None:
-        for name in ("connect_timeout_ms", "request_timeout_ms", "heartbeat_ms",
-                     "retry_first_ms", "retry_max_ms"):  # fmt: skip
+        for name in (
+            "connect_timeout_ms",
+            "request_timeout_ms",
+            "heartbeat_ms",
+            "retry_first_ms",
+            "retry_max_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise InvalidArgumentError(f"{name} must be > 0, got {getattr(self, name)}")
         if self.heartbeat_ms < 10:

@@ -67,9 +67,14 @@ class RemoteTail:
     """
 
     def __init__(
-        self, transport: Transport, start: Token, *, consumer: str | None, follow: bool,
+        self,
+        transport: Transport,
+        start: Token,
+        *,
+        consumer: str | None,
+        follow: bool,
         resolved_ms: int | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._transport = transport
         self._consumer = consumer  # asked for by name until the first answer
         self._follow, self._resolved_ms = follow, resolved_ms
@@ -206,8 +211,11 @@ class RemoteTail:
         while True:
             try:
                 if self._stream is None:
-                    params = {"feed": "continuous", "heartbeat": str(options.heartbeat_ms),
-                              **self._where()}  # fmt: skip
+                    params = {
+                        "feed": "continuous",
+                        "heartbeat": str(options.heartbeat_ms),
+                        **self._where(),
+                    }
                     if self._resolved_ms is not None:
                         params["resolved"] = str(self._resolved_ms)
                     self._stream = self._wait(self._transport.open_stream("/v1/changes", params))
@@ -224,8 +232,12 @@ class RemoteTail:
                     (now - failing_since) * 1000 >= options.retry_for_ms
                 ):
                     raise
-                log.warning("moonish.remote: %s; reconnecting in %d ms from %s",
-                            error, delay_ms, self._received)  # fmt: skip
+                log.warning(
+                    "moonish.remote: %s; reconnecting in %d ms from %s",
+                    error,
+                    delay_ms,
+                    self._received,
+                )
                 if self._closed.wait(delay_ms / 1000):
                     raise _Closed from None
                 delay_ms = min(2 * delay_ms, options.retry_max_ms)

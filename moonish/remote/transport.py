@@ -120,9 +120,12 @@ class Transport:
         )
 
     async def request(
-        self, method: str, path: str, params: dict[str, str] | None = None,
+        self,
+        method: str,
+        path: str,
+        params: dict[str, str] | None = None,
         body: dict[str, Any] | None = None,
-    ) -> bytes:  # fmt: skip
+    ) -> bytes:
         """The body of a successful (2xx) answer.
 
         Raises:
@@ -137,7 +140,7 @@ class Transport:
         with _failures(url):
             async with session.request(
                 method, url, params=params, data=data, headers=headers, timeout=timeout
-            ) as response:  # fmt: skip
+            ) as response:
                 raw = await response.read()
                 if response.status >= 300:
                     raise _error(url, response.status, raw)
@@ -235,8 +238,9 @@ class _failures:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
-                 tb: object) -> None:  # fmt: skip
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: object
+    ) -> None:
         if error is None or isinstance(error, MoonishError | asyncio.CancelledError):
             return
         if isinstance(error, aiohttp.ClientConnectorCertificateError | aiohttp.ClientSSLError):

@@ -12,7 +12,7 @@ token after every change from which a new request gives exactly the rest. One re
 that falls behind reads the log on its own and rejoins (moonish.serve.subscription).
 
 docs/server.md is the reference: every endpoint with curl and browser examples, framing,
-errors, security and limits. Nothing in moonish imports this package except ``cli``.
+errors, security and limits. No module of the library imports this package; ``cli`` does.
 """
 
 from moonish.serve.app import Server, make_app, run

@@ -85,8 +85,11 @@ def _guard(token: str | None) -> Any:
         except web.HTTPMethodNotAllowed as error:
             response = _error_response(NotFoundError("method not allowed"))
             response.set_status(405)
-            body = {"error": "method_not_allowed", "reason": f"{request.method} is not allowed",
-                    "allowed": sorted(error.allowed_methods)}  # fmt: skip
+            body = {
+                "error": "method_not_allowed",
+                "reason": f"{request.method} is not allowed",
+                "allowed": sorted(error.allowed_methods),
+            }
             response.body = orjson.dumps(body)
             return response
         except web.HTTPRequestEntityTooLarge:
@@ -150,9 +153,12 @@ class Server:
     """
 
     def __init__(
-        self, data_dir: str | os.PathLike[str], options: ServeOptions | None = None,
-        *, timer: Timer | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        data_dir: str | os.PathLike[str],
+        options: ServeOptions | None = None,
+        *,
+        timer: Timer | None = None,
+    ) -> None:
         self.data_dir = os.fspath(data_dir)
         self.options = options or ServeOptions()
         self._timer = timer
@@ -179,11 +185,15 @@ class Server:
         state.publisher.start()
         limits = self.options.limits
         runner = web.AppRunner(
-            make_app(state), handle_signals=False, access_log=None,
-            keepalive_timeout=limits.idle_timeout_ms / 1000, max_line_size=limits.max_line_bytes,
-            max_field_size=limits.max_line_bytes, handler_cancellation=True,
+            make_app(state),
+            handle_signals=False,
+            access_log=None,
+            keepalive_timeout=limits.idle_timeout_ms / 1000,
+            max_line_size=limits.max_line_bytes,
+            max_field_size=limits.max_line_bytes,
+            handler_cancellation=True,
             shutdown_timeout=SHUTDOWN_S,
-        )  # fmt: skip
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.options.host, self.options.port, ssl_context=context)
         try:
@@ -215,9 +225,10 @@ class Server:
 
 
 def run(
-    data_dir: str | os.PathLike[str], options: ServeOptions,
+    data_dir: str | os.PathLike[str],
+    options: ServeOptions,
     on_ready: Callable[[Server], None] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Serve until SIGINT or SIGTERM (on uvloop if it is installed).
 
     Raises:

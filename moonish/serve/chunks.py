@@ -189,13 +189,33 @@ class Chunk:
         next, evicted: the ring's link to the next chunk, and whether this one left the ring.
     """
 
-    __slots__ = ("_blobs", "_ends", "_ops", "_seqs", "_source", "after", "before", "envelopes",
-                 "evicted", "frames", "index", "indexes", "nbytes", "next", "resolved")  # fmt: skip
+    __slots__ = (
+        "_blobs",
+        "_ends",
+        "_ops",
+        "_seqs",
+        "_source",
+        "after",
+        "before",
+        "envelopes",
+        "evicted",
+        "frames",
+        "index",
+        "indexes",
+        "nbytes",
+        "next",
+        "resolved",
+    )
 
     def __init__(
-        self, before: Token, after: Token, envelopes: list[bytes], indexes: list[int],
-        frames: list[Frame], source: MergedBatch | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        before: Token,
+        after: Token,
+        envelopes: list[bytes],
+        indexes: list[int],
+        frames: list[Frame],
+        source: MergedBatch | None = None,
+    ) -> None:
         """``source``: the batch the events come from (its ``ops`` are taken on first use)."""
         self.index = 0
         self.before, self.after = before, after
@@ -271,8 +291,10 @@ class Chunk:
         ends = self._ends.get(framing.name)
         if ends is None:
             fixed = len(framing.LINE) - 4  # (the line less its two %b)
-            sizes = [fixed + len(seq) + len(envelope)
-                     for seq, envelope in zip(self.seqs, self.envelopes, strict=True)]  # fmt: skip
+            sizes = [
+                fixed + len(seq) + len(envelope)
+                for seq, envelope in zip(self.seqs, self.envelopes, strict=True)
+            ]
             ends = self._ends[framing.name] = list(accumulate(sizes))
         return ends
 

@@ -100,15 +100,22 @@ def error_body(error: BaseException) -> tuple[int, dict[str, Any]]:
             body[name] = getattr(error, name)
     if isinstance(error, ConsumerLostError):
         body.update(
-            consumer=error.consumer, status=error.status, lost_reason=error.reason,
-            shard=error.shard, oldest_lsn=error.oldest_lsn, gone=error.gone,
+            consumer=error.consumer,
+            status=error.status,
+            lost_reason=error.reason,
+            shard=error.shard,
+            oldest_lsn=error.oldest_lsn,
+            gone=error.gone,
             oldest_token=error.oldest_token,
-        )  # fmt: skip
+        )
     elif isinstance(error, PositionNotRetainedError):
         body.update(
-            token=error.token, shard=error.shard, oldest_lsn=error.oldest_lsn,
-            gone=error.gone, oldest_token=error.oldest_token,
-        )  # fmt: skip
+            token=error.token,
+            shard=error.shard,
+            oldest_lsn=error.oldest_lsn,
+            gone=error.gone,
+            oldest_token=error.oldest_token,
+        )
     elif isinstance(error, LsnNotRetainedError):
         body["oldest_lsn"] = error.oldest_lsn
     elif isinstance(error, ConsumerNotFoundError | ConflictError):

@@ -45,8 +45,22 @@ from moonish.serve.sink import Sink
 from moonish.serve.subscription import Subscription
 
 FEEDS = ("normal", "longpoll", "continuous", "eventsource")
-PARAMS = frozenset({"feed", "since", "consumer", "limit", "heartbeat", "timeout", "resolved",
-                    "db", "key_prefix", "op", "type", "access_token"})  # fmt: skip
+PARAMS = frozenset(
+    {
+        "feed",
+        "since",
+        "consumer",
+        "limit",
+        "heartbeat",
+        "timeout",
+        "resolved",
+        "db",
+        "key_prefix",
+        "op",
+        "type",
+        "access_token",
+    }
+)
 DEFAULT_HEARTBEAT_MS = 60_000
 MAX_SCAN_RECORDS = 100_000
 """A filtered ``normal`` read looks at most this many records (``pending`` tells the rest)."""
@@ -67,9 +81,12 @@ class FeedParams:
 
     @classmethod
     def parse(
-        cls, query: Mapping[str, str], last_event_id: str | None, limits: Limits,
+        cls,
+        query: Mapping[str, str],
+        last_event_id: str | None,
+        limits: Limits,
         stream_params: frozenset[str] = PARAMS,
-    ) -> FeedParams:  # fmt: skip
+    ) -> FeedParams:
         """Parse a request's query (``Last-Event-ID`` overrides ``since``).
 
         Raises:
@@ -93,9 +110,10 @@ class FeedParams:
             limit = DEFAULT_LIMIT
         heartbeat = query.get("heartbeat")
         heartbeat_ms = (
-            DEFAULT_HEARTBEAT_MS if heartbeat == "true"
+            DEFAULT_HEARTBEAT_MS
+            if heartbeat == "true"
             else _number(query, "heartbeat", limits.min_heartbeat_ms, limits.max_timeout_ms)
-        )  # fmt: skip
+        )
         timeout_ms = _number(query, "timeout", 0, 2**62)
         resolved_ms = _number(query, "resolved", limits.min_heartbeat_ms, limits.max_timeout_ms)
         if feed in ("normal", "longpoll") and resolved_ms is not None:
@@ -104,11 +122,18 @@ class FeedParams:
             query.get("db"), query.get("key_prefix"), query.get("op"), query.get("type")
         )
         return cls(
-            feed, since, consumer, limit, heartbeat_ms,
-            min(limits.default_timeout_ms if timeout_ms is None else timeout_ms,
-                limits.max_timeout_ms),
-            resolved_ms, where,
-        )  # fmt: skip
+            feed,
+            since,
+            consumer,
+            limit,
+            heartbeat_ms,
+            min(
+                limits.default_timeout_ms if timeout_ms is None else timeout_ms,
+                limits.max_timeout_ms,
+            ),
+            resolved_ms,
+            where,
+        )
 
 
 def _number(query: Mapping[str, str], name: str, low: int, high: int) -> int | None:
@@ -165,14 +190,19 @@ def _results(lines: bytes, token: Token, pending: int) -> bytes:
     hold no raw newline, so a newline is always between two rows)."""
     inner = lines.rstrip(b"\n").replace(b"\n", b",\n")
     return b'{"results":[%b],"last_seq":"%b","pending":%d}\n' % (
-        inner, str(token).encode(), pending,
-    )  # fmt: skip
+        inner,
+        str(token).encode(),
+        pending,
+    )
 
 
 async def _longpoll(
-    request: web.Request, state: ServerState, params: FeedParams, token: Token,
+    request: web.Request,
+    state: ServerState,
+    params: FeedParams,
+    token: Token,
     owner: Consumer | None,
-) -> web.StreamResponse:  # fmt: skip
+) -> web.StreamResponse:
     """Waits for at least one change (or ``timeout``) and answers like ``normal``. With
     ``heartbeat`` the headers go out at once and a newline every ``heartbeat`` ms (an error
     then comes as the JSON body, with status 200 already sent); without, the answer (or the
@@ -214,9 +244,12 @@ async def _longpoll(
 
 
 async def _stream(
-    request: web.Request, state: ServerState, params: FeedParams, token: Token,
+    request: web.Request,
+    state: ServerState,
+    params: FeedParams,
+    token: Token,
     owner: Consumer | None,
-) -> web.StreamResponse:  # fmt: skip
+) -> web.StreamResponse:
     """``continuous`` and ``eventsource``: headers at once, then batches as they come."""
     framing: Framing = SSE if params.feed == "eventsource" else ROWS
     content_type = "text/event-stream" if framing is SSE else "application/x-ndjson"

@@ -50,9 +50,13 @@ class ServerState:
         self.batch_bytes = options.limits.batch_bytes
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
         self.publisher = Publisher(
-            data_dir, self.ring, loop, options.resolved_ms, options.fallback_poll_ms,
+            data_dir,
+            self.ring,
+            loop,
+            options.resolved_ms,
+            options.fallback_poll_ms,
             options.linger_ms,
-        )  # fmt: skip
+        )
 
     @contextlib.contextmanager
     def subscriber(self) -> Iterator[None]:
@@ -110,9 +114,14 @@ class ServerState:
                     f"position {token} is no longer retained: shard {k} starts after LSN "
                     f"{first}; {gone} changes are gone; the oldest available token is {oldest} "
                     "(read from there to go on, accepting the gap)",
-                    shard=k, oldest_lsn=first + 1, lsn=position + 1, path=self.shards[k],
-                    token=str(token), oldest_token=str(oldest), gone=gone,
-                )  # fmt: skip
+                    shard=k,
+                    oldest_lsn=first + 1,
+                    lsn=position + 1,
+                    path=self.shards[k],
+                    token=str(token),
+                    oldest_token=str(oldest),
+                    gone=gone,
+                )
         return token, owner
 
     def pending(self, token: Token) -> int:

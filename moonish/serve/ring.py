@@ -184,9 +184,14 @@ class Publisher:
     """
 
     def __init__(
-        self, data_dir: str, ring: Ring, loop: asyncio.AbstractEventLoop, resolved_ms: int,
-        fallback_poll_ms: int, linger_ms: float = 0.0,
-    ) -> None:  # fmt: skip
+        self,
+        data_dir: str,
+        ring: Ring,
+        loop: asyncio.AbstractEventLoop,
+        resolved_ms: int,
+        fallback_poll_ms: int,
+        linger_ms: float = 0.0,
+    ) -> None:
         self._data_dir, self._ring, self._loop = data_dir, ring, loop
         self._resolved_ms, self._poll_ms = resolved_ms, fallback_poll_ms
         self._linger_s = linger_ms / 1000
@@ -216,9 +221,12 @@ class Publisher:
                     if self._stop.is_set():
                         return
                     self._tail = MergedTail(
-                        self._data_dir, self.token, follow=True, resolved_ms=self._resolved_ms,
+                        self._data_dir,
+                        self.token,
+                        follow=True,
+                        resolved_ms=self._resolved_ms,
                         fallback_poll_ms=self._poll_ms,
-                    )  # fmt: skip
+                    )
                 with self._tail as tail:
                     read_at = time.monotonic()  # when the round handed last was read
                     for item in tail.batches():

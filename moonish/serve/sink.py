@@ -4,9 +4,9 @@ A ``continuous`` or ``eventsource`` feed that is in step with the ring, at its e
 every change (no filter, limit or markers) does not need its task woken for each chunk: the
 ring writes the chunk's shared framed bytes to the feed's transport as it appends it
 (moonish.serve.ring, "riders"), and the task sleeps until a heartbeat, a timeout, a full
-socket or an error. Waking a task and passing the bytes through aiohttp's writer cost about
-ten times what the write itself costs, and with 100 subscribers that cost is paid 100 times
-per chunk (docs/server.md, "Fan-out").
+socket or an error. Waking a task and passing the bytes through aiohttp's writer costs more
+than the write itself, and that cost is paid once per subscriber per chunk (docs/server.md,
+"Fan-out"; docs/benchmarks.md §9 measures the server).
 
 The bytes are framed as aiohttp frames them (HTTP/1.1 chunked transfer coding, RFC 9112
 section 7.1, when the response is chunked; as they are otherwise). The response's headers
@@ -46,9 +46,10 @@ class Sink:
         """The socket is open and its send buffer below the transport's high-water mark."""
         transport = self._transport
         return (
-            transport is not None and not transport.is_closing()
+            transport is not None
+            and not transport.is_closing()
             and not self._protocol.writing_paused
-        )  # fmt: skip
+        )
 
     def write(self, data: bytes) -> bool:
         """Write ``data`` (one framed run of changes) now; False when the socket is closed

@@ -85,10 +85,15 @@ class Subscription:
     """
 
     def __init__(
-        self, hub: Hub, start: Token, framing: Framing, where: Filter,
-        resolved_ms: int | None = None, consumer: Consumer | None = None,
+        self,
+        hub: Hub,
+        start: Token,
+        framing: Framing,
+        where: Filter,
+        resolved_ms: int | None = None,
+        consumer: Consumer | None = None,
         sink: Sink | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.hub, self.token, self.framing, self.where = hub, start, framing, where
         self.resolved_ms = resolved_ms
         self._consumer = consumer
@@ -207,9 +212,12 @@ class Subscription:
         """A marker at the end of the current chunk is still to be looked at."""
         chunk = self._chunk
         return (
-            chunk is not None and self._offset == len(chunk) and chunk.resolved is not None
-            and self.resolved_ms is not None and chunk is not self._marker_done
-        )  # fmt: skip
+            chunk is not None
+            and self._offset == len(chunk)
+            and chunk.resolved is not None
+            and self.resolved_ms is not None
+            and chunk is not self._marker_done
+        )
 
     async def _wait(self, until_ms: float | None) -> bool:
         """Wait for the ring to grow; False at ``until_ms``. The alarm for ``until_ms`` is
@@ -245,10 +253,17 @@ class Subscription:
         every change, is in step with the ring at its end, and its socket has room."""
         sink, chunk, chunks = self._sink, self._chunk, self.hub.ring.chunks
         return (
-            sink is not None and self._unlimited and self._in_step and self._on_ring
-            and chunk is not None and bool(chunks) and chunk is chunks[-1]
-            and self._offset == len(chunk) and not self._marker_here() and sink.writable
-        )  # fmt: skip
+            sink is not None
+            and self._unlimited
+            and self._in_step
+            and self._on_ring
+            and chunk is not None
+            and bool(chunks)
+            and chunk is chunks[-1]
+            and self._offset == len(chunk)
+            and not self._marker_here()
+            and sink.writable
+        )
 
     def carry(self, chunk: Chunk) -> bool:
         """The ring appended ``chunk`` right after this rider's position: write it to the

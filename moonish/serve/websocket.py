@@ -4,7 +4,7 @@ demand), acknowledgements and cancel.
 Query parameters: ``since`` (token, ``earliest``, ``now``; default ``now``) or ``consumer``,
 ``resolved`` (ms), and the filters of ``/v1/changes``.
 
-Protocol (docs/server.md, "WebSocket"):
+Protocol (docs/server.md, "GET /v1/ws: push with credit"):
 
 - The server first sends a text frame ``{"token":"<start token>"}``.
 - The client sends text frames, each a JSON object, at any time:
@@ -41,17 +41,21 @@ from moonish.serve.feeds import FeedParams
 from moonish.serve.hub import ServerState
 from moonish.serve.subscription import Subscription
 
-WS_PARAMS = frozenset({"since", "consumer", "resolved", "db", "key_prefix", "op", "type",
-                       "access_token"})  # fmt: skip
+WS_PARAMS = frozenset(
+    {"since", "consumer", "resolved", "db", "key_prefix", "op", "type", "access_token"}
+)
 
 
 class _Feed:
     """One WebSocket's credit and sending task."""
 
     def __init__(
-        self, ws: web.WebSocketResponse, state: ServerState, subscription: Subscription,
+        self,
+        ws: web.WebSocketResponse,
+        state: ServerState,
+        subscription: Subscription,
         consumer: Consumer | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.ws, self.state, self.subscription = ws, state, subscription
         self.consumer = consumer
         self.granted = 0

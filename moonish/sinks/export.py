@@ -203,9 +203,12 @@ class Exporter:
                 os.unlink(os.path.join(self.out_dir, entry))
         if self.options.consumer is not None:  # the files are the truth: the consumer follows
             consumers.register_sink(
-                self._source_dir, self.options.consumer, self._positions(),
-                owner="export", authoritative=True,
-            )  # fmt: skip
+                self._source_dir,
+                self.options.consumer,
+                self._positions(),
+                owner="export",
+                authoritative=True,
+            )
         self._commit()
 
     @property

@@ -85,8 +85,11 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
     afters: list[bytes | str | None] = []
     add_lsn, add_op, add_time, add_type = lsns.append, ops.append, times.append, types.append
     add_command, add_db, add_key, add_expired = (
-        commands.append, dbs.append, keys.append, expired.append,
-    )  # fmt: skip
+        commands.append,
+        dbs.append,
+        keys.append,
+        expired.append,
+    )
     add_txn, add_before, add_after = txns.append, befores.append, afters.append
     for lsn, rtype, flags, bidx, _, commit_us, payload, offset in frames:
         try:
@@ -162,7 +165,7 @@ def _not_utf8(frames: Sequence[Frame], path: str) -> CorruptionError:
                     path=segment_holding(path, frame.lsn),
                     offset=frame.offset,
                     lsn=frame.lsn,
-                )  # fmt: skip
+                )
     raise AssertionError("Arrow refused text that decodes as UTF-8")
 
 

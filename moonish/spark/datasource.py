@@ -204,9 +204,12 @@ class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             start = self.options.start(shards)
             positions = consumer_positions(self.options.path, start)
             consumers.register_sink(
-                self.options.path, self.options.consumer, positions, owner="spark",
+                self.options.path,
+                self.options.consumer,
+                positions,
+                owner="spark",
                 authoritative=False,
-            )  # fmt: skip
+            )
 
     def initialOffset(self) -> Offsets:
         return self.options.start(_shards(self.options.path))

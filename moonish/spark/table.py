@@ -146,8 +146,12 @@ def apply_batch(spark: SparkSession, table_dir: str, changes: DataFrame, batch_i
         rows = read_table(spark, table_dir, tombstones=True).unionByName(rows)
     name = f"v-{batch_id:020d}"
     _latest(rows).write.mode("overwrite").parquet(os.path.join(table_dir, name))
-    commit = {"format": POINTER_FORMAT, "version": POINTER_VERSION, "batch_id": batch_id,
-              "path": name}  # fmt: skip
+    commit = {
+        "format": POINTER_FORMAT,
+        "version": POINTER_VERSION,
+        "batch_id": batch_id,
+        "path": name,
+    }
     replace_atomically(os.path.join(table_dir, POINTER_NAME), [orjson.dumps(commit)])
     versions = sorted(entry for entry in os.listdir(table_dir) if entry.startswith("v-"))
     for old in versions[: max(0, versions.index(name) - KEEP_VERSIONS + 1)]:

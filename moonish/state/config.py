@@ -78,7 +78,7 @@ def load_config(shard_dir: str) -> StreamConfig | None:
 
     The file carries a crc32c of its bytes (moonish.fileio, ``dump_checked``), checked before
     anything in it is believed. A file written before format version 2 (exactly ``enabled``,
-    ``view_type`` and ``max_value_bytes``, no checksum) is still read; the next
+    ``view_type`` and ``max_value_bytes``, no checksum) is read too; the next
     ``ShardWriter`` rewrites it with one (:func:`upgrade_config`).
 
     Raises:
@@ -131,8 +131,10 @@ def _load(shard_dir: str) -> tuple[StreamConfig, bool] | None:
         if not isinstance(config.max_value_bytes, int) or document["enabled"] != (
             config.view is not ViewType.OFF
         ):
-            raise ValueError(f"max_value_bytes {config.max_value_bytes!r}, enabled "
-                             f"{document['enabled']!r} with view {config.view.name}")  # fmt: skip
+            raise ValueError(
+                f"max_value_bytes {config.max_value_bytes!r}, enabled "
+                f"{document['enabled']!r} with view {config.view.name}"
+            )
     except (KeyError, TypeError, ValueError, InvalidArgumentError) as exc:
         raise CorruptionError(f"bad stream configuration: {exc!r}", path=path) from None
     return config, legacy

@@ -25,14 +25,19 @@ def key_expiry_record(config: StreamConfig, db: int, key: bytes, entry: Entry) -
             if config.old_images
             else key_image(db, key)
         )
-    return KvChange("d", db, b"DEL", key, before, b"", config.view, True,
-                    Replay.COMMAND, b"", (b"DEL", key))  # fmt: skip
+    return KvChange(
+        "d", db, b"DEL", key, before, b"", config.view, True, Replay.COMMAND, b"", (b"DEL", key)
+    )
 
 
 def field_expiry_record(
-    config: StreamConfig, db: int, key: bytes, fields: list[bytes], before: bytes,
+    config: StreamConfig,
+    db: int,
+    key: bytes,
+    fields: list[bytes],
+    before: bytes,
     after: bytes | None,
-) -> KvChange:  # fmt: skip
+) -> KvChange:
     """The record, marked as an expiry, of hash fields removed because they expired:
     ``before``/``after`` are the hash's full images (made with the shard's limit; ``after``
     ``None`` when the hash went with its last field), kept per the view type."""
@@ -46,8 +51,19 @@ def field_expiry_record(
     shown = b"" if after is None or view is ViewType.OFF else after
     if shown and not config.new_images:
         shown = only_key
-    return KvChange("u" if after is not None else "d", db, b"HDEL", key, before, shown, view,
-                    True, Replay.COMMAND, b"", (b"HDEL", key, *fields))  # fmt: skip
+    return KvChange(
+        "u" if after is not None else "d",
+        db,
+        b"HDEL",
+        key,
+        before,
+        shown,
+        view,
+        True,
+        Replay.COMMAND,
+        b"",
+        (b"HDEL", key, *fields),
+    )
 
 
 def sweep(keyspace: Keyspace, config: StreamConfig, now_ms: int) -> list[KvChange]:

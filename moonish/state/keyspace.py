@@ -124,9 +124,23 @@ class Access:
         max_value_bytes: the image size limit for those before images.
     """
 
-    __slots__ = ("before", "by_value", "expire", "expired", "expired_fields", "home", "images",
-                 "keyspaces", "libraries", "log_argv", "max_value_bytes", "messages", "now_ms",
-                 "resolve", "written")  # fmt: skip
+    __slots__ = (
+        "before",
+        "by_value",
+        "expire",
+        "expired",
+        "expired_fields",
+        "home",
+        "images",
+        "keyspaces",
+        "libraries",
+        "log_argv",
+        "max_value_bytes",
+        "messages",
+        "now_ms",
+        "resolve",
+        "written",
+    )
 
     def __init__(
         self,

@@ -34,8 +34,14 @@ Append = Callable[[list[KvChange], bytes], object]
 def loader_for(writer: ShardWriter, command: bytes) -> Loader:
     """A :class:`Loader` on ``writer``'s keyspace with its stream configuration."""
     config = writer.stream
-    return Loader(writer.keyspace, config.view, config.old_images, config.new_images,
-                  config.max_value_bytes, command)  # fmt: skip
+    return Loader(
+        writer.keyspace,
+        config.view,
+        config.old_images,
+        config.new_images,
+        config.max_value_bytes,
+        command,
+    )
 
 
 class Loader:
@@ -49,9 +55,14 @@ class Loader:
     """
 
     def __init__(
-        self, keyspace: Keyspace, view: ViewType, old_images: bool, new_images: bool,
-        max_value_bytes: int | None, command: bytes,
-    ) -> None:  # fmt: skip
+        self,
+        keyspace: Keyspace,
+        view: ViewType,
+        old_images: bool,
+        new_images: bool,
+        max_value_bytes: int | None,
+        command: bytes,
+    ) -> None:
         self.keyspace = keyspace
         self.view, self.old, self.new = view, old_images, new_images
         self.limit, self.command = max_value_bytes, command
@@ -78,8 +89,9 @@ class Loader:
         else:
             self.keyspace.put(db, key, entry)
             op = "r" if row else ("c" if current is None else "u")
-        return KvChange(op, db, self.command, key, before, after, self.view, False,
-                        Replay.STATE, state)  # fmt: skip
+        return KvChange(
+            op, db, self.command, key, before, after, self.view, False, Replay.STATE, state
+        )
 
 
 def load_entries(

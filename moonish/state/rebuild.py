@@ -31,9 +31,7 @@ from moonish.values.model import entry_from_image
 REPLAY_BATCH_RECORDS = 4096
 
 
-def rebuild(
-    shard_dir: str, last_lsn: int, keyspace: Keyspace, libraries: Libraries
-) -> bytes:
+def rebuild(shard_dir: str, last_lsn: int, keyspace: Keyspace, libraries: Libraries) -> bytes:
     """Fill the empty ``keyspace`` and ``libraries`` with the state at ``last_lsn``: the
     newest snapshot at or below it, then the records after the snapshot. Returns the source
     position at ``last_lsn`` (the last one a record or the snapshot carried; ``b""``: none).
@@ -72,9 +70,18 @@ def rebuild(
             if not frames:
                 break
             for frame in frames:
-                source = replay_record(shard_dir, keyspace, libraries, frame.lsn,
-                                       frame.record_type, frame.payload, frame.commit_us
-                                       ) or source  # fmt: skip
+                source = (
+                    replay_record(
+                        shard_dir,
+                        keyspace,
+                        libraries,
+                        frame.lsn,
+                        frame.record_type,
+                        frame.payload,
+                        frame.commit_us,
+                    )
+                    or source
+                )
     finally:
         reader.close()
     return source
@@ -90,14 +97,21 @@ def _seek(reader: ShardReader, shard_dir: str, lsn: int) -> None:
     except LsnNotRetainedError as exc:
         raise CorruptionError(
             f"cannot rebuild the keyspace: records {lsn}..{exc.oldest_lsn - 1} were "
-            "removed and no snapshot covers them", path=shard_dir, lsn=lsn,
-        ) from None  # fmt: skip
+            "removed and no snapshot covers them",
+            path=shard_dir,
+            lsn=lsn,
+        ) from None
 
 
 def replay_record(
-    shard_dir: str, keyspace: Keyspace, libraries: Libraries, lsn: int,
-    record_type: int, payload: bytes, commit_us: int,
-) -> bytes:  # fmt: skip
+    shard_dir: str,
+    keyspace: Keyspace,
+    libraries: Libraries,
+    lsn: int,
+    record_type: int,
+    payload: bytes,
+    commit_us: int,
+) -> bytes:
     """Apply one record to ``keyspace`` and ``libraries``; returns the source position it
     carries (``b""``: none).
 
@@ -109,8 +123,9 @@ def replay_record(
         raise UnsupportedFormatError(
             "this shard holds plain kv records (written without keyspace tracking); "
             "a keyspace cannot be rebuilt from them: import into a new data directory",
-            path=shard_dir, lsn=lsn,
-        )  # fmt: skip
+            path=shard_dir,
+            lsn=lsn,
+        )
     if record_type not in (RecordType.KV_CHANGE, RecordType.MESSAGE):
         return b""
     try:

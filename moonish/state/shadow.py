@@ -1,4 +1,5 @@
-"""``KeyspaceShard``: a shard without a log, for a parallel import (moonish.redis.aof.parallel).
+"""``KeyspaceShard``: a shard without a log, for work split over processes (a parallel import,
+moonish.redis.aof.parallel; a capture on several cores, moonish.redis.capture.workers).
 
 A worker holds one in place of each shard another worker writes (it runs none of their
 commands), and, for a command across shards of several workers, one per other worker's shard
@@ -47,9 +48,12 @@ class KeyspaceShard(ShardWriter):
         return 1
 
     def append(
-        self, records: Sequence[KvChange | Message], atomic: bool, commit_us: int,
+        self,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        commit_us: int,
         source: bytes = b"",
-    ) -> list[int]:  # fmt: skip
+    ) -> list[int]:
         return []
 
     def sweep_expired(self) -> int:

@@ -8,10 +8,9 @@ command runs on the keyspace with Redis's semantics (moonish.state.commands.exec
 batch. A command Redis would refuse raises :class:`CommandError` and writes nothing.
 
 Hash fields that a command finds expired are removed likewise, as one record per hash
-(moonish.state.expiry). Keys with an expiry time, and hash fields with one, are also removed
-by an active sweep (every ``expiry_sweep_ms`` on a
-background thread, or by calling :meth:`ShardWriter.sweep_expired`), as Redis's active
-expire cycle does.
+(moonish.state.expiry). Keys with an expiry time, and hash fields with one, are also removed by
+an active sweep (every ``expiry_sweep_ms`` on a background thread, or by calling
+:meth:`ShardWriter.sweep_expired`), as Redis's active expire cycle does.
 
 Retention: when the log rotates to a new segment, the shard's retention policy (its stream
 configuration, moonish.datadir.retention) is applied once the append has returned. If a snapshot
@@ -22,8 +21,8 @@ policy is tried again at the next rotation.
 Recovery (moonish.state.rebuild): opening a shard loads the newest snapshot at or below the end
 of the log and replays the records after it (moonish.log.payloads, "kv_change", ``replay``; the
 ``moonish.function`` messages), so the keyspace and the function libraries are exactly what the
-log says. Time comes from the injected clock; a command's time is also
-its records' commit time, which replay uses for relative TTLs and stream IDs.
+log says. Time comes from the injected clock; a command's time is also its records' commit time,
+which replay uses for relative TTLs and stream IDs.
 """
 
 from __future__ import annotations
@@ -142,7 +141,7 @@ class ShardWriter:
         """The source position of the last record that carried one (KvChange.source), kept
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
         self.libraries = Libraries()
-        """The function libraries (name -> code; moonish.state.commands.functions)."""
+        """The function libraries (name -> code; moonish.state.libraries)."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         try:
@@ -252,9 +251,9 @@ class ShardWriter:
         self, db: int, argv: list[bytes], now_us: int, *, loading: bool = False
     ) -> Prepared:
         """Run ``argv`` on the keyspace and build its records without appending them (the
-        AOF importer groups records of several shards). Call with the lock held. A refused
-        command's :class:`CommandError` is returned as the reply. ``loading``: Redis's AOF
-        loading semantics (see :class:`Access`)."""
+        router, moonish.redis.routing.router, groups records of several shards). Call with the
+        lock held. A refused command's :class:`CommandError` is returned as the reply.
+        ``loading``: Redis's AOF loading semantics (see :class:`Access`)."""
         acc = self._spare  # the last command's access, reused (Access.reset)
         self._spare = None  # (a prepare that raises, or one within this one, makes its own)
         if acc is None:
@@ -279,13 +278,17 @@ class ShardWriter:
         return tuple.__new__(Prepared, (reply, expired, records))  # without Prepared.__new__
 
     def access(
-        self, now_ms: int, resolve: Callable[[bytes], Keyspace] | None = None,
-        *, loading: bool = False,
-    ) -> Access:  # fmt: skip
+        self,
+        now_ms: int,
+        resolve: Callable[[bytes], Keyspace] | None = None,
+        *,
+        loading: bool = False,
+    ) -> Access:
         """An :class:`Access` on this shard's keyspace with its view's image settings."""
         _, limit, old, _ = self._facts
-        acc = Access(resolve or self._resolve, now_ms, expire=not loading, images=old,
-                     max_value_bytes=limit)  # fmt: skip
+        acc = Access(
+            resolve or self._resolve, now_ms, expire=not loading, images=old, max_value_bytes=limit
+        )
         acc.keyspaces = [self.keyspace]
         if resolve is None:
             acc.home = self.keyspace
@@ -293,9 +296,12 @@ class ShardWriter:
         return acc
 
     def records(
-        self, acc: Access, argv: list[bytes], replay: Replay,
+        self,
+        acc: Access,
+        argv: list[bytes],
+        replay: Replay,
         owns: Callable[[bytes], bool] | None = None,
-    ) -> list[KvChange | Message]:  # fmt: skip
+    ) -> list[KvChange | Message]:
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
         or value changed: ``c``/``u``/``d`` with images per the view type."""
         view, limit, old, new = self._facts
@@ -324,14 +330,62 @@ class ShardWriter:
                     after = full_image(db, key, entry, limit) if new else only_key
             if replay is _STATE:
                 state = b"" if entry is None else state_image(db, key, entry)
-                out.append(_new_change(op, db, command, key, before, after, view, False,
-                           _STATE, state, (), loading, b"", ""))  # fmt: skip
+                out.append(
+                    _new_change(
+                        op,
+                        db,
+                        command,
+                        key,
+                        before,
+                        after,
+                        view,
+                        False,
+                        _STATE,
+                        state,
+                        (),
+                        loading,
+                        b"",
+                        "",
+                    )
+                )
             elif out:
-                out.append(_new_change(op, db, command, key, before, after, view, False,
-                           _NONE, b"", (), loading, b"", ""))  # fmt: skip
+                out.append(
+                    _new_change(
+                        op,
+                        db,
+                        command,
+                        key,
+                        before,
+                        after,
+                        view,
+                        False,
+                        _NONE,
+                        b"",
+                        (),
+                        loading,
+                        b"",
+                        "",
+                    )
+                )
             else:  # the first record replays the command
-                out.append(_new_change(op, db, command, key, before, after, view, False,
-                           _COMMAND, b"", tuple(argv), loading, b"", ""))  # fmt: skip
+                out.append(
+                    _new_change(
+                        op,
+                        db,
+                        command,
+                        key,
+                        before,
+                        after,
+                        view,
+                        False,
+                        _COMMAND,
+                        b"",
+                        tuple(argv),
+                        loading,
+                        b"",
+                        "",
+                    )
+                )
         return out
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:
@@ -339,9 +393,12 @@ class ShardWriter:
         return key_expiry_record(self._config, db, key, entry)
 
     def append(
-        self, records: Sequence[KvChange | Message], atomic: bool, commit_us: int,
+        self,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        commit_us: int,
         source: bytes = b"",
-    ) -> list[int]:  # fmt: skip
+    ) -> list[int]:
         """Append prepared records: each alone, or all as one atomic batch. A ``source``
         position rides on the last record (a kv_change or a message), so it is in the log
         exactly when the records are.
@@ -447,8 +504,15 @@ class ShardWriter:
             self._check_sweep()
             self._log.sync()
             lsn = self._log.next_lsn - 1
-            path = write_snapshot(self.shard_dir, self._log.shard_id, lsn, self.keyspace,
-                                  self._clock.now_us(), self.libraries, self.source)  # fmt: skip
+            path = write_snapshot(
+                self.shard_dir,
+                self._log.shard_id,
+                lsn,
+                self.keyspace,
+                self._clock.now_us(),
+                self.libraries,
+                self.source,
+            )
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
             return path, lsn
 

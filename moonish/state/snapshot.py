@@ -6,18 +6,18 @@
      "libraries": <m>, "created_us": <µs since the Unix epoch>[, "source": <position text>]}
     <lossless image of key 1>            n lines, by db then key bytes (moonish.values.model)
     ...
-    {"library": <name>, "code": <text>}  m lines, by name (moonish.state.commands.functions)
+    {"library": <name>, "code": <text>}  m lines, by name (moonish.state.libraries)
     ...
     {"crc32c": <crc32c of every byte before this line>}
 
-Versions: 1 (stream values were the entries list alone, with ``"last_id"`` beside them; no
+Versions: 1 (a stream value is the entries list alone, with ``"last_id"`` beside it; no
 ``libraries`` field and no library lines), 2 (stream values hold their counters and consumer
 groups, docs/images.md; function libraries after the keys). Both are read; 2 is written.
 
 ``source`` is the shard's source position after record L (the last one a record carried,
-moonish.redis.routing.sources), absent when it has none. The snapshot holds the effect of every
-record with LSN <= L and nothing after; it is written
-to a temporary name, synced and renamed, so a snapshot file is complete or absent.
+moonish.redis.routing.sources), absent when it has none. The snapshot holds the effect of
+every record with LSN <= L and nothing after; it is written to a temporary name, synced and
+renamed, so a snapshot file is complete or absent.
 """
 
 from __future__ import annotations
@@ -67,19 +67,28 @@ class Snapshot:
 
 
 def write_snapshot(
-    shard_dir: str, shard: int, lsn: int, keyspace: Keyspace, created_us: int,
+    shard_dir: str,
+    shard: int,
+    lsn: int,
+    keyspace: Keyspace,
+    created_us: int,
     libraries: Libraries | None = None,
     source: bytes = b"",
-) -> str:  # fmt: skip
+) -> str:
     """Write ``keyspace`` and ``libraries`` as the snapshot at ``lsn`` (version
     :data:`VERSION`, with the source position ``source``, UTF-8) and drop all but the newest
     :data:`KEEP_SNAPSHOTS`; returns the file's path."""
     lines = [state_image(db, key, entry) for db, key, entry in keyspace.items()]
     library = library_lines(libraries or Libraries())
     fields: dict[str, object] = {
-        "format": FORMAT, "version": VERSION, "shard": shard, "lsn": lsn, "keys": len(lines),
-        "libraries": len(library), "created_us": created_us,
-    }  # fmt: skip
+        "format": FORMAT,
+        "version": VERSION,
+        "shard": shard,
+        "lsn": lsn,
+        "keys": len(lines),
+        "libraries": len(library),
+        "created_us": created_us,
+    }
     if source:
         fields["source"] = source.decode()
     header = orjson.dumps(fields)
@@ -128,8 +137,9 @@ def read_snapshot(path: str) -> Snapshot:
     if version not in SUPPORTED_VERSIONS:
         raise UnsupportedFormatError(
             f"snapshot version {version} (this build reads versions {SUPPORTED_VERSIONS})",
-            path=path, offset=0,
-        )  # fmt: skip
+            path=path,
+            offset=0,
+        )
     try:
         shard, lsn, keys, created_us = (
             int(header[name]) for name in ("shard", "lsn", "keys", "created_us")
@@ -144,6 +154,8 @@ def read_snapshot(path: str) -> Snapshot:
     if len(lines) != keys + libraries or min(keys, libraries) < 0:
         raise CorruptionError(
             f"snapshot has {len(lines)} lines, its header says {keys} keys and {libraries} "
-            "libraries", path=path, offset=0,
-        )  # fmt: skip
+            "libraries",
+            path=path,
+            offset=0,
+        )
     return Snapshot(path, shard, lsn, created_us, lines[:keys], lines[keys:], source.encode())

@@ -137,8 +137,8 @@ class SortedSet:
         return SortedSet(self.scores)
 
     def __reduce__(self) -> tuple[type[SortedSet], tuple[dict[bytes, float]]]:
-        # Pickled by a parallel import (moonish.redis.aof.parallel). Spelled out: a class compiled
-        # by mypyc (docs/build.md) has no default pickling.
+        # Pickled when worker processes lend entries to each other (moonish.redis.routing.exchange).
+        # Spelled out: a class compiled by mypyc (docs/build.md) has no default pickling.
         return SortedSet, (self.scores,)
 
 
@@ -156,13 +156,24 @@ class Entry:
     only for fields that have one (Redis 7.4); ``None`` (never empty) when none has, so a
     hash without field TTLs costs nothing more (moonish.state.fieldttl keeps it)."""
 
-    __slots__ = ("expire_at_ms", "field_expire_at_ms", "image", "image_limit", "json",
-                 "nbytes", "type", "value")  # fmt: skip
+    __slots__ = (
+        "expire_at_ms",
+        "field_expire_at_ms",
+        "image",
+        "image_limit",
+        "json",
+        "nbytes",
+        "type",
+        "value",
+    )
 
     def __init__(
-        self, type_: str, value: Any, expire_at_ms: int | None = None,
+        self,
+        type_: str,
+        value: Any,
+        expire_at_ms: int | None = None,
         field_expire_at_ms: dict[bytes, int] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.type = type_
         self.value = value
         self.expire_at_ms = expire_at_ms
@@ -181,17 +192,31 @@ class Entry:
             self.json = None
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        # Every attribute, the caches too: a parallel import's workers lend entries to each
-        # other (moonish.redis.aof.parallel). Spelled out: a class compiled by mypyc
-        # (docs/build.md) has no default pickling.
-        return _entry, (self.type, self.value, self.expire_at_ms, self.field_expire_at_ms,
-                        self.json, self.image, self.image_limit, self.nbytes)  # fmt: skip
+        # Every attribute, the caches too: the workers of a parallel import or capture lend
+        # entries to each other (moonish.redis.routing.exchange). Spelled out: a class compiled
+        # by mypyc (docs/build.md) has no default pickling.
+        return _entry, (
+            self.type,
+            self.value,
+            self.expire_at_ms,
+            self.field_expire_at_ms,
+            self.json,
+            self.image,
+            self.image_limit,
+            self.nbytes,
+        )
 
 
 def _entry(
-    type_: str, value: Any, expire_at_ms: int | None, field_expire_at_ms: dict[bytes, int] | None,
-    json: bytes | None, image: bytes | None, image_limit: int | None, nbytes: int | None,
-) -> Entry:  # fmt: skip
+    type_: str,
+    value: Any,
+    expire_at_ms: int | None,
+    field_expire_at_ms: dict[bytes, int] | None,
+    json: bytes | None,
+    image: bytes | None,
+    image_limit: int | None,
+    nbytes: int | None,
+) -> Entry:
     """An :class:`Entry` unpickled (see ``Entry.__reduce__``)."""
     entry = Entry(type_, value, expire_at_ms, field_expire_at_ms)
     entry.json, entry.image, entry.image_limit, entry.nbytes = json, image, image_limit, nbytes
@@ -393,6 +418,6 @@ def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
 def state_image(db: int, key: bytes, entry: Entry) -> bytes:
     """A lossless full image (never omitted): a stream's value holds all of it (counters,
     groups, pending entries, consumers). Used for snapshots and for records replayed by
-    value. (Images written before moonish kept stream groups carried a stream's last ID in
-    an extra ``"last_id"`` key; :func:`entry_from_image` still reads them.)"""
+    value. (:func:`entry_from_image` also reads the older form of a stream's value, without
+    counters and groups, whose last ID is an extra ``"last_id"`` key of the image.)"""
     return full_image(db, key, entry)

@@ -80,12 +80,20 @@ def stream_entries_py(entries: dict[tuple[int, int], list[bytes]]) -> bytes | No
     for fields in entries.values():
         if not fields or len(fields) % 2 or b"".join(fields).translate(None, PLAIN):
             return None
-    return b"[" + b",".join([
-        b'{"id":"%d-%d","fields":[["' % stream_id + b'"],["'.join(
-            [f + b'","' + v for f, v in zip(fields[::2], fields[1::2], strict=True)]
-        ) + b'"]]}'
-        for stream_id, fields in entries.items()
-    ]) + b"]"  # fmt: skip
+    return (
+        b"["
+        + b",".join(
+            [
+                b'{"id":"%d-%d","fields":[["' % stream_id
+                + b'"],["'.join(
+                    [f + b'","' + v for f, v in zip(fields[::2], fields[1::2], strict=True)]
+                )
+                + b'"]]}'
+                for stream_id, fields in entries.items()
+            ]
+        )
+        + b"]"
+    )
 
 
 def stream_bytes_py(entries: dict[tuple[int, int], list[bytes]]) -> int:
@@ -94,21 +102,34 @@ def stream_bytes_py(entries: dict[tuple[int, int], list[bytes]]) -> int:
 
 
 def image_py(
-    db: int, key_json: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
+    db: int,
+    key_json: bytes,
+    type_piece: bytes,
+    value_json: bytes,
+    expire_at_ms: int | None,
     end: bytes,
-) -> bytes:  # fmt: skip
+) -> bytes:
     """``{"db":<db>,"key":<key_json><type_piece><value_json>,"expire_at_ms":<ms|null><end>``:
     a full image from its JSON pieces (docs/images.md)."""
     expire = b"null" if expire_at_ms is None else b"%d" % expire_at_ms
     return b'{"db":%d,"key":%s%s%s,"expire_at_ms":%s%s' % (
-        db, key_json, type_piece, value_json, expire, end,
-    )  # fmt: skip
+        db,
+        key_json,
+        type_piece,
+        value_json,
+        expire,
+        end,
+    )
 
 
 def plain_image_py(
-    db: int, key: bytes, type_piece: bytes, value_json: bytes, expire_at_ms: int | None,
+    db: int,
+    key: bytes,
+    type_piece: bytes,
+    value_json: bytes,
+    expire_at_ms: int | None,
     end: bytes,
-) -> bytes | None:  # fmt: skip
+) -> bytes | None:
     """:func:`image_py` with ``key`` quoted, or ``None`` unless ``key`` is plain."""
     quoted = quote_py(key)
     if quoted is None:

@@ -62,8 +62,9 @@ class PendingEntry:
         return self.consumer, self.delivery_time_ms, self.delivery_count
 
     def __reduce__(self) -> tuple[type[PendingEntry], tuple[bytes, int, int]]:
-        # Pickled by a parallel import (moonish.redis.aof.parallel), as the stream classes below.
-        # Spelled out: a class compiled by mypyc (docs/build.md) has no default pickling.
+        # Pickled when worker processes lend entries to each other (moonish.redis.routing.exchange),
+        # as the stream classes below. Spelled out: a class compiled by mypyc (docs/build.md) has
+        # no default pickling.
         return PendingEntry, self.as_tuple()
 
 
@@ -93,9 +94,11 @@ class ConsumerGroup:
 
 
 def _group(
-    last_id: StreamId, entries_read: int, pending: dict[StreamId, PendingEntry],
+    last_id: StreamId,
+    entries_read: int,
+    pending: dict[StreamId, PendingEntry],
     consumers: dict[bytes, int],
-) -> ConsumerGroup:  # fmt: skip
+) -> ConsumerGroup:
     """A :class:`ConsumerGroup` unpickled."""
     group = ConsumerGroup(last_id, entries_read)
     group.pending, group.consumers = pending, consumers
@@ -148,14 +151,22 @@ class Stream:
         return INVALID_ENTRIES_READ
 
     def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        return _stream, (self.entries, self.last_id, self.entries_added, self.max_deleted_id,
-                         self.groups)  # fmt: skip
+        return _stream, (
+            self.entries,
+            self.last_id,
+            self.entries_added,
+            self.max_deleted_id,
+            self.groups,
+        )
 
 
 def _stream(
-    entries: dict[StreamId, list[bytes]], last_id: StreamId, entries_added: int,
-    max_deleted_id: StreamId, groups: dict[bytes, ConsumerGroup],
-) -> Stream:  # fmt: skip
+    entries: dict[StreamId, list[bytes]],
+    last_id: StreamId,
+    entries_added: int,
+    max_deleted_id: StreamId,
+    groups: dict[bytes, ConsumerGroup],
+) -> Stream:
     """A :class:`Stream` unpickled."""
     stream = Stream()
     stream.entries, stream.last_id, stream.entries_added = entries, last_id, entries_added
@@ -232,17 +243,24 @@ def stream_json(stream: Stream) -> bytes:
         if stream.groups
         else b"[]"
     )
-    return b'{"entries":%s,"last_id":"%d-%d","entries_added":%d,"max_deleted_id":"%d-%d",' % (
-        _entries_json(stream), *stream.last_id, stream.entries_added, *stream.max_deleted_id,
-    ) + b'"groups":%s}' % groups  # fmt: skip
+    return (
+        b'{"entries":%s,"last_id":"%d-%d","entries_added":%d,"max_deleted_id":"%d-%d",'
+        % (
+            _entries_json(stream),
+            *stream.last_id,
+            stream.entries_added,
+            *stream.max_deleted_id,
+        )
+        + b'"groups":%s}' % groups
+    )
 
 
 def stream_from_json(raw: Any, last_id: str | None = None) -> Stream:
-    """The inverse of :func:`stream_json`. Also reads the form images had before moonish kept
-    stream counters and groups: the entries list alone (with ``last_id`` from the image's
-    own ``"last_id"`` key in lossless images, else the last entry's ID); its
-    ``entries_added`` is then the length and ``max_deleted_id`` 0-0, as Redis migrates a
-    stream from an RDB file older than 7.0 (src/rdb.c).
+    """The inverse of :func:`stream_json`. Also reads the older form of the value, without
+    stream counters and groups: the entries list alone (with ``last_id`` from the image's own
+    ``"last_id"`` key in lossless images, else the last entry's ID); its ``entries_added`` is
+    then the length and ``max_deleted_id`` 0-0, as Redis migrates a stream from an RDB file
+    older than 7.0 (src/rdb.c).
 
     Raises:
         ValueError, KeyError, TypeError: ``raw`` is not a stream image value.

@@ -1,8 +1,8 @@
 """Importing a Redis 7 append-only file into a sharded moonish data directory, resumably.
 
 ``<data_dir>/shard-<k>`` receives the records of the keys whose Redis Cluster hash slot falls in
-shard ``k``'s range (``k = slot * shards // 16384``; routing in moonish.redis.routing.router). Replay
-follows Redis's loader:
+shard ``k``'s range (``k = slot * shards // 16384``; routing in moonish.redis.routing.router).
+Replay follows Redis's loader:
 
 - files in manifest order (base, then incremental files by ``seq``); each file starts in db 0
   and ``SELECT`` switches the db of the records that follow;
@@ -25,16 +25,17 @@ follows Redis's loader:
   reporting it in :attr:`ImportReport.truncated_tail`. Anywhere else it is an error.
 
 Resuming (docs/redis-source.md): each shard's log stores, with its records, the AOF position it
-has applied (moonish.redis.routing.sources). Running the import again continues every shard exactly
-after its position: each command is applied once, whether the first run finished, failed or was
-killed, and a run after Redis appended to the AOF adds only what is new. When the files a
+has applied (moonish.redis.routing.sources). Running the import again continues every shard
+exactly after its position: each command is applied once, whether the first run finished, failed
+or was killed, and a run after Redis appended to the AOF adds only what is new. When the files a
 position names are gone (Redis rewrote the AOF), the whole AOF is replayed into a scratch
 keyspace and each shard receives only the differences (moonish.state.load). The data directory
 remembers the AOF directory it follows; another source is refused.
 
 Everything that can be checked is checked before anything is created
-(moonish.redis.routing.target, :func:`check_import`): the manifest and its files, the target
-and the open-file limit. An import that fails before writing a record removes what it created.
+(:func:`~moonish.redis.aof.checks.check_import`, moonish.redis.routing.target): the manifest and
+its files, the target and the open-file limit. An import that fails before writing a record
+removes what it created.
 """
 
 from __future__ import annotations
@@ -123,8 +124,9 @@ def import_aof(
             import created removed.
     """
     aof_dir, out_dir = os.fspath(appendonlydir), os.fspath(data_dir)
-    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER,
-                        write_buffer_bytes=WRITE_BUFFER_BYTES)  # fmt: skip
+    log = WriterOptions(
+        segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER, write_buffer_bytes=WRITE_BUFFER_BYTES
+    )
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
     stream = stream or StreamConfig()

@@ -1,8 +1,8 @@
 """The per-command loop of an AOF import (moonish.redis.aof.replay): one file's commands, with
 ``SELECT``, ``MULTI``/``EXEC`` and the shards' resume points, handed to the router.
 
-It is here, apart from the importer, because it is compiled with mypyc (docs/build.md) and the
-importer is not (a parallel import pickles its classes): it runs once per command.
+It is here, apart from the replay, because it is compiled with mypyc (docs/build.md) and the
+replay is not (a parallel import pickles its classes): it runs once per command.
 """
 
 from __future__ import annotations
@@ -33,9 +33,14 @@ class FileReplay:
     """
 
     def __init__(
-        self, router: Router, resume: list[Resume], index: int, path: str, name: str,
+        self,
+        router: Router,
+        resume: list[Resume],
+        index: int,
+        path: str,
+        name: str,
         progress: Callable[[int], None] | None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.router, self.resume, self.index = router, resume, index
         self.path, self.progress = path, progress
         self.prefix = encode_position({"aof": name, "offset": 0})[: -len(b"0}")]
@@ -94,7 +99,7 @@ class FileReplay:
         still has to apply the command that ends there."""
         router = self.router
         router.position = self.prefix + b"%d}" % end
-        if not self.varying:  # some shard is before the file (the importer checked)
+        if not self.varying:  # some shard is before the file (the replay checked)
             router.skip = self.fixed
             return True
         skip = self.fixed.copy()

@@ -1,12 +1,12 @@
 """A first ``import-aof`` into several shards on several cores: one process per group of shards.
 
-The write path (Redis semantics, images, encoding, framing) costs a CPython process about
-25 µs per command (docs/benchmarks.md §9), so one core bounds an import. With ``processes``
-``P > 1`` (``moonish wal import-aof --processes P``), :func:`run_workers` forks ``P`` worker
-processes; worker ``w`` writes the shards ``[w * N // P, (w + 1) * N // P)``. Every worker reads
-the whole AOF (parsing is a small part of the cost) and runs the commands of its own shards
-only: the others' shards are skipped as a resumed import skips a shard that holds a command
-already (moonish.redis.routing.router), so each shard's log is exactly what a one-process import
+The write path (Redis semantics, images, encoding, framing) is what bounds an import in one
+CPython process to one core (docs/benchmarks.md §10 measures it). With ``processes`` ``P > 1``
+(``moonish wal import-aof --processes P``), :func:`run_workers` forks ``P`` worker processes;
+worker ``w`` writes the shards ``[w * N // P, (w + 1) * N // P)``. Every worker reads the whole
+AOF (parsing is a small part of the cost) and runs the commands of its own shards only: the
+others' shards are skipped as a resumed import skips a shard that holds a command already
+(moonish.redis.routing.router), so each shard's log is exactly what a one-process import
 writes, up to commit times (each process reads the clock itself).
 
 A command whose keys live in shards of different workers meets every involved worker at the
@@ -63,10 +63,19 @@ def run_workers(
         receive, send = context.Pipe(duplex=False)
         peers = {peer: links[number, peer] for peer in range(processes) if peer != number}
         worker = context.Process(
-            target=_work, args=(setup, data_dir, groups, number, peers, send,
-                                number == 0 and progress is not None),
-            name=f"moonish-import-{number}", daemon=True,
-        )  # fmt: skip
+            target=_work,
+            args=(
+                setup,
+                data_dir,
+                groups,
+                number,
+                peers,
+                send,
+                number == 0 and progress is not None,
+            ),
+            name=f"moonish-import-{number}",
+            daemon=True,
+        )
         worker.start()
         send.close()
         results.append(receive)
@@ -107,22 +116,15 @@ def _result(
         receive.close()
 
 
-
-
-
-
-
-
-
-
-
-
-
-
 def _work(
-    setup: Setup, data_dir: str, groups: list[range], number: int,
-    peers: dict[int, Connection], send: Connection, report_progress: bool,
-) -> None:  # fmt: skip
+    setup: Setup,
+    data_dir: str,
+    groups: list[range],
+    number: int,
+    peers: dict[int, Connection],
+    send: Connection,
+    report_progress: bool,
+) -> None:
     """A worker: open its shards, stand in for the others, replay, report."""
     writers: list[ShardWriter] = []
     owner = [w for w, group in enumerate(groups) for _ in group]
@@ -135,8 +137,15 @@ def _work(
         progress = (lambda count: send.send(("progress", count))) if report_progress else None
         others = frozenset(shard for shard in range(setup.shards) if owner[shard] != number)
         exchange = PeerExchange(owner, number, peers, setup.stream, setup.clock)
-        report = replay_aof(setup.paths, writers, setup.clock, setup.skip_unsupported, progress,
-                            exchange=exchange, others=others)  # fmt: skip
+        report = replay_aof(
+            setup.paths,
+            writers,
+            setup.clock,
+            setup.skip_unsupported,
+            progress,
+            exchange=exchange,
+            others=others,
+        )
         for writer in writers:
             writer.close()
         send.send(("report", report))

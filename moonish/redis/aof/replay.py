@@ -74,12 +74,6 @@ class ImportReport:
     position: str = "none"
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class Setup:
     """What every process of a parallel import needs (moonish.redis.aof.parallel)."""
@@ -93,10 +87,15 @@ class Setup:
 
 
 def replay_aof(
-    paths: list[str], writers: list[ShardWriter], clock: Clock, skip_unsupported: bool,
-    progress: Callable[[int], None] | None, opened: OpenShards | None = None,
-    exchange: Exchange | None = None, others: frozenset[int] = frozenset(),
-) -> ImportReport:  # fmt: skip
+    paths: list[str],
+    writers: list[ShardWriter],
+    clock: Clock,
+    skip_unsupported: bool,
+    progress: Callable[[int], None] | None,
+    opened: OpenShards | None = None,
+    exchange: Exchange | None = None,
+    others: frozenset[int] = frozenset(),
+) -> ImportReport:
     """Replay the AOF files ``paths`` into ``writers`` (one per shard) from each shard's
     stored position, mark and sweep every shard, and report. ``opened``: where a resync
     (the positions name files that are gone) makes its scratch shards. A parallel import's
@@ -115,8 +114,9 @@ def replay_aof(
         for shard in others:  # as if past every file: skipped
             resume[shard] = (len(paths), 0)
         for index, path in enumerate(paths):
-            _replay_file(path, index, resume, router, report, progress, clock,
-                         last=index == len(paths) - 1)  # fmt: skip
+            _replay_file(
+                path, index, resume, router, report, progress, clock, last=index == len(paths) - 1
+            )
     for shard, writer in enumerate(writers):
         if router.position:  # every shard says how far the AOF is applied
             router.mark(shard, router.position)
@@ -140,9 +140,13 @@ def _resume_point(position: dict[str, Any], names: list[str]) -> Resume:
 
 
 def _resync(
-    paths: list[str], opened: OpenShards, router: Router, report: ImportReport,
-    progress: Callable[[int], None] | None, clock: Clock,
-) -> None:  # fmt: skip
+    paths: list[str],
+    opened: OpenShards,
+    router: Router,
+    report: ImportReport,
+    progress: Callable[[int], None] | None,
+    clock: Clock,
+) -> None:
     """The files the shards' positions name are gone: replay the whole AOF into scratch
     shards (a temporary directory in ``out_dir``), then give each shard the differences
     between its keyspace and the scratch one, with the final position."""
@@ -151,14 +155,25 @@ def _resync(
     scratch_dir = tempfile.mkdtemp(prefix=".resync-", dir=opened.data_dir)
     try:
         scratch = open_shards(
-            scratch_dir, shards, WriterOptions(fsync=FsyncPolicy.NEVER),
-            StreamConfig(view=ViewType.OFF), clock,
-        )  # fmt: skip
+            scratch_dir,
+            shards,
+            WriterOptions(fsync=FsyncPolicy.NEVER),
+            StreamConfig(view=ViewType.OFF),
+            clock,
+        )
         try:
             scratch_router = Router(scratch.writers, clock, router.skip_unsupported)
             for index, path in enumerate(paths):
-                _replay_file(path, index, [(-1, 0)] * shards, scratch_router, report, progress,
-                             clock, last=index == len(paths) - 1)  # fmt: skip
+                _replay_file(
+                    path,
+                    index,
+                    [(-1, 0)] * shards,
+                    scratch_router,
+                    report,
+                    progress,
+                    clock,
+                    last=index == len(paths) - 1,
+                )
             final = router.position = scratch_router.position
             router.add_counts(scratch_router)
             for shard, writer in enumerate(opened.writers):
@@ -180,9 +195,13 @@ def _has(keyspace: Keyspace) -> Callable[[int, bytes], bool]:
 
 
 def _load_rdb_base(
-    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
+    path: str,
+    index: int,
+    resume: list[Resume],
+    router: Router,
+    report: ImportReport,
     clock: Clock,
-) -> None:  # fmt: skip
+) -> None:
     """Load the RDB base file ``path`` into the shards that have not loaded it (no position
     yet): its keys as ``r`` rows, the position ``{"aof": name, "offset": size}`` on the last."""
     todo = [shard for shard, point in enumerate(resume) if point < (index, 0)]
@@ -197,15 +216,23 @@ def _load_rdb_base(
     for shard in todo:
         set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")
-        count = load_entries(loader, contents.keys[shard], router.appender(shard),
-                             rows=True, source=position)  # fmt: skip
+        count = load_entries(
+            loader, contents.keys[shard], router.appender(shard), rows=True, source=position
+        )
         report.rdb_keys += count
 
 
 def _replay_file(
-    path: str, index: int, resume: list[Resume], router: Router, report: ImportReport,
-    progress: Callable[[int], None] | None, clock: Clock, *, last: bool,
-) -> None:  # fmt: skip
+    path: str,
+    index: int,
+    resume: list[Resume],
+    router: Router,
+    report: ImportReport,
+    progress: Callable[[int], None] | None,
+    clock: Clock,
+    *,
+    last: bool,
+) -> None:
     """Replay the file ``path`` (``index`` in the manifest's order): each command or
     MULTI/EXEC block on the shards whose ``resume`` point is before its end. The file is
     read from its start (SELECT must be tracked); a file every shard is past is skipped."""

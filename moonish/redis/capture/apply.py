@@ -1,11 +1,11 @@
-"""The shard side of a live capture (moonish.redis.capture.runner): applying the replication stream
-to a group of shards, storing positions, syncing and marking.
+"""The shard side of a live capture (moonish.redis.capture.runner): applying the replication
+stream to a group of shards, storing positions, syncing and marking.
 
 A :class:`ShardApplier` writes the shards it owns, either every shard (a capture in one
 process) or one group of them (a worker of a capture in several processes,
 moonish.redis.capture.workers); for the shards it does not own it holds stand-ins that run
 nothing (moonish.state.shadow), and commands across shards of several workers go through
-their exchange (moonish.redis.aof.parallel). Every applier sees the whole stream, so every one
+their exchange (moonish.redis.routing.exchange). Every applier sees the whole stream, so every one
 tracks ``SELECT``, ``MULTI``/``EXEC`` and the offsets alike, and reports the same applied
 offset; each syncs its own shards and says how far they are durable.
 
@@ -101,9 +101,13 @@ class ShardApplier:
     """
 
     def __init__(
-        self, writers: list[ShardWriter], owned: Container[int] | None, options: CaptureOptions,
-        clock: Clock, exchange: Exchange | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        writers: list[ShardWriter],
+        owned: Container[int] | None,
+        options: CaptureOptions,
+        clock: Clock,
+        exchange: Exchange | None = None,
+    ) -> None:
         count = len(writers)
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
@@ -128,8 +132,10 @@ class ShardApplier:
         Raises:
             CorruptionError: a stored position moonish did not write.
         """
-        return {shard: decode_position(self.writers[shard].source, self.writers[shard].shard_dir)
-                for shard in self.own}  # fmt: skip
+        return {
+            shard: decode_position(self.writers[shard].source, self.writers[shard].shard_dir)
+            for shard in self.own
+        }
 
     def start(self, point: ResumePoint) -> None:
         """Take the stream's resume point (every shard's, :func:`resume_point`)."""
@@ -152,8 +158,14 @@ class ShardApplier:
             RdbCorruptionError, RdbUnsupportedError: an RDB moonish cannot read.
         """
         now_ms = self.clock.now_us() // 1000
-        contents = read_contents(payload, path, len(self.writers), now_ms=now_ms,
-                                 drop_expired=False, shards_kept=set(self.own))  # fmt: skip
+        contents = read_contents(
+            payload,
+            path,
+            len(self.writers),
+            now_ms=now_ms,
+            drop_expired=False,
+            shards_kept=set(self.own),
+        )
         position = encode_position({"replid": replid, "offset": offset, "db": 0})
         for shard in self.own:
             writer = self.writers[shard]
@@ -164,8 +176,7 @@ class ShardApplier:
             present = {(db, key) for db, key, _ in keys}
             append = self.router.appender(shard)
             self.counts.removed_keys += remove_missing(loader, _member(present), append)
-            self.counts.rdb_keys += load_entries(loader, keys, append, rows=rows,
-                                                 source=position)  # fmt: skip
+            self.counts.rdb_keys += load_entries(loader, keys, append, rows=rows, source=position)
             self.router.mark(shard, position)
         self.replid, self.applied, self.db = replid, offset, 0
         self.done = [offset] * len(self.writers)
@@ -181,9 +192,16 @@ class ShardApplier:
             for shard in self.own:
                 writer = self.writers[shard]
                 stored = decode_position(writer.source, writer.shard_dir)
-                self.router.mark(shard, encode_position({
-                    "replid": replid, "offset": stored["offset"], "db": stored.get("db", 0),
-                }))  # fmt: skip
+                self.router.mark(
+                    shard,
+                    encode_position(
+                        {
+                            "replid": replid,
+                            "offset": stored["offset"],
+                            "db": stored.get("db", 0),
+                        }
+                    ),
+                )
         self.stream_db, self.transaction = self.db, None
 
     def disconnected(self) -> None:
@@ -195,9 +213,13 @@ class ShardApplier:
     # -- the command stream -------------------------------------------------------------
 
     def apply_part(
-        self, part: list[ReplCommand], path: str, dropped: int, settled_end: int,
+        self,
+        part: list[ReplCommand],
+        path: str,
+        dropped: int,
+        settled_end: int,
         settled_db: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Apply a worker's part of a batch (:class:`StreamRoute`): its commands, then
         count the ``dropped`` ones as applied and stand where the batch left the stream."""
         self.apply_batch(part, path)

@@ -1,7 +1,7 @@
 """Live capture: following a Redis master as its replica, every change into sharded logs.
 
-``capture(url, data_dir, shards)`` connects as a replica (moonish.redis.replication.connection) and runs
-until ``stop`` is set (docs/redis-source.md, "Live capture"):
+``capture(url, data_dir, shards)`` connects as a replica (moonish.redis.replication.connection)
+and runs until ``stop`` is set (docs/redis-source.md, "Live capture"):
 
 1. **First start** (no shard holds a position): ``PSYNC ? -1``. The full resync's RDB is read
    whole (CRC-64 checked, moonish.redis.rdb.contents; expired keys kept: a replica waits for the
@@ -30,7 +30,6 @@ until ``stop`` is set (docs/redis-source.md, "Live capture"):
 5. **Network errors** (the master's address in the error): reconnect after a backoff
    (``backoff_min_ms`` doubling to ``backoff_max_ms``) and ``PSYNC`` from the applied offset.
    An unfinished ``MULTI`` is dropped and received again.
-
 6. **Processes**: the shards are written by a :class:`~moonish.redis.capture.apply.ShardApplier`
    in this process, or with ``processes > 1`` by worker processes, each its share of them
    (moonish.redis.capture.workers); this process reads the stream, acknowledges the offset
@@ -147,8 +146,9 @@ def capture(
             writer.close()
         with start_workers(out_dir, shards, processes, log, stream, options, clock) as workers:
             positions = workers.positions()
-            session = _Capture(url, out_dir, workers.channels, positions, options, clock,
-                               workers.route)  # fmt: skip
+            session = _Capture(
+                url, out_dir, workers.channels, positions, options, clock, workers.route
+            )
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
     return session.report
@@ -159,9 +159,15 @@ class _Capture:
     shards are written by the appliers behind ``channels`` (in this process, or workers)."""
 
     def __init__(
-        self, url: str, data_dir: str, channels: list[Channel], positions: list[dict[str, object]],
-        options: CaptureOptions, clock: Clock, route: StreamRoute | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        url: str,
+        data_dir: str,
+        channels: list[Channel],
+        positions: list[dict[str, object]],
+        options: CaptureOptions,
+        clock: Clock,
+        route: StreamRoute | None = None,
+    ) -> None:
         self.url, self.data_dir, self.channels = url, data_dir, channels
         self.route = route  # what each worker gets (several processes)
         self.options, self.clock = options, clock
@@ -248,11 +254,13 @@ class _Capture:
         self.report.full_resyncs += 1
         replid, offset = answer.replid, answer.offset
         if len(self.channels) == 1:
-            self._settle(lambda channel: channel.full_resync(replid, offset, answer.payload,
-                                                              link.path))  # fmt: skip
+            self._settle(
+                lambda channel: channel.full_resync(replid, offset, answer.payload, link.path)
+            )
         else:
-            with tempfile.NamedTemporaryFile(dir=self.data_dir, prefix=".resync-",
-                                             suffix=".rdb") as spool:  # fmt: skip
+            with tempfile.NamedTemporaryFile(
+                dir=self.data_dir, prefix=".resync-", suffix=".rdb"
+            ) as spool:
                 shutil.copyfileobj(answer.payload, spool, 1 << 20)
                 spool.flush()
                 name = spool.name

@@ -16,9 +16,9 @@ a capture runs, and when it stops)::
 
 The file is optional: it says how far behind the capture is (``received_offset -
 durable_offset`` bytes, and ``time_us`` for how fresh that is) without asking Redis; the
-shards' logs alone say where each shard stands (moonish.redis.routing.sources). The master's own offset
-is not known to the capture between two commands; ``INFO replication`` on the master
-(``master_repl_offset`` against the replica's ``offset``) gives the exact lag.
+shards' logs alone say where each shard stands (moonish.redis.routing.sources). The master's
+own offset is not known to the capture between two commands; ``INFO replication`` on the
+master (``master_repl_offset`` against the replica's ``offset``) gives the exact lag.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ class CaptureOptions:
         replica: the replication link's options (timeouts, ACK period, TLS files).
         settle_gc: once synced, freeze the objects that exist and raise the garbage
             collector's thresholds (moonish.gcpolicy.settle_gc): process-wide, so for a
-            process that only captures (``moonish wal capture`` sets it). Measured at 50,000
-            commands/s: about a quarter less CPU per command (docs/benchmarks.md §11).
+            process that only captures (``moonish wal capture`` sets it; docs/benchmarks.md §11
+            measures it).
     """
 
     sync_interval_ms: int = 100
@@ -129,10 +129,15 @@ class CaptureReport:
 def write_status(data_dir: str, report: CaptureReport, time_us: int, *, running: bool) -> None:
     """Replace ``<data_dir>/capture.json`` (atomically) with ``report``'s offsets."""
     document: dict[str, object] = {
-        "format": FORMAT, "version": VERSION, "master": report.master, "replid": report.replid,
-        "received_offset": report.received_offset, "durable_offset": report.durable_offset,
-        "time_us": time_us, "running": running,
-    }  # fmt: skip
+        "format": FORMAT,
+        "version": VERSION,
+        "master": report.master,
+        "replid": report.replid,
+        "received_offset": report.received_offset,
+        "durable_offset": report.durable_offset,
+        "time_us": time_us,
+        "running": running,
+    }
     replace_atomically(os.path.join(data_dir, STATUS_NAME), [dump_checked(document)])
 
 

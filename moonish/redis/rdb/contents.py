@@ -99,8 +99,10 @@ def damage_or_unsupported(path: str, error: RdbUnsupportedError) -> MoonishError
     return RdbCorruptionError(
         f"damaged RDB file: its CRC-64 does not match (stored {stored:016x}, computed "
         f"{crc:016x}), where the reader found: {error.message}",
-        path=path, offset=error.offset if error.offset is not None else 0, key=None,
-    )  # fmt: skip
+        path=path,
+        offset=error.offset if error.offset is not None else 0,
+        key=None,
+    )
 
 
 def read_contents(
@@ -131,9 +133,12 @@ def read_contents(
         if isinstance(item, RdbKey):
             if (item.db, item.key) in seen:
                 raise RdbCorruptionError(
-                    "the key is in the RDB twice (Redis refuses to load it: \"Duplicated key "
-                    'found in RDB file")', path=path, offset=item.offset, key=item.key,
-                )  # fmt: skip
+                    'the key is in the RDB twice (Redis refuses to load it: "Duplicated key '
+                    'found in RDB file")',
+                    path=path,
+                    offset=item.offset,
+                    key=item.key,
+                )
             seen.add((item.db, item.key))
             if item.type not in (STRING, STREAM) and not item.value:
                 contents.empty_keys_skipped += 1

@@ -76,8 +76,16 @@ def decode_dump(key: bytes, payload: bytes) -> Entry:
         raise UnsupportedFormatError(f"cannot RESTORE key {key!r}: {exc}") from None
     if decoded.type in _CONTAINERS and not decoded.value:
         raise CommandError(BAD_DATA)
-    item = RdbKey(0, key, decoded.type, decoded.value, None, 0, stream=decoded.stream,
-                  field_expire_at_ms=decoded.field_expire_at_ms)  # fmt: skip
+    item = RdbKey(
+        0,
+        key,
+        decoded.type,
+        decoded.value,
+        None,
+        0,
+        stream=decoded.stream,
+        field_expire_at_ms=decoded.field_expire_at_ms,
+    )
     try:  # a stream with its counters and groups, a hash with its field TTLs
         return entry_of_key(item, "RESTORE payload")
     except RdbCorruptionError:  # a pending entry no consumer owns

@@ -25,8 +25,9 @@ def hash_entry(item: RdbKey) -> Entry:
             hold (the RDB reader never yields such a key); the offset is the key's.
     """
     if item.type != HASH:
-        raise InvalidArgumentError(f"key {item.key!r} is a {item.type}, not a hash",
-                                   offset=item.offset)  # fmt: skip
+        raise InvalidArgumentError(
+            f"key {item.key!r} is a {item.type}, not a hash", offset=item.offset
+        )
     ttls = item.field_expire_at_ms
     if ttls and not ttls.keys() <= item.value.keys():
         raise InvalidArgumentError(

@@ -76,7 +76,7 @@ _CRC64 = anycrc.Model("CRC64-REDIS")
 
 def crc64(crc: int, data: bytes | memoryview) -> int:
     """Redis's CRC-64 of ``data`` continued from ``crc`` (0 to start; Redis ``crc64.c``),
-    computed by anycrc's ``CRC64-REDIS`` model (several GB/s)."""
+    computed by anycrc's ``CRC64-REDIS`` model."""
     return int(_CRC64.calc(data, crc))
 
 
@@ -172,8 +172,16 @@ RdbItem = RdbAux | RdbFunction | RdbResizeDb | RdbSlotInfo | RdbKey
 class _Source:
     """Exact reads from a file object, counting the offset and the CRC-64 of what was read."""
 
-    __slots__ = ("_crc", "_unsummed", "_unsummed_bytes", "file", "key", "offset", "path",
-                 "string_offset")  # fmt: skip
+    __slots__ = (
+        "_crc",
+        "_unsummed",
+        "_unsummed_bytes",
+        "file",
+        "key",
+        "offset",
+        "path",
+        "string_offset",
+    )
 
     def __init__(self, file: IO[bytes], path: str) -> None:
         self.file, self.path = file, path
@@ -388,9 +396,17 @@ class RdbReader:
             src.unsupported(str(exc), offset)
         src.key = None
         return RdbKey(
-            db, key, decoded.type, decoded.value, expire_at_ms, offset, idle_s, lfu_freq,
-            decoded.stream, decoded.field_expire_at_ms,
-        )  # fmt: skip
+            db,
+            key,
+            decoded.type,
+            decoded.value,
+            expire_at_ms,
+            offset,
+            idle_s,
+            lfu_freq,
+            decoded.stream,
+            decoded.field_expire_at_ms,
+        )
 
 
 def read_rdb(path: str | os.PathLike[str]) -> Iterator[RdbItem]:

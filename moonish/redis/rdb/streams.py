@@ -1,7 +1,8 @@
-"""A stream key read from an RDB file as a complete moonish :class:`~moonish.values.streams.Stream`.
+"""A stream key read from an RDB file as a complete moonish
+:class:`~moonish.values.streams.Stream`.
 
-:mod:`moonish.redis.rdb.reader` yields a stream key's entries and last ID as ``RdbKey.value`` and the
-rest (counters, consumer groups, pending entries, consumers) as ``RdbKey.stream``
+:mod:`moonish.redis.rdb.reader` yields a stream key's entries and last ID as ``RdbKey.value``
+and the rest (counters, consumer groups, pending entries, consumers) as ``RdbKey.stream``
 (:class:`~moonish.redis.rdb.values.RdbStreamMeta`). :func:`complete_stream` joins them the
 way Redis 7.0 loads them (``rdbLoadObject`` in src/rdb.c):
 
@@ -61,8 +62,10 @@ def complete_stream(key: RdbKey, path: str) -> Stream:
             if pending.consumer is None:
                 raise RdbCorruptionError(
                     f"stream group {rdb_group.name!r}: pending entry {pending.id} has no consumer",
-                    path=path, offset=key.offset, key=key.key,
-                )  # fmt: skip
+                    path=path,
+                    offset=key.offset,
+                    key=key.key,
+                )
             group.pending[pending.id] = PendingEntry(
                 pending.consumer, pending.delivery_time_ms, pending.delivery_count
             )

@@ -3,14 +3,14 @@
 Each key of the RDB file goes to the shard of its hash slot as an ``r`` row (Debezium's
 snapshot read: ``op: "r"``, ``source.snapshot`` ``first``/``true``/``last``), replayed as the
 key's lossless image; reading a shard from LSN 1 yields its whole keyspace. Keys are loaded as
-a master loads a snapshot (moonish.redis.rdb.contents): expired keys and empty containers are left
-out, and the whole file (its CRC-64 included) is read before anything is written.
+a master loads a snapshot (moonish.redis.rdb.contents): expired keys and empty containers are
+left out, and the whole file (its CRC-64 included) is read before anything is written.
 
-Resuming and reloading (docs/redis-source.md): each shard's log stores the identity of the
-RDB file it loaded (size and stored CRC-64; moonish.redis.routing.sources) on its last row. Running the
-import again with the same file writes nothing; a load cut short writes the keys it had not
-written (a key already equal is never written twice); a newer dump at the same path is loaded
-as differences: ``c``/``u`` for keys that are new or changed, ``d`` for keys that are gone.
+Resuming and reloading (docs/redis-source.md): each shard's log stores the identity of the RDB
+file it loaded (size and stored CRC-64; moonish.redis.routing.sources) on its last row. Running
+the import again with the same file writes nothing; a load cut short writes the keys it had not
+written (a key already equal is never written twice); a newer dump at the same path is loaded as
+differences: ``c``/``u`` for keys that are new or changed, ``d`` for keys that are gone.
 """
 
 from __future__ import annotations
@@ -110,12 +110,17 @@ def import_rdb(
         path, shards, now_ms=clock.now_us() // 1000, drop_expired=True
     )  # all of it, before anything is created
     report = RdbImportReport(
-        identity, contents.version, contents.keys_loaded, contents.keys_expired,
-        contents.empty_keys_skipped, per_shard=[0] * shards,
-    )  # fmt: skip
+        identity,
+        contents.version,
+        contents.keys_loaded,
+        contents.keys_expired,
+        contents.empty_keys_skipped,
+        per_shard=[0] * shards,
+    )
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
-    with source_shards(out_dir, shards, "rdb", location, log, stream or StreamConfig(),
-                       clock) as opened:  # fmt: skip
+    with source_shards(
+        out_dir, shards, "rdb", location, log, stream or StreamConfig(), clock
+    ) as opened:
         position = encode_position({"rdb": identity})
         report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]
 
@@ -145,9 +150,14 @@ Done = dict[str, Any]
 
 
 def _load_shard(
-    writer: ShardWriter, shard: int, contents: RdbContents, position: bytes, identity: str,
-    clock: Clock, progress: Callable[[int], None] | None,
-) -> Done:  # fmt: skip
+    writer: ShardWriter,
+    shard: int,
+    contents: RdbContents,
+    position: bytes,
+    identity: str,
+    clock: Clock,
+    progress: Callable[[int], None] | None,
+) -> Done:
     """Load one shard's keys: ``r`` rows when it has loaded no RDB yet (or was cut short
     loading this one), differences when it holds another RDB's keys; nothing when it holds
     this one."""

@@ -1,16 +1,14 @@
 """``wal import-rdb --processes P``: the shards of an RDB import loaded in several processes.
 
 The import reads the whole RDB file first, in its own process (its CRC-64 checked before
-anything is written: moonish.redis.rdbimport.importer). Loading the keys into the shards (images,
-records, appends) is the larger part of the work, and each shard's is its own, so with ``P``
-processes worker ``w`` loads the shards ``[w * N // P, (w + 1) * N // P)``
-(moonish.slots ``shard_groups``). The workers are forked, so they share the
-read keys with the importing process and nothing is pickled but their reports; but it is copy
-on write, and since every shard's keys share memory pages and reading an object writes its
-reference count, each worker ends up copying most pages: memory can grow by up to ``P``
-times the keys' size (measured: 1.55 GiB peak RSS in the importing process for 2.2 million
-keys; docs/benchmarks.md §10). Each
-shard's log is what one process writes, up to commit times.
+anything is written: moonish.redis.rdbimport.importer). Loading the keys into the shards
+(images, records, appends) is the larger part of the work, and each shard's is its own, so
+with ``P`` processes worker ``w`` loads the shards ``[w * N // P, (w + 1) * N // P)``
+(moonish.slots ``shard_groups``). The workers are forked, so they share the read keys with the
+importing process and nothing is pickled but their reports; but it is copy on write, and
+since every shard's keys share memory pages and reading an object writes its reference
+count, each worker ends up copying most pages: memory can grow by up to ``P`` times the keys'
+size. Each shard's log is what one process writes, up to commit times.
 
 A worker that fails reports its error, which the import raises once every worker ended (the
 lowest worker's); one that dies is an :class:`UnavailableError`. Every shard stores its
@@ -68,8 +66,7 @@ def load_in_processes(
     for number, group in enumerate(groups):
         receive, send = context.Pipe(duplex=False)
         args = (setup, group, load, send, progress is not None)
-        worker = context.Process(target=_work, args=args, name=f"moonish-rdb-{number}",
-                                 daemon=True)  # fmt: skip
+        worker = context.Process(target=_work, args=args, name=f"moonish-rdb-{number}", daemon=True)
         worker.start()
         send.close()
         receivers[receive] = number
@@ -84,10 +81,13 @@ def load_in_processes(
                     kind, value = ready.recv()
                 except EOFError:
                     workers[number].join()
-                    kind, value = "error", UnavailableError(
-                        f"import worker {workers[number].name} ended without a report (exit "
-                        f"code {workers[number].exitcode}); run the import again to continue"
-                    )  # fmt: skip
+                    kind, value = (
+                        "error",
+                        UnavailableError(
+                            f"import worker {workers[number].name} ended without a report (exit "
+                            f"code {workers[number].exitcode}); run the import again to continue"
+                        ),
+                    )
                 if kind == "progress":
                     if progress is not None:
                         progress(value)

@@ -1,5 +1,6 @@
 """What a replica connection is given and gives back: the Redis URL, options, the answers to
-``PSYNC``, and the errors a master's replies map to (moonish/redis/replication/connection.py uses them).
+``PSYNC``, and the errors a master's replies map to (moonish.redis.replication.connection uses
+them).
 
 Error replies (Redis 7.0 ``replication.c`` ``syncWithMaster`` and
 ``slaveTryPartialResynchronization``; ``server.c`` ``processCommand``): ``-NOAUTH``,

@@ -32,9 +32,18 @@ KEYLESS: Final = frozenset({b"FLUSHDB", b"FLUSHALL", b"SWAPDB", b"FUNCTION"})
 """Commands without a key that every shard runs."""
 NOT_WRITES: Final = frozenset({b"MULTI", b"EXEC", b"DISCARD", b"SELECT"})
 NOT_ROUTABLE: Final = frozenset(
-    {b"SCRIPT", b"EVAL", b"EVALSHA", b"EVAL_RO", b"EVALSHA_RO", b"FCALL", b"FCALL_RO",
-     b"PUBLISH", b"SPUBLISH"}
-)  # fmt: skip
+    {
+        b"SCRIPT",
+        b"EVAL",
+        b"EVALSHA",
+        b"EVAL_RO",
+        b"EVALSHA_RO",
+        b"FCALL",
+        b"FCALL_RO",
+        b"PUBLISH",
+        b"SPUBLISH",
+    }
+)
 """Commands whose first argument is not a key: they cannot be routed to one shard."""
 
 Part = tuple[bytes | None, tuple[bytes, ...], int]

@@ -49,9 +49,13 @@ class PeerExchange:
     """
 
     def __init__(
-        self, owner: list[int], number: int, peers: dict[int, Connection], stream: StreamConfig,
+        self,
+        owner: list[int],
+        number: int,
+        peers: dict[int, Connection],
+        stream: StreamConfig,
         clock: Clock,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.owner, self.number, self.peers = owner, number, peers
         self.stream, self.clock = stream, clock
 
@@ -93,11 +97,13 @@ class PeerExchange:
         results = router.run_across(db, argv, now_us, shards, writers)
         reply = results[0][1].reply if results else None
         for peer in workers[1:]:
-            theirs = {shard: prepared.records for shard, prepared in results
-                      if self.owner[shard] == peer}  # fmt: skip
+            theirs = {
+                shard: prepared.records for shard, prepared in results if self.owner[shard] == peer
+            }
             _send(self.peers[peer], (reply, theirs, _after(lent[peer], writers)))
-        return [(shard, prepared) for shard, prepared in results
-                if self.owner[shard] == self.number]  # fmt: skip
+        return [
+            (shard, prepared) for shard, prepared in results if self.owner[shard] == self.number
+        ]
 
     def _pattern_keys(self, router: Router, db: int, argv: list[bytes]) -> set[bytes]:
         """The keys in db ``db`` of this worker's shards that ``SORT``'s patterns may read."""

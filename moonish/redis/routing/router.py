@@ -1,13 +1,14 @@
 """Applying Redis write commands to a set of shards: routing by hash slot, atomic batches,
 commands whose keys live in several shards, and resuming without applying anything twice.
 
-Routing (moonish.redis.routing.commands, docs/redis-import.md): each key's records go to the shard of
-its Redis Cluster hash slot (``k = slot * shards // 16384``); a multi-key command becomes one
-record per key, as one atomic batch per shard; ``FLUSHDB``/``FLUSHALL``/``SWAPDB`` go to every
-shard; a ``MULTI``/``EXEC`` block is one atomic batch per shard it touches. A command moonish
-does not implement is an error naming it and its offset; with ``skip_unsupported`` it is
-written as a :data:`SKIPPED_PREFIX` message (its RESP bytes) instead, on the shard of its first
-argument or on every shard when it has none; scripts are always refused.
+Routing (moonish.redis.routing.commands, docs/redis-import.md): each key's records go to the
+shard of its Redis Cluster hash slot (``k = slot * shards // 16384``); a multi-key command
+becomes one record per key, as one atomic batch per shard; ``FLUSHDB``/``FLUSHALL``/``SWAPDB``
+go to every shard; a ``MULTI``/``EXEC`` block is one atomic batch per shard it touches. A
+command moonish does not implement is an error naming it and its offset; with
+``skip_unsupported`` it is written as a :data:`SKIPPED_PREFIX` message (its RESP bytes) instead,
+on the shard of its first argument or on every shard when it has none; scripts are always
+refused.
 
 Resuming: the caller sets :attr:`Router.position` (the source position after the command) and
 :attr:`Router.skip` (the shards whose stored position shows they already applied it) before
@@ -49,8 +50,8 @@ class ResumeError(CorruptionError):
 
 
 class Exchange(Protocol):
-    """How a parallel import's worker runs a command across shards some of which another
-    worker writes (moonish.redis.aof.parallel)."""
+    """How a worker of a parallel import or capture runs a command across shards some of
+    which another worker writes (moonish.redis.routing.exchange)."""
 
     def owns_all(self, shards: list[int]) -> bool:
         """Whether this process writes every one of ``shards``."""
@@ -74,9 +75,12 @@ class Router:
     """
 
     def __init__(
-        self, writers: list[ShardWriter], clock: Clock, skip_unsupported: bool = False,
+        self,
+        writers: list[ShardWriter],
+        clock: Clock,
+        skip_unsupported: bool = False,
         exchange: Exchange | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.writers = writers
         self.exchange = exchange
         self.clock = clock
@@ -134,9 +138,14 @@ class Router:
             involved.clear()
 
     def _checked_run(
-        self, db: int, argv: list[bytes], offset: int, now_us: int, path: str,
+        self,
+        db: int,
+        argv: list[bytes],
+        offset: int,
+        now_us: int,
+        path: str,
         per_shard: dict[int, list[KvChange | Message]],
-    ) -> list[tuple[int, Prepared]] | None:  # fmt: skip
+    ) -> list[tuple[int, Prepared]] | None:
         """:meth:`_run` with its errors named by ``path`` and ``offset``; ``None`` when the
         command was unsupported and is skipped (its message queued in ``per_shard``)."""
         try:  # an unsupported command raises before any shard ran it
@@ -144,10 +153,14 @@ class Router:
         except UnsupportedFormatError as exc:
             script = argv[0].upper() in SCRIPTS
             if script or not self.skip_unsupported:
-                hint = "" if script else (
-                    "; --skip-unsupported (skip_unsupported=True) writes it as a "
-                    f"{SKIPPED_PREFIX} message record instead"
-                )  # fmt: skip
+                hint = (
+                    ""
+                    if script
+                    else (
+                        "; --skip-unsupported (skip_unsupported=True) writes it as a "
+                        f"{SKIPPED_PREFIX} message record instead"
+                    )
+                )
                 raise UnsupportedFormatError(exc.message + hint, path=path, offset=offset) from None
             self._skip(db, argv, per_shard)
             return None
@@ -170,9 +183,13 @@ class Router:
         return records
 
     def _collect_all(
-        self, results: list[tuple[int, Prepared]],
-        per_shard: dict[int, list[KvChange | Message]], now_us: int, path: str, offset: int,
-    ) -> None:  # fmt: skip
+        self,
+        results: list[tuple[int, Prepared]],
+        per_shard: dict[int, list[KvChange | Message]],
+        now_us: int,
+        path: str,
+        offset: int,
+    ) -> None:
         """:meth:`_collect` of every shard's results, gathered per shard in ``per_shard``."""
         for shard, prepared in results:
             records = self._collect(shard, prepared, now_us, path, offset)
@@ -225,9 +242,13 @@ class Router:
             self.append(shard, [position_marker(position)], False, self.clock.now_us(), position)
 
     def append(
-        self, shard: int, records: Sequence[KvChange | Message], atomic: bool, now_us: int,
+        self,
+        shard: int,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        now_us: int,
         source: bytes,
-    ) -> None:  # fmt: skip
+    ) -> None:
         lsns = self.writers[shard].append(records, atomic, now_us, source)
         if lsns and self.first_lsn[shard] is None:
             self.first_lsn[shard] = lsns[0]
@@ -314,9 +335,13 @@ class Router:
         return self.run_across(db, argv, now_us, shards, self.writers)
 
     def run_across(
-        self, db: int, argv: list[bytes], now_us: int, shards: list[int],
+        self,
+        db: int,
+        argv: list[bytes],
+        now_us: int,
+        shards: list[int],
         writers: list[ShardWriter],
-    ) -> list[tuple[int, Prepared]]:  # fmt: skip
+    ) -> list[tuple[int, Prepared]]:
         """Run a command across ``shards`` on the keyspaces of ``writers`` (one per shard; a
         parallel import's worker passes stand-ins for other workers' shards); each shard's
         records (``Replay.STATE``) and the reply."""

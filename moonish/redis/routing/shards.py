@@ -47,9 +47,14 @@ class OpenShards:
 
 @contextlib.contextmanager
 def source_shards(
-    data_dir: str, shards: int, kind: str, location: str, log: WriterOptions,
-    stream: StreamConfig, clock: Clock,
-) -> Iterator[OpenShards]:  # fmt: skip
+    data_dir: str,
+    shards: int,
+    kind: str,
+    location: str,
+    log: WriterOptions,
+    stream: StreamConfig,
+    clock: Clock,
+) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
 

@@ -10,7 +10,7 @@ moonish.fileio)::
 Importing or capturing another source into it is refused (:class:`SourceMismatchError`).
 
 Each shard stores the position it has applied in its own log, on the last record of every
-append (``KvChange.source``, moonish.log.payloads), so the position is in the log exactly when
+append (``KvChange.source``, moonish.log.records), so the position is in the log exactly when
 the records it covers are: a crash can never separate them. A position is compact UTF-8 JSON:
 
 - ``{"aof": "<file name>", "offset": <bytes>}``: every command of the manifest's files before
@@ -127,7 +127,7 @@ def check_source(data_dir: str, kind: str, location: str) -> bool:
 
 def unknown_source(data_dir: str, kind: str, location: str) -> SourceMismatchError:
     """The error for shards that hold records but whose data directory names no source
-    (written before imports kept positions: they cannot be resumed)."""
+    (written without source positions: they cannot be resumed)."""
     return SourceMismatchError(
         "this data directory holds records but does not say which source they came from "
         f"(no {SOURCE_NAME}: written before imports could be resumed); import the {kind} "

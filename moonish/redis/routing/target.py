@@ -41,8 +41,6 @@ _WAL_FILE = re.compile(
 )
 
 
-
-
 def descriptors_needed(shards: int) -> int:
     """Open file descriptors an import into ``shards`` shards needs: :data:`DESCRIPTORS_PER_SHARD`
     per shard, the descriptors this process has open now, and :data:`DESCRIPTOR_MARGIN`."""
@@ -93,8 +91,6 @@ def check_shard_range(shards: int) -> None:
         raise InvalidArgumentError(f"--shards must be between 1 and {MAX_SHARDS}, got {shards}")
 
 
-
-
 def _is_shard_dir(path: str) -> bool:
     """Whether ``path`` holds a shard's WAL: segment, index or snapshot files, or its LOCK and
     control file (a shard whose segments retention removed)."""
@@ -113,9 +109,9 @@ def _within(path: str, directory: str) -> bool:
 
 
 def check_target(data_dir: str, shards: int, *, source: str | None) -> None:
-    """The checks of the target moonish.redis.aof.checks ``check_import`` makes, for another source (an RDB file
-    ``source``, or ``None`` for a source that is no file: a live capture): a data directory
-    that makes no sense, or holds other shards.
+    """The checks of the target that ``check_import`` (moonish.redis.aof.checks) makes, for
+    another source (an RDB file ``source``, or ``None`` for a source that is no file: a live
+    capture): a data directory that makes no sense, or holds other shards.
 
     Raises:
         InvalidArgumentError: as moonish.redis.aof.checks ``check_import``.

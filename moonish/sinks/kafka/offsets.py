@@ -116,10 +116,15 @@ def read_positions(
     """
     want_marker = marker_key(sink, prefix)
     shard_keys = {offset_key(sink, prefix, k): k for k in range(shards)}
-    consumer = Consumer({
-        **config, "group.id": f"{sink}.positions", "enable.auto.commit": False,
-        "isolation.level": "read_committed", "enable.partition.eof": False,
-    })  # fmt: skip
+    consumer = Consumer(
+        {
+            **config,
+            "group.id": f"{sink}.positions",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": False,
+        }
+    )
     positions: dict[int, int] = {}
     try:
         consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])

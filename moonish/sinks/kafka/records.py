@@ -49,9 +49,13 @@ class Topics:
     """
 
     def __init__(
-        self, config: dict[str, Any], prefix: str, shards: int, replication_factor: int,
+        self,
+        config: dict[str, Any],
+        prefix: str,
+        shards: int,
+        replication_factor: int,
         timeout_ms: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self._admin = AdminClient(config)
         self._servers = str(config["bootstrap.servers"])
         self.prefix, self.shards = prefix, shards
@@ -223,15 +227,25 @@ def _sender(
     produce, poll = producer.produce, producer.poll
 
     def send(
-        topic: str, value: bytes | None, key: bytes | None, headers: Headers,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
         timestamp_ms: int,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if delivered is not None:
             delivered.remaining += 1
         for _ in range(600):
             try:
-                produce(topic, value, key, partition=partition, on_delivery=delivered,
-                        timestamp=timestamp_ms, headers=headers)  # fmt: skip
+                produce(
+                    topic,
+                    value,
+                    key,
+                    partition=partition,
+                    on_delivery=delivered,
+                    timestamp=timestamp_ms,
+                    headers=headers,
+                )
                 return
             except BufferError:
                 poll(0.1)  # the queue is full: let librdkafka send, then try again

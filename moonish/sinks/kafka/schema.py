@@ -75,29 +75,48 @@ def _row_schema(topic: str, field: str) -> dict[str, Any]:
         _field("expire_at_ms", "int64", True, name="io.debezium.time.Timestamp", version=1),
         _int64("omitted_length"),
     ]
-    return {"type": "struct", "fields": fields, "optional": True, "name": f"{topic}.Value",
-            "field": field}  # fmt: skip
+    return {
+        "type": "struct",
+        "fields": fields,
+        "optional": True,
+        "name": f"{topic}.Value",
+        "field": field,
+    }
 
 
 SNAPSHOT_ENUM = {
-    "type": "string", "optional": True, "name": "io.debezium.data.Enum", "version": 1,
-    "parameters": {"allowed": "true,first,first_in_data_collection,last_in_data_collection,"
-                              "last,false,incremental"},
-    "default": "false", "field": "snapshot",
-}  # fmt: skip
+    "type": "string",
+    "optional": True,
+    "name": "io.debezium.data.Enum",
+    "version": 1,
+    "parameters": {
+        "allowed": "true,first,first_in_data_collection,last_in_data_collection,"
+        "last,false,incremental"
+    },
+    "default": "false",
+    "field": "snapshot",
+}
 SOURCE_SCHEMA = {
     "type": "struct",
     "fields": [
-        _string("version"), _string("connector"), _string("name"), _int64("ts_ms", False),
-        _int64("ts_us"), _int64("ts_ns"), SNAPSHOT_ENUM, _field("db", "int32", True),
-        _field("shard", "int32", False), _int64("lsn", False), _string("command", True),
+        _string("version"),
+        _string("connector"),
+        _string("name"),
+        _int64("ts_ms", False),
+        _int64("ts_us"),
+        _int64("ts_ns"),
+        SNAPSHOT_ENUM,
+        _field("db", "int32", True),
+        _field("shard", "int32", False),
+        _int64("lsn", False),
+        _string("command", True),
         _field("expired", "boolean", True),
     ],
     "optional": False,
     "name": "moonish.Source",
     "version": 1,
     "field": "source",
-}  # fmt: skip
+}
 """``source`` in moonish's field order (docs/envelopes.md)."""
 TRANSACTION_BLOCK = {
     "type": "struct",
@@ -108,39 +127,63 @@ TRANSACTION_BLOCK = {
     "field": "transaction",
 }
 TRANSACTION_KEY_SCHEMA = {
-    "type": "struct", "fields": [_string("id")], "optional": False,
-    "name": "io.debezium.connector.common.TransactionMetadataKey", "version": 1,
-}  # fmt: skip
+    "type": "struct",
+    "fields": [_string("id")],
+    "optional": False,
+    "name": "io.debezium.connector.common.TransactionMetadataKey",
+    "version": 1,
+}
 TRANSACTION_VALUE_SCHEMA = {
     "type": "struct",
     "fields": [
-        _string("status"), _string("id"), _int64("event_count"),
-        {"type": "array", "items": {
-            "type": "struct",
-            "fields": [_string("data_collection"), _int64("event_count", False)],
-            "optional": True, "name": "event.collection", "version": 1,
-        }, "optional": True, "field": "data_collections"},
+        _string("status"),
+        _string("id"),
+        _int64("event_count"),
+        {
+            "type": "array",
+            "items": {
+                "type": "struct",
+                "fields": [_string("data_collection"), _int64("event_count", False)],
+                "optional": True,
+                "name": "event.collection",
+                "version": 1,
+            },
+            "optional": True,
+            "field": "data_collections",
+        },
         _int64("ts_ms", False),
     ],
     "optional": False,
     "name": "io.debezium.connector.common.TransactionMetadataValue",
     "version": 1,
-}  # fmt: skip
+}
 MESSAGE_KEY_SCHEMA = {
-    "type": "struct", "fields": [_string("prefix", True)], "optional": False,
-    "name": "moonish.MessageKey", "version": 1,
-}  # fmt: skip
+    "type": "struct",
+    "fields": [_string("prefix", True)],
+    "optional": False,
+    "name": "moonish.MessageKey",
+    "version": 1,
+}
 MESSAGE_VALUE_SCHEMA = {
     "type": "struct",
     "fields": [
-        _string("op"), _int64("ts_ms"), SOURCE_SCHEMA, TRANSACTION_BLOCK,
-        {"type": "struct", "fields": [_string("prefix", True), _field("content", "bytes", True)],
-         "optional": False, "name": "moonish.Message", "version": 1, "field": "message"},
+        _string("op"),
+        _int64("ts_ms"),
+        SOURCE_SCHEMA,
+        TRANSACTION_BLOCK,
+        {
+            "type": "struct",
+            "fields": [_string("prefix", True), _field("content", "bytes", True)],
+            "optional": False,
+            "name": "moonish.Message",
+            "version": 1,
+            "field": "message",
+        },
     ],
     "optional": False,
     "name": "moonish.MessageValue",
     "version": 1,
-}  # fmt: skip
+}
 """Debezium's logical-decoding message value (PostgreSQL's ``MessageValue``) for ``op: m``."""
 
 
@@ -149,13 +192,19 @@ def envelope_schema(topic: str) -> dict[str, Any]:
     return {
         "type": "struct",
         "fields": [
-            _row_schema(topic, "before"), _row_schema(topic, "after"), SOURCE_SCHEMA,
-            TRANSACTION_BLOCK, _string("op"), _int64("ts_ms"), _int64("ts_us"), _int64("ts_ns"),
+            _row_schema(topic, "before"),
+            _row_schema(topic, "after"),
+            SOURCE_SCHEMA,
+            TRANSACTION_BLOCK,
+            _string("op"),
+            _int64("ts_ms"),
+            _int64("ts_us"),
+            _int64("ts_ns"),
         ],
         "optional": False,
         "name": f"{topic}.Envelope",
         "version": 2,
-    }  # fmt: skip
+    }
 
 
 def key_schema(topic: str) -> dict[str, Any]:
@@ -183,10 +232,14 @@ def row(image: dict[str, Any] | None) -> dict[str, Any] | None:
         raw = image.get("value")
         value = None if raw is None else orjson.dumps(raw).decode()
     return {
-        "db": image.get("db") or 0, "key": text, "key_encoding": encoding, "type": kind,
-        "value": value, "expire_at_ms": image.get("expire_at_ms"),
+        "db": image.get("db") or 0,
+        "key": text,
+        "key_encoding": encoding,
+        "type": kind,
+        "value": value,
+        "expire_at_ms": image.get("expire_at_ms"),
         "omitted_length": image.get("omitted_length"),
-    }  # fmt: skip
+    }
 
 
 class SchemaForm:

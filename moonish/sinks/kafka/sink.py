@@ -209,8 +209,11 @@ class KafkaSink:
         self.source = os.path.realpath(self.data_dir)
         self._paths = data_shards(self.data_dir)
         self._clock, self._progress, self._progress_ms = clock, progress, progress_ms
-        self._config = {"bootstrap.servers": options.bootstrap_servers, "log_level": 3,
-                        **options.client_config}  # fmt: skip
+        self._config = {
+            "bootstrap.servers": options.bootstrap_servers,
+            "log_level": 3,
+            **options.client_config,
+        }
         self._shards: list[_Shard] = []
         self._signal: ChangeSignal | None = None
         self._stop = threading.Event()
@@ -219,10 +222,12 @@ class KafkaSink:
         self._reported_at = 0.0
         self.stats = KafkaStats()
         prefix = options.prefix
-        self.topics = Topics(self._config, prefix, len(self._paths), options.replication_factor,
-                             options.timeout_ms)  # fmt: skip
-        self._records = RecordMaker(self.topics, options.schemas, options.tombstones,
-                                    options.messages)  # fmt: skip
+        self.topics = Topics(
+            self._config, prefix, len(self._paths), options.replication_factor, options.timeout_ms
+        )
+        self._records = RecordMaker(
+            self.topics, options.schemas, options.tombstones, options.messages
+        )
 
     # -- start -----------------------------------------------------------------------------
 
@@ -239,8 +244,12 @@ class KafkaSink:
         self.topics.ensure_static()
         digest = hashlib.sha256(self.source.encode()).hexdigest()[:12]
         for index, path in enumerate(self._paths):
-            config = {**self._config, "enable.idempotence": True, "linger.ms": 5,
-                      "compression.type": "lz4"}  # fmt: skip
+            config = {
+                **self._config,
+                "enable.idempotence": True,
+                "linger.ms": 5,
+                "compression.type": "lz4",
+            }
             txn_id = f"{opts.sink_name}.{digest}.shard-{index}"
             if opts.delivery == EXACTLY_ONCE:
                 config["transactional.id"] = txn_id
@@ -258,15 +267,25 @@ class KafkaSink:
         else:
             first.produce(self.topics.offsets, marker, key, partition=0)
             self._flush(self._shards[0])
-        stored = read_positions(self._config, self.topics.offsets, opts.sink_name, opts.prefix,
-                                marker, self.source, len(self._paths), opts.timeout_ms)  # fmt: skip
+        stored = read_positions(
+            self._config,
+            self.topics.offsets,
+            opts.sink_name,
+            opts.prefix,
+            marker,
+            self.source,
+            len(self._paths),
+            opts.timeout_ms,
+        )
         for shard in self._shards:
             shard.position = stored.get(shard.index, 0)
-            shard.tail = Tail(shard.path, shard.position + 1, name=opts.name, clock=self._clock,
-                              transactions=True)  # fmt: skip
+            shard.tail = Tail(
+                shard.path, shard.position + 1, name=opts.name, clock=self._clock, transactions=True
+            )
         if opts.consumer is not None:  # the topic is the truth: the consumer follows it
-            consumers.register_sink(self.data_dir, opts.consumer, self.positions,
-                                    owner="kafka", authoritative=True)  # fmt: skip
+            consumers.register_sink(
+                self.data_dir, opts.consumer, self.positions, owner="kafka", authoritative=True
+            )
         self.stats.positions = dict(enumerate(self.positions))
         self._started = True
 
@@ -400,9 +419,11 @@ class KafkaSink:
         if moved:
             opts = self.options
             shard.producer.produce(
-                self.topics.offsets, offset_value(shard.position, self.source, len(self._shards)),
-                offset_key(opts.sink_name, opts.prefix, shard.index), partition=0,
-            )  # fmt: skip
+                self.topics.offsets,
+                offset_value(shard.position, self.source, len(self._shards)),
+                offset_key(opts.sink_name, opts.prefix, shard.index),
+                partition=0,
+            )
 
     def _commit(self, shard: _Shard) -> None:
         """Commit the shard's transaction: retried while retriable; aborted (and the log read
@@ -420,8 +441,13 @@ class KafkaSink:
                     shard.producer.abort_transaction(self.options.timeout_ms / 1000)
                     assert shard.tail is not None
                     shard.tail.close()  # the records go again, in the next transaction
-                    shard.tail = Tail(shard.path, shard.position + 1, name=self.options.name,
-                                      clock=self._clock, transactions=True)  # fmt: skip
+                    shard.tail = Tail(
+                        shard.path,
+                        shard.position + 1,
+                        name=self.options.name,
+                        clock=self._clock,
+                        transactions=True,
+                    )
                     return
                 if not error.retriable() or time.monotonic() > deadline:
                     raise BrokerUnavailableError(

@@ -58,8 +58,13 @@ def split_args(line: bytes) -> list[bytes] | None:
         done = False
         while not done:
             char, after = line[pos], line[pos + 1] if line[pos] else 0
-            if quote == _DOUBLE and char == _BACKSLASH and after == ord("x") \
-                    and line[pos + 2] in _HEX and line[pos + 3] in _HEX:  # fmt: skip
+            if (
+                quote == _DOUBLE
+                and char == _BACKSLASH
+                and after == ord("x")
+                and line[pos + 2] in _HEX
+                and line[pos + 3] in _HEX
+            ):
                 word.append(int(line[pos + 2 : pos + 4], 16))
                 pos += 3
             elif quote == _DOUBLE and char == _BACKSLASH and after:
@@ -153,8 +158,11 @@ def cmd_function_load(acc: Access, db: int, argv: list[bytes]) -> Any:
     if name in libraries and not replace:
         raise CommandError(f"ERR Library '{name.decode()}' already exists")
     libraries[name] = code
-    log(acc, db, {"command": "load", "library": name.decode(), "code": text(code),
-                  "replace": replace})  # fmt: skip
+    log(
+        acc,
+        db,
+        {"command": "load", "library": name.decode(), "code": text(code), "replace": replace},
+    )
     return name
 
 
@@ -235,11 +243,17 @@ def cmd_function_restore(acc: Access, db: int, argv: list[bytes]) -> Any:
     verify_dump_payload(argv[2])
     restored = decode_function_dump(argv[2])
     restore_libraries(libraries, restored, policy)
-    log(acc, db, {
-        "command": "restore", "policy": policy,
-        "libraries": [{"library": name.decode(), "code": text(code)}
-                      for name, code in restored],
-    })  # fmt: skip
+    log(
+        acc,
+        db,
+        {
+            "command": "restore",
+            "policy": policy,
+            "libraries": [
+                {"library": name.decode(), "code": text(code)} for name, code in restored
+            ],
+        },
+    )
     return b"OK"
 
 
@@ -285,5 +299,3 @@ def subcommand(argv: list[bytes]) -> Handler:
 def cmd_function(acc: Access, db: int, argv: list[bytes]) -> Any:
     """``FUNCTION LOAD|DELETE|FLUSH|RESTORE ...`` (see :func:`subcommand`)."""
     return subcommand(argv)(acc, db, argv)
-
-

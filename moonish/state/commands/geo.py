@@ -395,8 +395,9 @@ def cmd_geo(acc: Access, db: int, argv: list[bytes]) -> Any:
         i += 1
     if store is not None and with_options:
         what = "GEOSEARCHSTORE" if searchstore else "STORE option in GEORADIUS"
-        raise CommandError(f"ERR {what} is not compatible with WITHDIST, WITHHASH and WITHCOORD "
-                           "options")  # fmt: skip
+        raise CommandError(
+            f"ERR {what} is not compatible with WITHDIST, WITHHASH and WITHCOORD options"
+        )
     command = argv[0].decode(errors="replace")
     if searchstore and not (frommember or fromloc):
         raise CommandError(

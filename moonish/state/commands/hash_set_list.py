@@ -89,8 +89,9 @@ def cmd_hdel(acc: Access, db: int, argv: list[bytes]) -> Any:
     return removed
 
 
-def _hash_update(acc: Access, db: int, key: bytes, entry: Entry | None, field: bytes,
-                 value: bytes) -> None:  # fmt: skip
+def _hash_update(
+    acc: Access, db: int, key: bytes, entry: Entry | None, field: bytes, value: bytes
+) -> None:
     if entry is None:
         acc.put(db, key, Entry(HASH, {field: value}))
     else:

@@ -28,8 +28,12 @@ from moonish.state.fieldttl import HFE_MAX_ABS_TIME_MS, drop_fields, set_ttl
 from moonish.state.keyspace import Access
 from moonish.values.model import HASH, Entry
 
-_UNITS = {b"HEXPIRE": (1000, False), b"HPEXPIRE": (1, False),
-          b"HEXPIREAT": (1000, True), b"HPEXPIREAT": (1, True)}  # fmt: skip
+_UNITS = {
+    b"HEXPIRE": (1000, False),
+    b"HPEXPIRE": (1, False),
+    b"HEXPIREAT": (1000, True),
+    b"HPEXPIREAT": (1, True),
+}
 _CONDITIONS = (b"NX", b"XX", b"GT", b"LT")
 _FIELDS_MISSING = "ERR Mandatory argument FIELDS is missing or not at the right position"
 _NUMFIELDS_MISMATCH = "ERR The `numfields` parameter must match the number of arguments"
@@ -93,8 +97,9 @@ def cmd_hexpire(acc: Access, db: int, argv: list[bytes]) -> Any:
         raise CommandError(f"ERR invalid expire time in '{name.decode().lower()}' command")
     when = when * unit + base
     condition = argv[3].upper() if argv[3].upper() in _CONDITIONS else None
-    fields = _fields(argv, 5 if condition else 4,
-                     "ERR Parameter `numFields` should be greater than 0")  # fmt: skip
+    fields = _fields(
+        argv, 5 if condition else 4, "ERR Parameter `numFields` should be greater than 0"
+    )
     if entry is None:
         return [-2] * len(fields)
     replies, grew, noted = [], 0, None

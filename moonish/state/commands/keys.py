@@ -74,8 +74,12 @@ def cmd_copy(acc: Access, db: int, argv: list[bytes]) -> Any:
     return 1
 
 
-_EXPIRE_UNITS = {b"EXPIRE": (1000, False), b"PEXPIRE": (1, False),
-                 b"EXPIREAT": (1000, True), b"PEXPIREAT": (1, True)}  # fmt: skip
+_EXPIRE_UNITS = {
+    b"EXPIRE": (1000, False),
+    b"PEXPIRE": (1, False),
+    b"EXPIREAT": (1000, True),
+    b"PEXPIREAT": (1, True),
+}
 
 
 def cmd_expire(acc: Access, db: int, argv: list[bytes]) -> Any:

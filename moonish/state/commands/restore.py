@@ -15,6 +15,7 @@ counters and consumer groups (moonish.redis.rdb.streams), a Redis 7.4 hash its f
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from moonish.errors import CommandError
@@ -79,5 +80,7 @@ def cmd_restore(acc: Access, db: int, argv: list[bytes]) -> Any:
     return b"OK"
 
 
-COMMANDS = {b"RESTORE": (cmd_restore, [1])}
+COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
+    b"RESTORE": (cmd_restore, [1]),
+}
 """The command of this module -> (handler, key positions), as in moonish.state.commands.execute."""

@@ -72,8 +72,15 @@ def _score(value: bytes) -> float | None:
 
 def _options(argv: list[bytes]) -> dict[str, Any]:
     """The options, parsed as Redis parses them (the last of a repeated one wins)."""
-    found: dict[str, Any] = {"desc": False, "alpha": False, "start": 0, "count": -1,
-                             "store": None, "by": None, "get": []}  # fmt: skip
+    found: dict[str, Any] = {
+        "desc": False,
+        "alpha": False,
+        "start": 0,
+        "count": -1,
+        "store": None,
+        "by": None,
+        "get": [],
+    }
     i = 2
     while i < len(argv):
         option, left = argv[i].upper(), len(argv) - i - 1
@@ -179,15 +186,19 @@ def reads_patterns(argv: list[bytes]) -> bool:
 def pattern_keys(argv: list[bytes]) -> Callable[[bytes], bool]:
     """Whether a key is one ``SORT``'s ``BY``/``GET`` patterns may read (a key of the form
     prefix, anything, suffix of one of them); a superset when options repeat."""
-    affixes = [split for i in range(2, len(argv) - 1) if argv[i].upper() in (b"BY", b"GET")
-               and (split := _split_pattern(argv[i + 1])) is not None]  # fmt: skip
+    affixes = [
+        split
+        for i in range(2, len(argv) - 1)
+        if argv[i].upper() in (b"BY", b"GET") and (split := _split_pattern(argv[i + 1])) is not None
+    ]
 
     def reads(key: bytes) -> bool:
         return any(
-            len(key) >= len(prefix) + len(suffix) and key.startswith(prefix)
+            len(key) >= len(prefix) + len(suffix)
+            and key.startswith(prefix)
             and key.endswith(suffix)
             for prefix, suffix, _ in affixes
-        )  # fmt: skip
+        )
 
     return reads
 

@@ -31,9 +31,13 @@ from moonish.values.model import STREAM, Entry, StreamId
 from moonish.values.streams import INVALID_ENTRIES_READ, ConsumerGroup, PendingEntry, Stream
 
 _SUBCOMMAND_ARITY = {
-    b"CREATE": -5, b"SETID": -5, b"DESTROY": 4, b"CREATECONSUMER": 5, b"DELCONSUMER": 5,
+    b"CREATE": -5,
+    b"SETID": -5,
+    b"DESTROY": 4,
+    b"CREATECONSUMER": 5,
+    b"DELCONSUMER": 5,
     b"HELP": 2,
-}  # fmt: skip
+}
 """XGROUP's subcommands and their arity (src/commands/xgroup-*.json)."""
 
 
@@ -122,9 +126,13 @@ def cmd_xgroup(acc: Access, db: int, argv: list[bytes]) -> Any:
 
 
 def _create(
-    acc: Access, db: int, argv: list[bytes], entry: Entry | None, stream: Stream | None,
+    acc: Access,
+    db: int,
+    argv: list[bytes],
+    entry: Entry | None,
+    stream: Stream | None,
     entries_read: int,
-) -> Any:  # fmt: skip
+) -> Any:
     last = parse_id(argv[4]) if argv[4] != b"$" else stream.last_id if stream else (0, 0)
     if entry is None or stream is None:
         stream = Stream()

@@ -1,0 +1,1 @@
+"""The ``moonish`` command line: thin click commands that parse, call the library and print."""

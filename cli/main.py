@@ -1,4 +1,5 @@
-"""The ``moonish`` command: groups ``cdc`` and ``wal``, and error handling by kind."""
+"""The ``moonish`` command: its groups (``cdc``, ``wal``, ``spark``, ``consumer``), each
+command registered in them, and error handling by kind."""
 
 from __future__ import annotations
 
@@ -11,24 +12,31 @@ from typing import Any
 
 import click
 
-from cli.cdc_export import export
-from cli.cdc_info import info
-from cli.cdc_kafka import kafka
-from cli.cdc_read import read
-from cli.cdc_tail import tail
-from cli.consumer import consumer
+from cli.cdc.export import export
+from cli.cdc.info import info
+from cli.cdc.kafka import kafka
+from cli.cdc.read import read
+from cli.cdc.tail import tail
+from cli.consumer.ack import ack
+from cli.consumer.create import create
+from cli.consumer.drop import drop
+from cli.consumer.list import list_command
+from cli.consumer.seek import seek
+from cli.consumer.show import show as show_consumer
 from cli.errors import CliError
 from cli.serve import serve
-from cli.spark_materialize import materialize, show
-from cli.wal_capture import capture_command
-from cli.wal_checkpoint import checkpoint
-from cli.wal_dump import dump
-from cli.wal_import_aof import import_aof_command
-from cli.wal_import_rdb import import_rdb_command
-from cli.wal_repair import repair
-from cli.wal_retention import prune, retention
-from cli.wal_stream import stream
-from cli.wal_verify import verify
+from cli.spark.materialize import materialize
+from cli.spark.show import show as show_table
+from cli.wal.capture import capture_command
+from cli.wal.checkpoint import checkpoint
+from cli.wal.dump import dump
+from cli.wal.import_aof import import_aof_command
+from cli.wal.import_rdb import import_rdb_command
+from cli.wal.prune import prune
+from cli.wal.repair import repair
+from cli.wal.retention import retention
+from cli.wal.stream import stream
+from cli.wal.verify import verify
 from moonish.errors import MoonishError
 from moonish.version import __version__
 
@@ -123,6 +131,17 @@ def spark() -> None:
     """
 
 
+@moonish.group()
+def consumer() -> None:
+    """Named consumers: per-shard positions that retention keeps the log for. Every command
+    takes a data directory or a server's URL (moonish serve; with --token-file, --cacert).
+
+    Example:
+
+        moonish consumer create data export --from earliest
+    """
+
+
 cdc.add_command(read)
 cdc.add_command(tail)
 cdc.add_command(info)
@@ -138,10 +157,15 @@ wal.add_command(stream)
 wal.add_command(repair)
 wal.add_command(retention)
 wal.add_command(prune)
-moonish.add_command(consumer)
+consumer.add_command(create)
+consumer.add_command(list_command)
+consumer.add_command(show_consumer)
+consumer.add_command(ack)
+consumer.add_command(seek)
+consumer.add_command(drop)
 moonish.add_command(serve)
 spark.add_command(materialize)
-spark.add_command(show)
+spark.add_command(show_table)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,18 +1,16 @@
 """What ``cdc read``, ``cdc tail``, ``cdc info`` and the ``consumer`` commands share to read
-a server (``moonish serve``) by URL instead of a data directory: the PATH type,
-``--token-file``/``--cacert``, and the options that only make sense on the machine that
-holds the log."""
+a server (``moonish serve``) by URL instead of a data directory: the PATH type, and the
+client, which refuses the options that only make sense on the machine that holds the log.
+Their ``--token-file`` and ``--cacert`` are ``cli.options.remote_options``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import click
 from click.core import ParameterSource
 
 import moonish
-from cli.params import stack
 from moonish.remote import ClientOptions, is_url, read_token_file
 
 
@@ -29,18 +27,6 @@ class DataPath(click.ParamType):  # type: ignore[type-arg]
 
 
 DATA_PATH = DataPath()
-
-
-def remote_options(command: Callable[..., Any]) -> Callable[..., Any]:
-    """``--token-file`` and ``--cacert``, for a PATH that is a URL."""
-    options = [
-        click.option("--token-file", type=click.Path(exists=True, dir_okay=False),
-                     help="With a URL: a file whose first line is the server's bearer token."),
-        click.option("--cacert", type=click.Path(exists=True, dir_okay=False),
-                     help="With an https URL: PEM certificates to trust (a self-signed "
-                     "server's)."),
-    ]  # fmt: skip
-    return stack(command, options)
 
 
 def connect(
@@ -60,8 +46,10 @@ def connect(
                 raise click.UsageError(f"--{name.replace('_', '-')} goes with a server URL.")
         return None
     for name in local_only:
-        if ctx.get_parameter_source(name) in (ParameterSource.COMMANDLINE,
-                                              ParameterSource.ENVIRONMENT):  # fmt: skip
+        if ctx.get_parameter_source(name) in (
+            ParameterSource.COMMANDLINE,
+            ParameterSource.ENVIRONMENT,
+        ):
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option} reads a log on this machine, not with a URL.")
     token = None if token_file is None else read_token_file(token_file)

@@ -7,6 +7,7 @@ import sys
 import click
 import orjson
 
+from cli import options
 from moonish.serve import Limits, ServeOptions, Server, load_token, run
 from moonish.serve.options import DEFAULT_HOST, DEFAULT_LINGER_MS, DEFAULT_PORT
 
@@ -17,44 +18,67 @@ _DEFAULTS = Limits()
 @click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on.")
 @click.option(
-    "--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True,
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
     help="TCP port (0: any free port; the first stdout line says which).",
-)  # fmt: skip
-@click.option(
-    "--token-file",
-    type=click.Path(exists=True, dir_okay=False),
+)
+@options.token_file(
     help="A file holding the bearer token every request must carry (needed for any host but "
-    "a loopback address).",
+    "a loopback address)."
 )
 @click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate.")
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key.")
 @click.option(
-    "--max-subscribers", type=click.IntRange(1), default=_DEFAULTS.max_subscribers,
-    show_default=True, help="Open feeds at once (one more gets 429).",
-)  # fmt: skip
+    "--max-subscribers",
+    type=click.IntRange(1),
+    default=_DEFAULTS.max_subscribers,
+    show_default=True,
+    help="Open feeds at once (one more gets 429).",
+)
 @click.option(
-    "--max-request-bytes", type=click.IntRange(1), default=_DEFAULTS.max_request_bytes,
-    show_default=True, help="Largest request body or WebSocket message (413 / close 1009).",
-)  # fmt: skip
+    "--max-request-bytes",
+    type=click.IntRange(1),
+    default=_DEFAULTS.max_request_bytes,
+    show_default=True,
+    help="Largest request body or WebSocket message (413 / close 1009).",
+)
 @click.option(
-    "--idle-timeout-ms", type=click.IntRange(1), default=_DEFAULTS.idle_timeout_ms,
-    show_default=True, help="Close idle kept-alive connections and unanswered WebSockets.",
-)  # fmt: skip
+    "--idle-timeout-ms",
+    type=click.IntRange(1),
+    default=_DEFAULTS.idle_timeout_ms,
+    show_default=True,
+    help="Close idle kept-alive connections and unanswered WebSockets.",
+)
 @click.option(
-    "--ring-bytes", type=click.IntRange(1), default=_DEFAULTS.ring_bytes, show_default=True,
+    "--ring-bytes",
+    type=click.IntRange(1),
+    default=_DEFAULTS.ring_bytes,
+    show_default=True,
     help="Memory for the shared ring of recent changes.",
-)  # fmt: skip
+)
 @click.option(
-    "--linger-ms", type=click.FloatRange(0, 1000), default=DEFAULT_LINGER_MS,
+    "--linger-ms",
+    type=click.FloatRange(0, 1000),
+    default=DEFAULT_LINGER_MS,
     show_default=True,
     help="While changes keep coming, read the log at most this often: fewer, fuller writes "
     "to each subscriber. The first change after a quiet spell goes out at once.",
-)  # fmt: skip
+)
 def serve(
-    data_dir: str, host: str, port: int, token_file: str | None, tls_cert: str | None,
-    tls_key: str | None, max_subscribers: int, max_request_bytes: int, idle_timeout_ms: int,
-    ring_bytes: int, linger_ms: float,
-) -> None:  # fmt: skip
+    data_dir: str,
+    host: str,
+    port: int,
+    token_file: str | None,
+    tls_cert: str | None,
+    tls_key: str | None,
+    max_subscribers: int,
+    max_request_bytes: int,
+    idle_timeout_ms: int,
+    ring_bytes: int,
+    linger_ms: float,
+) -> None:
     """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
     credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
 
@@ -69,14 +93,21 @@ def serve(
         curl -N 'http://127.0.0.1:8470/v1/changes?feed=continuous&since=now&heartbeat=5000'
     """
     limits = Limits(
-        max_subscribers=max_subscribers, max_request_bytes=max_request_bytes,
-        idle_timeout_ms=idle_timeout_ms, ring_bytes=ring_bytes,
-    )  # fmt: skip
+        max_subscribers=max_subscribers,
+        max_request_bytes=max_request_bytes,
+        idle_timeout_ms=idle_timeout_ms,
+        ring_bytes=ring_bytes,
+    )
     token = None if token_file is None else load_token(token_file)
     options = ServeOptions(
-        host=host, port=port, token=token, tls_cert=tls_cert, tls_key=tls_key, limits=limits,
+        host=host,
+        port=port,
+        token=token,
+        tls_cert=tls_cert,
+        tls_key=tls_key,
+        limits=limits,
         linger_ms=linger_ms,
-    )  # fmt: skip
+    )
 
     def ready(server: Server) -> None:
         line = orjson.dumps({"url": server.url, "data_dir": data_dir})

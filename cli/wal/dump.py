@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import click
 
-from cli.params import LSN
+from cli import options
 from moonish.cdc.cursor import Cursor
 
 
 @click.command("dump")
 @click.argument("wal_dir", type=click.Path(exists=True, file_okay=False))
-@click.option("--from-lsn", type=LSN, default=0, show_default=True, help="First LSN to show.")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Most records to show.")
+@options.from_lsn(help="First LSN to show.", default=0)
+@options.limit(help="Most records to show.", default=None)
 def dump(wal_dir: str, from_lsn: Cursor, limit: int | None) -> None:
     """Print one line per record: LSN, segment, offset, size, type, batch, commit time, content.
 

@@ -8,7 +8,8 @@ from typing import Any
 import click
 import orjson
 
-from cli.remote import DATA_PATH, connect, remote_options
+from cli import options
+from cli.remote import DATA_PATH, connect
 from moonish.cdc import shard_read
 from moonish.redis.capture.status import read_status
 from moonish.redis.routing.sources import describe, load_source, stored_position
@@ -16,7 +17,7 @@ from moonish.redis.routing.sources import describe, load_source, stored_position
 
 @click.command("info")
 @click.argument("wal_dir", type=DATA_PATH)
-@remote_options
+@options.remote_options
 def info(wal_dir: str, token_file: str | None, cacert: str | None) -> None:
     """Print JSON facts about a shard: oldest_lsn, latest_lsn, next_lsn, segments, bytes.
 
@@ -57,6 +58,8 @@ def _shard(shard_dir: str, data_dir: str) -> dict[str, Any]:
     if load_source(data_dir) is not None:
         stored = stored_position(shard_dir)
         facts["source_position"] = stored and {
-            "lsn": stored[0], "position": stored[1], "text": describe(stored[1])
-        }  # fmt: skip
+            "lsn": stored[0],
+            "position": stored[1],
+            "text": describe(stored[1]),
+        }
     return facts

@@ -9,8 +9,8 @@ from typing import Any
 import click
 
 import moonish.cdc.api
-from cli import remote
-from cli.params import LSN, write_position
+from cli import options, remote
+from cli.params import write_position
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
@@ -18,21 +18,17 @@ from moonish.cdc.merged_read import MergedTail
 
 @click.command("tail")
 @click.argument("path", type=remote.DATA_PATH)
-@click.option(
-    "--from-lsn",
-    type=LSN,
-    default=None,
-    help="One shard: first LSN to print (default 0: the start of the shard).",
+@options.from_lsn(
+    help="One shard: first LSN to print (default 0: the start of the shard).", default=None
 )
-@click.option(
-    "--from",
+@options.from_position(
     "from_token",
     help="A data directory: print the changes after this token, `earliest` (default) or `now`.",
 )
-@click.option("--consumer", help="Start from this named consumer's confirmed position.")
-@click.option("--ack", is_flag=True, help="With --consumer: confirm each batch once printed.")
-@click.option("--follow", "-f", is_flag=True, help="Keep waiting for new records (Ctrl-C stops).")
-@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@options.consumer(help="Start from this named consumer's confirmed position.")
+@options.ack(help="With --consumer: confirm each batch once printed.")
+@options.follow(help="Keep waiting for new records (Ctrl-C stops).")
+@options.source_name
 @click.option(
     "--poll-ms",
     type=click.IntRange(1, 60_000),
@@ -46,19 +42,28 @@ from moonish.cdc.merged_read import MergedTail
     help='Also print {"resolved":{"ts_us","ts_ms","token"}} at most this often: no later '
     "change has an earlier commit time.",
 )
-@click.option(
-    "--cursor-file",
-    type=click.Path(dir_okay=False),
-    help="After each printed batch, write the position to resume from to this file.",
+@options.cursor_file(
+    help="After each printed batch, write the position to resume from to this file."
 )
-@click.option("--snapshot", is_flag=True, help='Start with the newest snapshot\'s keys (op "r").')
-@click.option("--transactions", is_flag=True, help="Also print BEGIN/END records.")
-@remote.remote_options
+@options.snapshot(help='Start with the newest snapshot\'s keys (op "r").')
+@options.transactions(help="Also print BEGIN/END records.")
+@options.remote_options
 def tail(
-    path: str, from_lsn: Cursor | None, from_token: str | None, consumer: str | None, ack: bool,
-    follow: bool, name: str, poll_ms: int, resolved_ms: int | None, cursor_file: str | None,
-    snapshot: bool, transactions: bool, token_file: str | None, cacert: str | None,
-) -> None:  # fmt: skip
+    path: str,
+    from_lsn: Cursor | None,
+    from_token: str | None,
+    consumer: str | None,
+    ack: bool,
+    follow: bool,
+    name: str,
+    poll_ms: int,
+    resolved_ms: int | None,
+    cursor_file: str | None,
+    snapshot: bool,
+    transactions: bool,
+    token_file: str | None,
+    cacert: str | None,
+) -> None:
     """Print envelopes as NDJSON: one shard in LSN order, or a data directory's shards merged
     in commit-time order.
 
@@ -88,29 +93,47 @@ def tail(
     local_only = ("from_lsn", "name", "poll_ms", "snapshot", "transactions")
     client = remote.connect(path, token_file, cacert, local_only)
     if client is not None:
-        with client, client.tail(
-            from_token, consumer=consumer, follow=follow, resolved_ms=resolved_ms
-        ) as remote_stream:  # fmt: skip
-            _print(remote_stream, lambda: str(remote_stream.token), cursor_file,
-                   None if not ack or consumer is None
-                   else lambda where: client.ack(consumer, where))  # fmt: skip
+        with (
+            client,
+            client.tail(
+                from_token, consumer=consumer, follow=follow, resolved_ms=resolved_ms
+            ) as remote_stream,
+        ):
+            _print(
+                remote_stream,
+                lambda: str(remote_stream.token),
+                cursor_file,
+                None if not ack or consumer is None else lambda where: client.ack(consumer, where),
+            )
         return
     position = from_token if from_token is not None else from_lsn
     with moonish.cdc.api.tail(
-        path, position, consumer=consumer, follow=follow, name=name, fallback_poll_ms=poll_ms,
-        snapshot=snapshot, transactions=transactions, resolved_ms=resolved_ms,
-    ) as stream:  # fmt: skip
+        path,
+        position,
+        consumer=consumer,
+        follow=follow,
+        name=name,
+        fallback_poll_ms=poll_ms,
+        snapshot=snapshot,
+        transactions=transactions,
+        resolved_ms=resolved_ms,
+    ) as stream:
         _print(
-            stream, lambda: str(stream.token if isinstance(stream, MergedTail) else stream.cursor),
-            cursor_file, None if not ack or consumer is None
+            stream,
+            lambda: str(stream.token if isinstance(stream, MergedTail) else stream.cursor),
+            cursor_file,
+            None
+            if not ack or consumer is None
             else lambda where: moonish.cdc.api.ack(path, consumer, where),
-        )  # fmt: skip
+        )
 
 
 def _print(
-    stream: Any, where: Callable[[], str], cursor_file: str | None,
+    stream: Any,
+    where: Callable[[], str],
+    cursor_file: str | None,
     ack: Callable[[str], object] | None,
-) -> None:  # fmt: skip
+) -> None:
     """Print each batch (envelopes, or a marker), then write and ack its position; Ctrl-C
     ends it after flushing what was printed."""
     out = sys.stdout.buffer

@@ -7,11 +7,13 @@ from types import FrameType
 
 import click
 
+from cli import options
+
 
 @click.command("export")
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
 @click.argument("out_dir", type=click.Path(file_okay=False))
-@click.option("--follow", "-f", is_flag=True, help="Keep exporting new records (Ctrl-C stops).")
+@options.follow(help="Keep exporting new records (Ctrl-C stops).")
 @click.option(
     "--max-records-per-file",
     type=click.IntRange(1, 10_000_000),
@@ -26,17 +28,22 @@ import click
     show_default=True,
     help="With --follow: longest time an envelope waits before its file is written.",
 )
-@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
-@click.option(
-    "--consumer",
+@options.source_name
+@options.consumer(
     help="Register as this named consumer of SOURCE (default: export-<OUT_DIR's name>), so "
-    "retention keeps what is not yet in a file.",
+    "retention keeps what is not yet in a file."
 )
-@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
+@options.no_consumer
 def export(
-    source: str, out_dir: str, follow: bool, max_records_per_file: int, max_file_age_ms: int,
-    name: str, consumer: str | None, no_consumer: bool,
-) -> None:  # fmt: skip
+    source: str,
+    out_dir: str,
+    follow: bool,
+    max_records_per_file: int,
+    max_file_age_ms: int,
+    name: str,
+    consumer: str | None,
+    no_consumer: bool,
+) -> None:
     """Write the envelopes of SOURCE (a data directory or a shard) as NDJSON files in OUT_DIR.
 
     Each file appears complete or not at all (temporary name, fsync, rename) and is named

@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 import orjson
 
+from cli import options
 from moonish.log.format import parse_segment_name
 
 
@@ -26,7 +27,7 @@ from moonish.log.format import parse_segment_name
     type=click.IntRange(1),
     help="Make the next writer continue at this LSN (when the end of the log is unknown).",
 )
-@click.option("--dry-run", is_flag=True, help="Only print what would be discarded.")
+@options.dry_run(help="Only print what would be discarded.")
 def repair(
     shard_dir: str, offset: int | None, segment: str | None, next_lsn: int | None, dry_run: bool
 ) -> None:

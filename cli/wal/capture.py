@@ -10,35 +10,67 @@ from types import FrameType
 import click
 import orjson
 
-from cli.params import shard_options
+from cli import options
 
 
 @click.command("capture")
 @click.argument("redis_url")
 @click.argument("data_dir", type=click.Path(file_okay=False))
-@shard_options
-@click.option("--sync-interval-ms", type=click.IntRange(0, None), default=100, show_default=True,
-              help="Sync written shards at most this often (0: after every read); changes "
-              "are acknowledged to Redis only once synced.")  # fmt: skip
-@click.option("--ack-interval-ms", type=click.IntRange(10, None), default=1000, show_default=True,
-              help="How often REPLCONF ACK tells Redis the durable offset (Redis's replicas: "
-              "every second); INFO replication's view of the capture is this fresh.")  # fmt: skip
-@click.option("--tls-ca-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="rediss://: CA certificates (PEM) of the master's certificate.")  # fmt: skip
-@click.option("--tls-cert-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="rediss://: this client's certificate (PEM).")  # fmt: skip
-@click.option("--tls-key-file", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="rediss://: this client's key (PEM).")  # fmt: skip
-@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Write the shards in up to this many worker processes, each its share, to "
-              "use several cores (this process reads the stream and acknowledges); the logs "
-              "are the same as with one.")  # fmt: skip
+@options.shard_options
+@click.option(
+    "--sync-interval-ms",
+    type=click.IntRange(0, None),
+    default=100,
+    show_default=True,
+    help="Sync written shards at most this often (0: after every read); changes "
+    "are acknowledged to Redis only once synced.",
+)
+@click.option(
+    "--ack-interval-ms",
+    type=click.IntRange(10, None),
+    default=1000,
+    show_default=True,
+    help="How often REPLCONF ACK tells Redis the durable offset (Redis's replicas: "
+    "every second); INFO replication's view of the capture is this fresh.",
+)
+@click.option(
+    "--tls-ca-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="rediss://: CA certificates (PEM) of the master's certificate.",
+)
+@click.option(
+    "--tls-cert-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="rediss://: this client's certificate (PEM).",
+)
+@click.option(
+    "--tls-key-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="rediss://: this client's key (PEM).",
+)
+@options.processes(
+    help="Write the shards in up to this many worker processes, each its share, to use several "
+    "cores (this process reads the stream and acknowledges); the logs are the same as with one."
+)
 @click.option("--quiet", is_flag=True, help="No progress line on stderr.")
 def capture_command(
-    redis_url: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int, sync_interval_ms: int, ack_interval_ms: int, tls_ca_file: str | None,
-    tls_cert_file: str | None, tls_key_file: str | None, processes: int, quiet: bool,
-) -> None:  # fmt: skip
+    redis_url: str,
+    data_dir: str,
+    shards: int,
+    view: str,
+    max_value_bytes: int,
+    segment_bytes: int,
+    sync_interval_ms: int,
+    ack_interval_ms: int,
+    tls_ca_file: str | None,
+    tls_cert_file: str | None,
+    tls_key_file: str | None,
+    processes: int,
+    quiet: bool,
+) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
     replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
     Ctrl-C (then what was received is written, synced and acknowledged, and it exits 0).
@@ -77,23 +109,38 @@ def capture_command(
         if not quiet:
             click.echo(f"\r{report.line()}", file=sys.stderr, nl=False)
 
-    replica = ReplicaOptions(ack_interval_ms=ack_interval_ms, tls_ca_file=tls_ca_file,
-                             tls_cert_file=tls_cert_file, tls_key_file=tls_key_file)  # fmt: skip
+    replica = ReplicaOptions(
+        ack_interval_ms=ack_interval_ms,
+        tls_ca_file=tls_ca_file,
+        tls_cert_file=tls_cert_file,
+        tls_key_file=tls_key_file,
+    )
     report = capture(
-        redis_url, data_dir, shards, stop=stop, progress=progress,
+        redis_url,
+        data_dir,
+        shards,
+        stop=stop,
+        progress=progress,
         options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica, settle_gc=True),
-        stream=StreamConfig(parse_view(view), max_value_bytes), segment_bytes=segment_bytes,
+        stream=StreamConfig(parse_view(view), max_value_bytes),
+        segment_bytes=segment_bytes,
         processes=processes,
-    )  # fmt: skip
+    )
     if not quiet:
         click.echo(f"\r{report.line()}", file=sys.stderr)
     summary = {
-        "master": report.master, "replid": report.replid,
-        "durable_offset": report.durable_offset, "commands": report.commands,
-        "transactions": report.transactions, "records": report.records,
-        "per_shard": report.per_shard, "full_resyncs": report.full_resyncs,
-        "continues": report.continues, "rdb_keys": report.rdb_keys,
-        "removed_keys": report.removed_keys, "reconnects": report.reconnects,
+        "master": report.master,
+        "replid": report.replid,
+        "durable_offset": report.durable_offset,
+        "commands": report.commands,
+        "transactions": report.transactions,
+        "records": report.records,
+        "per_shard": report.per_shard,
+        "full_resyncs": report.full_resyncs,
+        "continues": report.continues,
+        "rdb_keys": report.rdb_keys,
+        "removed_keys": report.removed_keys,
+        "reconnects": report.reconnects,
         "resumed_from": report.resumed_from,
-    }  # fmt: skip
+    }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -8,13 +8,13 @@ import sys
 import click
 import orjson
 
-from cli.params import shard_options
+from cli import options
 
 
 @click.command("import-aof")
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
 @click.argument("data_dir", type=click.Path(file_okay=False))
-@shard_options
+@options.shard_options
 @click.option(
     "--skip-unsupported",
     is_flag=True,
@@ -22,20 +22,22 @@ from cli.params import shard_options
     "message record (the command as RESP) instead of failing; the summary counts them by "
     "name. Scripts (EVAL, FCALL) are refused still.",
 )
-@click.option(
-    "--processes",
-    type=click.IntRange(min=1),
-    default=1,
-    show_default=True,
+@options.processes(
     help="A first import (every shard empty) runs in up to this many processes, each "
     "writing its share of the shards, to use several cores; a rerun, or an AOF holding SORT, "
     "runs in one. If a command is refused, the other processes' shards may have gone past "
-    "it: fix it without changing its keys, or import into a new directory.",
+    "it: fix it without changing its keys, or import into a new directory."
 )
 def import_aof_command(
-    appendonlydir: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int, skip_unsupported: bool, processes: int,
-) -> None:  # fmt: skip
+    appendonlydir: str,
+    data_dir: str,
+    shards: int,
+    view: str,
+    max_value_bytes: int,
+    segment_bytes: int,
+    skip_unsupported: bool,
+    processes: int,
+) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
     Keys are routed by Redis Cluster hash slot ({hashtag} rules) to DATA_DIR/shard-<k>;
@@ -78,10 +80,15 @@ def import_aof_command(
     with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
         stream = StreamConfig(parse_view(view), max_value_bytes)
         report = import_aof(
-            appendonlydir, data_dir, shards, progress=bar.update, stream=stream,
-            segment_bytes=segment_bytes, skip_unsupported=skip_unsupported,
+            appendonlydir,
+            data_dir,
+            shards,
+            progress=bar.update,
+            stream=stream,
+            segment_bytes=segment_bytes,
+            skip_unsupported=skip_unsupported,
             processes=processes,
-        )  # fmt: skip
+        )
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
     summary = {

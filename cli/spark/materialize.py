@@ -1,4 +1,4 @@
-"""``moonish spark materialize`` and ``moonish spark show``: the Spark pipeline from the shell."""
+"""``moonish spark materialize``: a table of the latest state per key, kept by Spark."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from cli import options
 from moonish.errors import InvalidArgumentError
 
 
@@ -52,9 +53,7 @@ def source_kind(source: str) -> str:
     type=click.IntRange(1, None),
     help="Export source: most files per micro-batch (default: all available).",
 )
-@click.option(
-    "--follow", is_flag=True, help="Keep applying new changes every --interval-ms (Ctrl-C stops)."
-)
+@options.follow(help="Keep applying new changes every --interval-ms (Ctrl-C stops).", short=False)
 @click.option(
     "--interval-ms",
     type=click.IntRange(1, None),
@@ -62,18 +61,24 @@ def source_kind(source: str) -> str:
     show_default=True,
     help="With --follow: time between micro-batches.",
 )
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-@click.option(
-    "--consumer",
+@options.spark_master
+@options.consumer(
     help="WAL source: register the query as this named consumer (default: spark-<TABLE_DIR's "
-    "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied.",
+    "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied."
 )
-@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
+@options.no_consumer
 def materialize(
-    source: str, table_dir: str, checkpoint_dir: str, max_records_per_trigger: int | None,
-    max_files_per_trigger: int | None, follow: bool, interval_ms: int, master: str,
-    consumer: str | None, no_consumer: bool,
-) -> None:  # fmt: skip
+    source: str,
+    table_dir: str,
+    checkpoint_dir: str,
+    max_records_per_trigger: int | None,
+    max_files_per_trigger: int | None,
+    follow: bool,
+    interval_ms: int,
+    master: str,
+    consumer: str | None,
+    no_consumer: bool,
+) -> None:
     """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
 
     SOURCE is a data directory (read through the moonish Spark data source) or an export
@@ -110,9 +115,13 @@ def materialize(
             spark, kind, source, max_records_per_trigger, max_files_per_trigger, consumer
         )
         query = moonish.spark.materialize(
-            changes, os.path.abspath(table_dir), os.path.abspath(checkpoint_dir),
-            available_now=not follow, processing_time_ms=interval_ms, gate=gate,
-        )  # fmt: skip
+            changes,
+            os.path.abspath(table_dir),
+            os.path.abspath(checkpoint_dir),
+            available_now=not follow,
+            processing_time_ms=interval_ms,
+            gate=gate,
+        )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
         run_until_stopped(spark, query, gate, request, _report, on_batch=acknowledge)
         pointer = current_version(table_dir)
@@ -148,9 +157,13 @@ def _report(line: str) -> None:
 
 
 def _changes(
-    spark: Any, kind: str, source: str, max_records: int | None, max_files: int | None,
+    spark: Any,
+    kind: str,
+    source: str,
+    max_records: int | None,
+    max_files: int | None,
     consumer: str | None,
-) -> Any:  # fmt: skip
+) -> Any:
     """The streaming DataFrame of flat change rows of SOURCE (``kind`` from
     :func:`source_kind`)."""
     import moonish.spark
@@ -165,37 +178,3 @@ def _changes(
     return moonish.spark.read_envelope_files(
         spark, os.path.abspath(source), max_files_per_trigger=max_files
     )
-
-
-@click.command("show")
-@click.argument("table_dir", type=click.Path(exists=True, file_okay=False))
-@click.option(
-    "--limit", type=click.IntRange(1, None), default=10, show_default=True, help="Most rows."
-)
-@click.option("--master", default="local[*]", show_default=True, help="Spark master URL.")
-def show(table_dir: str, limit: int, master: str) -> None:
-    """Print rows of a materialized table's committed version, as JSON lines (db, key, type,
-    value, expire_at_ms, shard, lsn), ordered by db and key. TABLE_DIR must hold a committed
-    version (exit 2 otherwise: not a table, or no micro-batch applied yet).
-
-    Example:
-
-        moonish spark show table --limit 5
-    """
-    import orjson
-
-    import moonish.spark
-    from moonish.cdc.envelope import text_or_b64
-    from moonish.spark.table import require_version
-
-    require_version(table_dir)  # before Spark starts: a wrong directory fails at once
-    spark = moonish.spark.session(master)
-    rows = moonish.spark.read_table(spark, table_dir).orderBy("db", "key").limit(limit).collect()
-    for row in rows:
-        image = orjson.loads(row.image) if row.image else {}
-        line = {
-            "db": row.db, "key": text_or_b64(bytes(row.key)), "type": row.type,
-            "value": image.get("value"), "expire_at_ms": row.expire_at_ms,
-            "shard": row.shard, "lsn": row.lsn,
-        }  # fmt: skip
-        click.echo(orjson.dumps(line).decode())

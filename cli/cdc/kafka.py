@@ -8,6 +8,8 @@ from types import FrameType
 
 import click
 
+from cli import options
+
 
 def _client_setting(
     ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
@@ -24,9 +26,9 @@ def _client_setting(
 @click.command("kafka")
 @click.argument("data_dir", type=click.Path(exists=True, file_okay=False))
 @click.option("--bootstrap-servers", "-b", required=True, help="HOST:PORT[,HOST:PORT...].")
-@click.option("--follow", "-f", is_flag=True, help="Keep sending new records (Ctrl-C stops).")
+@options.follow(help="Keep sending new records (Ctrl-C stops).")
 @click.option("--topic-prefix", help="Topic prefix (default: --name): <prefix>.db<N>, ...")
-@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
+@options.source_name
 @click.option(
     "--delivery",
     type=click.Choice(["exactly-once", "at-least-once"]),
@@ -39,11 +41,15 @@ def _client_setting(
 )
 @click.option("--no-tombstones", is_flag=True, help="No tombstone after a delete.")
 @click.option("--no-messages", is_flag=True, help="Leave op m records (checkpoints) out.")
-@click.option("--sink-name", help="Name of the sink's positions and transactional ids "
-              "(default: kafka-<prefix>).")  # fmt: skip
-@click.option("--consumer", help="Register as this named consumer of DATA_DIR (default: the "
-              "sink name), so retention keeps what is not yet delivered.")  # fmt: skip
-@click.option("--no-consumer", is_flag=True, help="Do not register as a named consumer.")
+@click.option(
+    "--sink-name",
+    help="Name of the sink's positions and transactional ids (default: kafka-<prefix>).",
+)
+@options.consumer(
+    help="Register as this named consumer of DATA_DIR (default: the sink name), so retention "
+    "keeps what is not yet delivered."
+)
+@options.no_consumer
 @click.option(
     "--max-transaction-records",
     type=click.IntRange(1, 1_000_000),
@@ -51,18 +57,45 @@ def _client_setting(
     show_default=True,
     help="Most log records in one transaction (or position step).",
 )
-@click.option("--replication-factor", type=int, default=-1, show_default=True,
-              help="Of the topics the sink creates (-1: the broker's default).")  # fmt: skip
-@click.option("--timeout-ms", type=click.IntRange(100, None), default=30_000, show_default=True,
-              help="Longest wait for the broker in one step.")  # fmt: skip
-@click.option("--client-config", "-X", multiple=True, callback=_client_setting,
-              help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).")  # fmt: skip
+@click.option(
+    "--replication-factor",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="Of the topics the sink creates (-1: the broker's default).",
+)
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(100, None),
+    default=30_000,
+    show_default=True,
+    help="Longest wait for the broker in one step.",
+)
+@click.option(
+    "--client-config",
+    "-X",
+    multiple=True,
+    callback=_client_setting,
+    help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).",
+)
 def kafka(
-    data_dir: str, bootstrap_servers: str, follow: bool, topic_prefix: str | None, name: str,
-    delivery: str, schemas: bool, no_tombstones: bool, no_messages: bool, sink_name: str | None,
-    consumer: str | None, no_consumer: bool, max_transaction_records: int,
-    replication_factor: int, timeout_ms: int, client_config: dict[str, str],
-) -> None:  # fmt: skip
+    data_dir: str,
+    bootstrap_servers: str,
+    follow: bool,
+    topic_prefix: str | None,
+    name: str,
+    delivery: str,
+    schemas: bool,
+    no_tombstones: bool,
+    no_messages: bool,
+    sink_name: str | None,
+    consumer: str | None,
+    no_consumer: bool,
+    max_transaction_records: int,
+    replication_factor: int,
+    timeout_ms: int,
+    client_config: dict[str, str],
+) -> None:
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
     BEGIN/END records on <prefix>.transaction, op m records on <prefix>.message; one
     partition per shard, keys {db, key, key_encoding}, a tombstone after each delete.
@@ -84,19 +117,27 @@ def kafka(
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     options = KafkaOptions(
-        bootstrap_servers, topic_prefix, name, sink_name, delivery, schemas,
-        tombstones=not no_tombstones, messages=not no_messages,
+        bootstrap_servers,
+        topic_prefix,
+        name,
+        sink_name,
+        delivery,
+        schemas,
+        tombstones=not no_tombstones,
+        messages=not no_messages,
         max_transaction_records=max_transaction_records,
-        replication_factor=replication_factor, timeout_ms=timeout_ms,
+        replication_factor=replication_factor,
+        timeout_ms=timeout_ms,
         client_config=client_config,
-    )  # fmt: skip
+    )
     if not no_consumer:
         options = dataclasses.replace(options, consumer=consumer or options.sink_name)
 
     def progress(stats: KafkaStats) -> None:
         where = ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items())
-        click.echo(f"moonish: {stats.events} events, {stats.messages} Kafka records; {where}",
-                   err=True)  # fmt: skip
+        click.echo(
+            f"moonish: {stats.events} events, {stats.messages} Kafka records; {where}", err=True
+        )
 
     with KafkaSink(data_dir, options, progress=progress) as sink:
 
@@ -110,5 +151,7 @@ def kafka(
         finally:
             signal.signal(signal.SIGTERM, previous)
             signal.signal(signal.SIGINT, previous_int)
-    click.echo(f"{stats.events} events, {stats.messages} Kafka records; positions: "
-               + ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items()))  # fmt: skip
+    click.echo(
+        f"{stats.events} events, {stats.messages} Kafka records; positions: "
+        + ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items())
+    )

@@ -7,20 +7,26 @@ import sys
 import click
 import orjson
 
-from cli.params import shard_options
+from cli import options
 
 
 @click.command("import-rdb")
 @click.argument("rdb_file", type=click.Path(exists=True, dir_okay=False))
 @click.argument("data_dir", type=click.Path(file_okay=False))
-@shard_options
-@click.option("--processes", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Once the file is read, load the shards in up to this many processes, each "
-              "its share, to use several cores; the logs are the same as with one.")  # fmt: skip
+@options.shard_options
+@options.processes(
+    help="Once the file is read, load the shards in up to this many processes, each its share, "
+    "to use several cores; the logs are the same as with one."
+)
 def import_rdb_command(
-    rdb_file: str, data_dir: str, shards: int, view: str, max_value_bytes: int,
-    segment_bytes: int, processes: int,
-) -> None:  # fmt: skip
+    rdb_file: str,
+    data_dir: str,
+    shards: int,
+    view: str,
+    max_value_bytes: int,
+    segment_bytes: int,
+    processes: int,
+) -> None:
     """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
     DATA_DIR as r rows (Debezium snapshot reads), one per key, routed by hash slot to
     DATA_DIR/shard-<k>.
@@ -49,8 +55,15 @@ def import_rdb_command(
             written[1] = written[0]
             click.echo(f"\rloading: {written[0]} records written", file=sys.stderr, nl=False)
 
-    report = import_rdb(rdb_file, data_dir, shards, stream=stream, segment_bytes=segment_bytes,
-                        progress=progress, processes=processes)  # fmt: skip
+    report = import_rdb(
+        rdb_file,
+        data_dir,
+        shards,
+        stream=stream,
+        segment_bytes=segment_bytes,
+        progress=progress,
+        processes=processes,
+    )
     if written[1]:
         click.echo(file=sys.stderr)
     summary = {

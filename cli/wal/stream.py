@@ -7,7 +7,7 @@ import dataclasses
 import click
 import orjson
 
-from cli.params import VIEW
+from cli import options
 from moonish.cdc import shard_read
 from moonish.state.config import load_config, parse_view
 from moonish.state.shard import ShardWriter
@@ -15,11 +15,9 @@ from moonish.state.shard import ShardWriter
 
 @click.command("stream")
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
-@click.option("--view", type=VIEW, help="New view type (OFF disables the stream).")
-@click.option(
-    "--max-value-bytes",
-    type=click.IntRange(0),
-    help="Values whose JSON is larger are left out of images (a marker says so).",
+@options.view(help="New view type (OFF disables the stream).")
+@options.max_value_bytes(
+    help="Values whose JSON is larger are left out of images (a marker says so)."
 )
 def stream(path: str, view: str | None, max_value_bytes: int | None) -> None:
     """Show, or with --view / --max-value-bytes change, the stream configuration of every

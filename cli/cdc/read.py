@@ -8,7 +8,7 @@ import click
 
 import moonish.cdc.api
 import moonish.cdc.shard_read
-from cli import remote
+from cli import options, remote
 from cli.params import write_position
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.merged_read import MergedResult
@@ -18,39 +18,37 @@ from moonish.cdc.merged_read import MergedResult
 @click.command("read", context_settings={"ignore_unknown_options": True})
 @click.argument("path", type=remote.DATA_PATH)
 @click.argument("position", required=False)
-@click.option(
-    "--limit",
-    type=click.IntRange(1, moonish.cdc.shard_read.MAX_LIMIT),
-    default=moonish.cdc.shard_read.DEFAULT_LIMIT,
-    show_default=True,
+@options.limit(
     help="Most envelopes to print (1..10000; an atomic batch is never cut).",
+    default=moonish.cdc.shard_read.DEFAULT_LIMIT,
+    maximum=moonish.cdc.shard_read.MAX_LIMIT,
 )
-@click.option("--name", default="moonish", show_default=True, help="source.name in envelopes.")
-@click.option("--consumer", help="Read from this named consumer's confirmed position.")
-@click.option("--ack", is_flag=True, help="With --consumer: confirm what was printed.")
-@click.option(
-    "--cursor-file",
-    type=click.Path(dir_okay=False),
+@options.source_name
+@options.consumer(help="Read from this named consumer's confirmed position.")
+@options.ack(help="With --consumer: confirm what was printed.")
+@options.cursor_file(
     help="Write the cursor or token to this file (replaced atomically) instead of the first "
-    "stdout line, so stdout is pure NDJSON.",
+    "stdout line, so stdout is pure NDJSON."
 )
-@click.option(
-    "--snapshot",
-    is_flag=True,
+@options.snapshot(
     help='Start a new consumer of one shard: the newest snapshot\'s keys as op "r", then the '
-    "changes after it (POSITION omitted or 0).",
+    "changes after it (POSITION omitted or 0)."
 )
-@click.option(
-    "--transactions",
-    is_flag=True,
-    help="Also print Debezium BEGIN/END records around atomic batches.",
-)
-@remote.remote_options
+@options.transactions(help="Also print Debezium BEGIN/END records around atomic batches.")
+@options.remote_options
 def read(
-    path: str, position: str | None, limit: int, name: str, consumer: str | None, ack: bool,
-    cursor_file: str | None, snapshot: bool, transactions: bool, token_file: str | None,
+    path: str,
+    position: str | None,
+    limit: int,
+    name: str,
+    consumer: str | None,
+    ack: bool,
+    cursor_file: str | None,
+    snapshot: bool,
+    transactions: bool,
+    token_file: str | None,
     cacert: str | None,
-) -> None:  # fmt: skip
+) -> None:
     """Print the next cursor (or token), then up to LIMIT envelopes after POSITION, one per line.
 
     PATH is one shard's directory or a data directory (shard-0, shard-1, ...). For a shard,
@@ -92,9 +90,14 @@ def read(
     if position is not None and not moonish.cdc.api.merged(path, position, consumer):
         _check_cursor(position)
     result = moonish.cdc.api.read(
-        path, position, limit, consumer=consumer, name=name, snapshot=snapshot,
+        path,
+        position,
+        limit,
+        consumer=consumer,
+        name=name,
+        snapshot=snapshot,
         transactions=transactions,
-    )  # fmt: skip
+    )
     where = str(result.token if isinstance(result, MergedResult) else result.cursor)
     _print(where, result.events.envelopes, cursor_file)
     if ack and consumer is not None and isinstance(result, MergedResult):

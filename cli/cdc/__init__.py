@@ -1,0 +1,1 @@
+"""The ``moonish cdc`` commands that read changes, one module each."""

@@ -1,0 +1,1 @@
+"""The ``moonish consumer`` commands on named consumers, one module each."""

@@ -1,0 +1,211 @@
+"""The click options that more than one command takes, each defined once here.
+
+A plain decorator (``@options.no_consumer``) is an option every command that takes it words
+the same; a factory (``@options.consumer(help=...)``) is one whose help text, and sometimes
+default, each command words for what it does with it. The stacks (``remote_options``,
+``shard_options``) are the blocks of options that go together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from cli.params import LSN, VIEW
+from moonish.log.format import SEGMENT_HEADER_BYTES
+from moonish.log.writer import DEFAULT_SEGMENT_BYTES
+from moonish.slots import SLOT_COUNT  # every shard owns at least one slot
+from moonish.state.config import DEFAULT_MAX_VALUE_BYTES
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def stack(command: F, options: list[Callable[[F], F]]) -> F:
+    """Apply click options to ``command`` so that ``--help`` lists them in this order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+# Reading: cdc read, tail, export, kafka and spark materialize.
+
+
+def source_name(command: F) -> F:
+    """``--name``: ``source.name`` in the envelopes."""
+    option = click.option(
+        "--name", default="moonish", show_default=True, help="source.name in envelopes."
+    )
+    return option(command)
+
+
+def consumer(help: str) -> Callable[[F], F]:
+    """``--consumer NAME``: the named consumer a command reads from or registers as."""
+    return click.option("--consumer", help=help)
+
+
+def no_consumer(command: F) -> F:
+    """``--no-consumer``: a sink that does not register as a named consumer."""
+    option = click.option(
+        "--no-consumer", is_flag=True, help="Do not register as a named consumer."
+    )
+    return option(command)
+
+
+def ack(help: str) -> Callable[[F], F]:
+    """``--ack``: confirm the named consumer's position after printing."""
+    return click.option("--ack", is_flag=True, help=help)
+
+
+def follow(help: str, *, short: bool = True) -> Callable[[F], F]:
+    """``--follow`` (and ``-f`` unless ``short`` is false): keep going past the end of the
+    log until stopped."""
+    decls = ("--follow", "-f") if short else ("--follow",)
+    return click.option(*decls, is_flag=True, help=help)
+
+
+def cursor_file(help: str) -> Callable[[F], F]:
+    """``--cursor-file FILE``: where the position to continue from is written."""
+    return click.option("--cursor-file", type=click.Path(dir_okay=False), help=help)
+
+
+def snapshot(help: str) -> Callable[[F], F]:
+    """``--snapshot``: start with the newest snapshot's keys as op "r" rows."""
+    return click.option("--snapshot", is_flag=True, help=help)
+
+
+def transactions(help: str) -> Callable[[F], F]:
+    """``--transactions``: also print BEGIN/END records around atomic batches."""
+    return click.option("--transactions", is_flag=True, help=help)
+
+
+def from_lsn(help: str, default: int | None) -> Callable[[F], F]:
+    """``--from-lsn LSN``: where one shard is read from (a default other than None is shown)."""
+    shown: dict[str, Any] = {} if default is None else {"show_default": True}
+    return click.option("--from-lsn", type=LSN, default=default, help=help, **shown)
+
+
+def from_position(dest: str, help: str, default: str | None = None) -> Callable[[F], F]:
+    """``--from``: a token, ``earliest`` or ``now``, passed to the command as ``dest``."""
+    given: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option("--from", dest, help=help, **given)
+
+
+def limit(help: str, default: int | None, maximum: int | None = None) -> Callable[[F], F]:
+    """``--limit N``: the most a command prints, at least 1 (a default other than None is
+    shown)."""
+    shown: dict[str, Any] = {} if default is None else {"show_default": True}
+    return click.option(
+        "--limit", type=click.IntRange(1, maximum), default=default, help=help, **shown
+    )
+
+
+# Servers: the client side of cdc read, tail, info and consumer, and serve itself.
+
+
+def token_file(help: str) -> Callable[[F], F]:
+    """``--token-file FILE``: a file holding a server's bearer token."""
+    return click.option("--token-file", type=click.Path(exists=True, dir_okay=False), help=help)
+
+
+def cacert(command: F) -> F:
+    """``--cacert FILE``: the certificates an https client trusts."""
+    option = click.option(
+        "--cacert",
+        type=click.Path(exists=True, dir_okay=False),
+        help="With an https URL: PEM certificates to trust (a self-signed server's).",
+    )
+    return option(command)
+
+
+def remote_options(command: F) -> F:
+    """``--token-file`` and ``--cacert``, for a PATH that is a URL (``cli.remote.connect``)."""
+    client_token = token_file(
+        help="With a URL: a file whose first line is the server's bearer token."
+    )
+    return stack(command, [client_token, cacert])
+
+
+# Writing shards: wal import-aof, import-rdb, capture and stream.
+
+
+def shards(command: F) -> F:
+    """``--shards N``: how many shards a command creates."""
+    option = click.option(
+        "--shards",
+        type=click.IntRange(1, SLOT_COUNT),
+        required=True,
+        help="Number of shards; keys go to shard slot * N // 16384.",
+    )
+    return option(command)
+
+
+def view(help: str, default: str | None = None) -> Callable[[F], F]:
+    """``--view TYPE``: a stream view type (a default is shown)."""
+    given: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option("--view", type=VIEW, help=help, **given)
+
+
+def max_value_bytes(help: str, default: int | None = None) -> Callable[[F], F]:
+    """``--max-value-bytes N``: values whose JSON is larger are left out of images (a
+    default is shown)."""
+    given: dict[str, Any] = {} if default is None else {"default": default, "show_default": True}
+    return click.option("--max-value-bytes", type=click.IntRange(0, None), help=help, **given)
+
+
+def segment_bytes(command: F) -> F:
+    """``--segment-bytes N``: the size at which a writer rotates to a new segment."""
+    option = click.option(
+        "--segment-bytes",
+        type=click.IntRange(SEGMENT_HEADER_BYTES + 1, None),
+        default=DEFAULT_SEGMENT_BYTES,
+        show_default=True,
+        help="Rotate to a new segment before one would grow past this many bytes (a batch "
+        "larger than this gets a segment of its own).",
+    )
+    return option(command)
+
+
+def shard_options(command: F) -> F:
+    """The options of every command that creates shards: ``--shards``, ``--view``,
+    ``--max-value-bytes``, ``--segment-bytes`` (existing shards keep their own stream
+    configuration; ``--segment-bytes`` applies to every writer the command opens)."""
+    new_view = view(
+        help="Stream view type of shards this command creates (OFF: no change stream).",
+        default="NEW_AND_OLD_IMAGES",
+    )
+    new_max_value_bytes = max_value_bytes(
+        help="In shards this command creates, a value whose JSON is larger is left out of "
+        'images as {"_omitted_length": n}.',
+        default=DEFAULT_MAX_VALUE_BYTES,
+    )
+    return stack(command, [shards, new_view, new_max_value_bytes, segment_bytes])
+
+
+def processes(help: str) -> Callable[[F], F]:
+    """``--processes N``: how many processes write the shards (default 1)."""
+    return click.option(
+        "--processes", type=click.IntRange(min=1), default=1, show_default=True, help=help
+    )
+
+
+# Operators' tools and the rest.
+
+
+def dry_run(help: str) -> Callable[[F], F]:
+    """``--dry-run``: only print what would be done."""
+    return click.option("--dry-run", is_flag=True, help=help)
+
+
+def as_json(help: str) -> Callable[[F], F]:
+    """``--json``: print JSON instead of a table (passed as ``as_json``)."""
+    return click.option("--json", "as_json", is_flag=True, help=help)
+
+
+def spark_master(command: F) -> F:
+    """``--master URL``: the Spark master."""
+    option = click.option(
+        "--master", default="local[*]", show_default=True, help="Spark master URL."
+    )
+    return option(command)

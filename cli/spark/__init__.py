@@ -1,0 +1,1 @@
+"""The ``moonish spark`` commands that run the Spark pipeline, one module each."""

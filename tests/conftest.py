@@ -1,4 +1,4 @@
-"""Shared helpers: deterministic writers and short-hand records; a guard against file
+"""The markers of tests that need a service, the ``shard`` fixture, and a guard against file
 descriptors left open by a test."""
 
 from __future__ import annotations
@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from moonish.clock import FixedClock
-from moonish.log.records import KvCommand
-from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
-
-START_US = 1_795_000_000_000_000
+from tests.support.markers import MARKERS
 
 
-def kv(key: bytes, value: bytes = b"v", command: bytes = b"SET", db: int = 0) -> KvCommand:
-    return KvCommand(db, (command, key, value) if command == b"SET" else (command, key))
-
-
-def open_writer(path: Path, **options: object) -> WalWriter:
-    opts = {"fsync": FsyncPolicy.NEVER, **options}
-    return WalWriter(path, WriterOptions(**opts), FixedClock(START_US, 1000))  # type: ignore[arg-type]
+def pytest_configure(config: pytest.Config) -> None:
+    for name, needs in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {needs}")
 
 
 @pytest.fixture

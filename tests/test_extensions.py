@@ -26,18 +26,26 @@ def _files(root: Path, ages: dict[str, int]) -> Path:
 
 
 def test_an_extension_older_than_its_source_or_without_one_is_stale(tmp_path: Path) -> None:
-    package = _files(tmp_path, {
-        "clock.py": 100, f"clock{SUFFIX}": 200,  # built after the edit: current
-        "state/values.py": 300, f"state/values{SUFFIX}": 200,  # edited since the build
-        f"state/gone{SUFFIX}": 200,  # its source was removed
-        "cdc/api.py": 400,  # not compiled
-        "log/_cframes.c": 300, f"log/_cframes{SUFFIX}": 200,  # hand-written C, edited since
-        "state/_cjson.c": 100, f"state/_cjson{SUFFIX}": 200,  # hand-written C, current
-    })  # fmt: skip
+    package = _files(
+        tmp_path,
+        {
+            "clock.py": 100,
+            f"clock{SUFFIX}": 200,  # built after the edit: current
+            "state/values.py": 300,
+            f"state/values{SUFFIX}": 200,  # edited since the build
+            f"state/gone{SUFFIX}": 200,  # its source was removed
+            "cdc/api.py": 400,  # not compiled
+            "log/_cframes.c": 300,
+            f"log/_cframes{SUFFIX}": 200,  # hand-written C, edited since
+            "state/_cjson.c": 100,
+            f"state/_cjson{SUFFIX}": 200,  # hand-written C, current
+        },
+    )
     assert stale_extensions(str(package)) == [
-        str(package / "log" / "_cframes.c"), str(package / "state" / "gone.py"),
+        str(package / "log" / "_cframes.c"),
+        str(package / "state" / "gone.py"),
         str(package / "state" / "values.py"),
-    ]  # fmt: skip
+    ]
 
 
 def test_import_refuses_stale_extensions_in_a_source_checkout_only(tmp_path: Path) -> None:

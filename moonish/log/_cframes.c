@@ -1,7 +1,7 @@
 /* moonish.log._cframes: the frames of a batch of kv_change records in one C call.
  *
  * The same bytes as moonish.log.frames.encode_records on records that are all
- * moonish.log.records.KvChange (tests/test_cframes.py compares the two on random
+ * moonish.log.records.KvChange (tests/log/test_c_frame_encoder.py compares the two on random
  * records): the payload grammar of moonish.log.payloads (kv_change) inside version 2 frames
  * (docs/wal-format.md: a 36-byte header whose first field is the crc32c of its other 32
  * bytes, the payload, a 4-byte trailer with the crc32c of header and payload). All integers

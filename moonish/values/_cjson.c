@@ -2,7 +2,7 @@
  *
  * "Plain" bytes are printable ASCII other than '"' and '\\' (moonish.values.jsontext.PLAIN):
  * their JSON string is themselves between quotes. Each function gives the same bytes as its
- * Python twin in moonish.values.plainjson (tests/test_cjson.py compares them on random
+ * Python twin in moonish.values.plainjson (tests/values/test_c_json.py compares them on random
  * values), and returns None where the JSON needs the general path (orjson), which the caller
  * (moonish.values.model, moonish.values.streams) then runs:
  *

@@ -1,5 +1,5 @@
 """The JSON of plain values and of images: moonish.values._cjson (C) where it is built, else the
-Python here, which gives the same bytes (tests/test_cjson.py compares them).
+Python here, which gives the same bytes (tests/values/test_c_json.py compares them).
 
 *Plain* bytes are printable ASCII other than ``"`` and ``\\``
 (:data:`moonish.values.jsontext.PLAIN`): their JSON string is themselves between quotes. Each

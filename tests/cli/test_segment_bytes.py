@@ -1,0 +1,60 @@
+"""``--segment-bytes`` on the commands that create shards: ``wal import-aof`` rotates segments at
+that size, and a size the writer refuses is refused before anything is created."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import orjson
+import pytest
+
+from moonish.errors import InvalidArgumentError
+from moonish.log.segment import list_segments, segment_path
+from moonish.log.verify import verify_shard
+from moonish.redis.aof.importer import import_aof
+from tests.support.cli import run
+from tests.support.paths import SLICE
+
+
+def test_import_aof_rotates_segments_at_segment_bytes(tmp_path: Path) -> None:
+    out = run(
+        "wal",
+        "import-aof",
+        str(SLICE),
+        str(tmp_path / "data"),
+        "--shards",
+        "2",
+        "--segment-bytes",
+        "65536",
+    )
+    assert out.returncode == 0, out.stderr
+    for shard in ("shard-0", "shard-1"):
+        shard_dir = tmp_path / "data" / shard
+        sizes = [
+            os.path.getsize(segment_path(str(shard_dir), base))
+            for base in list_segments(str(shard_dir))
+        ]
+        assert len(sizes) >= 5 and max(sizes) <= 65536, sizes
+        records = orjson.loads(out.stdout)["per_shard"][int(shard[-1])]
+        assert verify_shard(shard_dir).records == records
+    assert run("wal", "verify", str(tmp_path / "data")).returncode == 0
+
+
+def test_segment_bytes_the_writer_refuses_is_refused_before_anything_is_created(
+    tmp_path: Path,
+) -> None:
+    out = run(
+        "wal",
+        "import-aof",
+        str(SLICE),
+        str(tmp_path / "data"),
+        "--shards",
+        "2",
+        "--segment-bytes",
+        "40",
+    )
+    assert out.returncode == 2 and b"--segment-bytes" in out.stderr, out.stderr
+    with pytest.raises(InvalidArgumentError, match="segment_bytes must exceed 40"):
+        import_aof(SLICE, tmp_path / "data", 2, segment_bytes=40)
+    assert not (tmp_path / "data").exists()

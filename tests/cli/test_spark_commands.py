@@ -1,0 +1,105 @@
+"""``moonish spark``: ``spark show`` of a directory that is not a table is refused before Spark
+starts; ``spark materialize --follow`` prints a progress line per micro-batch and stops cleanly
+on Ctrl-C and SIGTERM."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from moonish.redis.aof.importer import import_aof
+from tests.support.cli import MOONISH, run
+from tests.support.paths import ROOT, SLICE
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real slice AOF in 2 shards (3,473 changes)."""
+    path = tmp_path_factory.mktemp("data") / "data"
+    import_aof(SLICE, path, 2)
+    return path
+
+
+# -- spark show of a directory that is not a table -------------------------------------------
+def test_spark_show_of_a_directory_that_is_not_a_table_is_an_error(
+    data: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "empty").mkdir()
+    for path in (data, tmp_path / "empty"):
+        started = time.monotonic()
+        out = run("spark", "show", str(path))
+        assert out.returncode == 2, out.stderr
+        assert b"not a materialized table" in out.stderr and str(path).encode() in out.stderr
+        assert out.stdout == b""
+        assert time.monotonic() - started < 20  # refused before Spark starts
+
+
+# -- spark materialize --follow: a progress line per micro-batch, a clean stop -----------------
+
+
+def _stderr_lines_until(process: subprocess.Popen[bytes], marker: bytes, timeout_s: float) -> bytes:
+    """Read the process's stderr until a line holds ``marker``; returns what was read."""
+    assert process.stderr is not None
+    seen, deadline = b"", time.monotonic() + timeout_s
+    while marker not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0 and process.poll() is None, f"no {marker!r} in stderr:\n{seen.decode()}"
+        if select.select([process.stderr], [], [], min(left, 1))[0]:
+            seen += os.read(process.stderr.fileno(), 65536)
+    return seen
+
+
+@pytest.mark.parametrize(
+    ("signum", "to_group"),
+    [(signal.SIGINT, True), (signal.SIGTERM, False)],
+    ids=["ctrl-c-at-a-terminal", "sigterm"],
+)
+def test_materialize_follow_reports_each_batch_and_stops_cleanly(
+    data: Path, tmp_path: Path, signum: signal.Signals, to_group: bool
+) -> None:
+    """Ctrl-C at a terminal signals the whole foreground process group, as ``killpg`` does
+    here: the command, and the JVM and Python workers unless they are kept out of it."""
+    command = [
+        *MOONISH,
+        "spark",
+        "materialize",
+        str(data),
+        str(tmp_path / "table"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        "--follow",
+        "--interval-ms",
+        "200",
+        "--max-records-per-trigger",
+        "400",
+        "--master",
+        "local[2]",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True
+    )
+    with process:
+        try:
+            seen = _stderr_lines_until(process, b"moonish: batch 1: ", 180)
+            if to_group:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+            out, err = process.communicate(timeout=120)
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+    stderr = (seen + err).decode()
+    assert process.returncode == 0, stderr
+    assert "Traceback" not in stderr and "Exception" not in stderr, stderr
+    assert "moonish: batch 0: 400 rows in " in stderr, stderr
+    assert "; shard 0: LSN 1..200, shard 1: LSN 1..200" in stderr, stderr
+    assert out.startswith(f"table {tmp_path / 'table'}: version v-".encode()), out

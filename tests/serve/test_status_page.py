@@ -1,0 +1,130 @@
+"""The status page at ``/`` in a real browser (Debian's chromium, headless, over CDP): it shows
+shards and consumers, changes written after it loaded appear in its live view, a screenshot
+is a real PNG, it passes its own Content-Security-Policy, and a token-protected server shows
+nothing without the token. A browser ``EventSource`` that reconnects resumes with
+Last-Event-ID: no gap, no duplicate."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from moonish.cdc.merged_read import read_merged
+from moonish.datadir import consumers
+from moonish.serve import ServeOptions
+from tests.support.chromium import Browser
+from tests.support.serve_util import TOKEN, Running
+from tests.support.steps import write_steps
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    write_steps(tmp_path / "data", 2, [(n % 2, 1, 1) for n in range(12)])
+    consumers.create(tmp_path / "data", "billing", (3, 2))
+    return tmp_path / "data"
+
+
+def written_after(data: Path, token: str) -> list[tuple[int, int]]:
+    return [(e.shard, e.lsn) for e in read_merged(data, token, 10_000).events]
+
+
+def test_the_page_is_behind_the_token_and_sends_strict_headers(data: Path) -> None:
+    with Running(data, ServeOptions(port=0, token=TOKEN)) as server:
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(server.url + "/", timeout=10)
+        assert refused.value.code == 401
+        assert refused.value.read() == (
+            b'{"error":"unauthorized","reason":"a valid bearer token is required"}'
+        )
+        with urllib.request.urlopen(f"{server.url}/?access_token={TOKEN}", timeout=10) as page:
+            body = page.read()
+            assert page.headers["Content-Type"].startswith("text/html")
+            policy = page.headers["Content-Security-Policy"]
+            assert "default-src 'none'" in policy and "script-src 'sha256-" in policy
+            assert page.headers["Referrer-Policy"] == "no-referrer"
+        assert b"EventSource" in body and TOKEN.encode() not in body
+
+
+def test_live_changes_appear_in_the_page_and_a_screenshot_is_taken(
+    data: Path, tmp_path: Path
+) -> None:
+    with Running(data, ServeOptions(port=0, token=TOKEN)) as server:
+        asyncio.run(_live_view(server.url, data, tmp_path))
+
+
+async def _live_view(url: str, data: Path, tmp_path: Path) -> None:
+    async with Browser(tmp_path) as browser:
+        await browser.navigate(f"{url}/?access_token={TOKEN}")
+        await browser.until("document.getElementById('state').textContent === 'live'")
+        await browser.until("document.querySelectorAll('#shards tr').length === 2")
+        consumer = await browser.until(
+            "[...document.querySelectorAll('#consumers td')].map((td) => td.textContent)"
+        )
+        assert consumer[:3] == ["billing", "active", str(12 - 5)]
+        assert await browser.evaluate("document.querySelectorAll('#live tr').length") == 0
+        before = str(read_merged(data, "now", 1).token)
+        await asyncio.to_thread(write_steps, data, 2, [(0, 1, 1), (1, 3, 1), (0, 1, 1)])
+        expected = written_after(data, before)
+        rows = await browser.until(
+            "(() => { const rows = [...document.querySelectorAll('#live tr')];"
+            f" return rows.length === {len(expected)} &&"
+            " rows.map((r) => [Number(r.dataset.shard), Number(r.dataset.lsn), r.dataset.token]);"
+            " })()"
+        )
+        rows.reverse()  # newest first on the page
+        assert sorted((shard, lsn) for shard, lsn, _ in rows) == sorted(expected)
+        assert [token for _, _, token in rows] == sorted(token for _, _, token in rows)
+        assert rows[-1][2] == str(read_merged(data, before, 10_000).token)
+        assert await browser.evaluate("document.getElementById('live-count').textContent") == "5"
+        await browser.until("/^[0-9.,]+$/.test(document.getElementById('rate').textContent)", 10)
+        png = await browser.screenshot(tmp_path / "status.png")
+        assert png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
+        width, height = struct.unpack(">II", png[16:24])
+        assert (width, height) == (1280, 900) and len(png) > 20_000  # text, tables: not blank
+        assert browser.errors() == []  # the page passes its own CSP, no script error
+
+
+RESUME = """
+window.got = []; window.opens = 0;
+const feed = new EventSource("/v1/changes?feed=eventsource&since=earliest&timeout=300"
+                             + "&access_token=%s");
+feed.onopen = () => { window.opens += 1; };
+feed.onmessage = (e) => {
+  const source = JSON.parse(e.data).source;
+  window.got.push([source.shard, source.lsn, e.lastEventId]);
+};
+true
+"""
+
+
+def test_a_browser_eventsource_resumes_with_last_event_id(data: Path, tmp_path: Path) -> None:
+    """The feed ends after 300 ms without a change; the browser reconnects by itself with
+    Last-Event-ID, which overrides ``since=earliest``: a duplicate would show otherwise."""
+    with Running(data, ServeOptions(port=0, token=TOKEN)) as server:
+        asyncio.run(_resume(server.url, data, tmp_path))
+
+
+async def _resume(url: str, data: Path, tmp_path: Path) -> None:
+    async with Browser(tmp_path) as browser:
+        await browser.navigate(f"{url}/?access_token={TOKEN}")
+        assert await browser.evaluate(RESUME % TOKEN)
+        await browser.until("window.got.length === 12")
+        for round_ in range(2):
+            opens = await browser.evaluate("window.opens")
+            await browser.until(f"window.opens > {opens}", 20)  # it ended and came back
+            await asyncio.to_thread(write_steps, data, 2, [(round_, 2, 1), (1 - round_, 1, 1)])
+        await browser.until("window.got.length >= 18", 20)
+        await asyncio.sleep(0.5)  # (nothing more may come)
+        got = await browser.evaluate("window.got")
+        for shard in (0, 1):  # every change once, each shard in LSN order
+            lsns = [lsn for k, lsn, _ in got if k == shard]
+            assert lsns == [lsn for k, lsn in written_after(data, "earliest") if k == shard]
+        assert len(got) == 18
+        assert [token for _, _, token in got] == sorted(token for _, _, token in got)

@@ -4,6 +4,7 @@ command registered in them, and error handling by kind."""
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import select
 import sys
@@ -12,31 +13,7 @@ from typing import Any
 
 import click
 
-from cli.cdc.export import export
-from cli.cdc.info import info
-from cli.cdc.kafka import kafka
-from cli.cdc.read import read
-from cli.cdc.tail import tail
-from cli.consumer.ack import ack
-from cli.consumer.create import create
-from cli.consumer.drop import drop
-from cli.consumer.list import list_command
-from cli.consumer.seek import seek
-from cli.consumer.show import show as show_consumer
 from cli.errors import CliError
-from cli.serve import serve
-from cli.spark.materialize import materialize
-from cli.spark.show import show as show_table
-from cli.wal.capture import capture_command
-from cli.wal.checkpoint import checkpoint
-from cli.wal.dump import dump
-from cli.wal.import_aof import import_aof_command
-from cli.wal.import_rdb import import_rdb_command
-from cli.wal.prune import prune
-from cli.wal.repair import repair
-from cli.wal.retention import retention
-from cli.wal.stream import stream
-from cli.wal.verify import verify
 from moonish.errors import MoonishError
 from moonish.version import __version__
 
@@ -45,7 +22,31 @@ class StdoutClosed(Exception):
     """The reader of standard output went away (``moonish cdc read ... | head -1``)."""
 
 
-class _Root(click.Group):
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run or listed, from ``commands``
+    (name -> ``"module:attribute"``): click's lazy-loading pattern ("Advanced Groups" in
+    click's docs), so that starting ``moonish cdc read`` imports the read command and what it
+    uses, not every command's libraries (the server's aiohttp, the Kafka client, Spark)."""
+
+    def __init__(self, *args: Any, commands: dict[str, str] | None = None, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy_commands = dict(commands or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy_commands})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = self.lazy_commands.get(cmd_name)
+        if target is None:
+            return super().get_command(ctx, cmd_name)
+        module, attribute = target.split(":")
+        command = getattr(importlib.import_module(module), attribute)
+        if not isinstance(command, click.Command):
+            raise TypeError(f"{target} is not a click command")
+        return command
+
+
+class _Root(LazyGroup):
     """The ``moonish`` group. A write to a closed standard output raises BrokenPipeError;
     click's ``main`` would turn that into exit 1 before :func:`main` could see it, so it is
     raised past click as :class:`StdoutClosed`, from parsing (``--help``, ``--version``) and
@@ -89,7 +90,7 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
-@click.group(cls=_Root)
+@click.group(cls=_Root, commands={"serve": "cli.serve:serve"})
 @click.version_option(__version__, prog_name="moonish")
 def moonish() -> None:
     """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
@@ -100,7 +101,16 @@ def moonish() -> None:
     """
 
 
-@moonish.group()
+@moonish.group(
+    cls=LazyGroup,
+    commands={
+        "read": "cli.cdc.read:read",
+        "tail": "cli.cdc.tail:tail",
+        "info": "cli.cdc.info:info",
+        "export": "cli.cdc.export:export",
+        "kafka": "cli.cdc.kafka:kafka",
+    },
+)
 def cdc() -> None:
     """Read changes: one batch (read), a stream (tail), files for Spark (export), Kafka (kafka),
     facts (info).
@@ -111,7 +121,21 @@ def cdc() -> None:
     """
 
 
-@moonish.group()
+@moonish.group(
+    cls=LazyGroup,
+    commands={
+        "import-aof": "cli.wal.import_aof:import_aof_command",
+        "import-rdb": "cli.wal.import_rdb:import_rdb_command",
+        "capture": "cli.wal.capture:capture_command",
+        "verify": "cli.wal.verify:verify",
+        "dump": "cli.wal.dump:dump",
+        "checkpoint": "cli.wal.checkpoint:checkpoint",
+        "stream": "cli.wal.stream:stream",
+        "repair": "cli.wal.repair:repair",
+        "retention": "cli.wal.retention:retention",
+        "prune": "cli.wal.prune:prune",
+    },
+)
 def wal() -> None:
     """Manage logs: import a Redis AOF or RDB, capture a live Redis, verify, dump, repair.
 
@@ -121,7 +145,10 @@ def wal() -> None:
     """
 
 
-@moonish.group()
+@moonish.group(
+    cls=LazyGroup,
+    commands={"materialize": "cli.spark.materialize:materialize", "show": "cli.spark.show:show"},
+)
 def spark() -> None:
     """Run the Spark pipeline: a table of the latest state per key (needs moonish[spark]).
 
@@ -131,7 +158,17 @@ def spark() -> None:
     """
 
 
-@moonish.group()
+@moonish.group(
+    cls=LazyGroup,
+    commands={
+        "create": "cli.consumer.create:create",
+        "list": "cli.consumer.list:list_command",
+        "show": "cli.consumer.show:show",
+        "ack": "cli.consumer.ack:ack",
+        "seek": "cli.consumer.seek:seek",
+        "drop": "cli.consumer.drop:drop",
+    },
+)
 def consumer() -> None:
     """Named consumers: per-shard positions that retention keeps the log for. Every command
     takes a data directory or a server's URL (moonish serve; with --token-file, --cacert).
@@ -140,32 +177,6 @@ def consumer() -> None:
 
         moonish consumer create data export --from earliest
     """
-
-
-cdc.add_command(read)
-cdc.add_command(tail)
-cdc.add_command(info)
-cdc.add_command(export)
-cdc.add_command(kafka)
-wal.add_command(import_aof_command)
-wal.add_command(import_rdb_command)
-wal.add_command(capture_command)
-wal.add_command(verify)
-wal.add_command(dump)
-wal.add_command(checkpoint)
-wal.add_command(stream)
-wal.add_command(repair)
-wal.add_command(retention)
-wal.add_command(prune)
-consumer.add_command(create)
-consumer.add_command(list_command)
-consumer.add_command(show_consumer)
-consumer.add_command(ack)
-consumer.add_command(seek)
-consumer.add_command(drop)
-moonish.add_command(serve)
-spark.add_command(materialize)
-spark.add_command(show_table)
 
 
 def main(argv: list[str] | None = None) -> int:

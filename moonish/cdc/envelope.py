@@ -148,7 +148,8 @@ def command_image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[st
 class EnvelopeEncoder:
     """Decodes frames of one shard and encodes them as Debezium envelopes.
 
-    Two paths give the same bytes (tests/cdc/test_encoder_matches_reference.py holds them to a reference):
+    Two paths give the same bytes (tests/cdc/test_encoder_matches_reference.py holds them to a
+    reference):
 
     - the fast path, for kv records whose argument bytes are printable ASCII without ``"`` or
       ``\\`` (no JSON escaping needed, by far the common case): the envelope is one f-string

@@ -6,7 +6,8 @@ current end. With ``follow`` it reads one ``feed=continuous`` response with hear
 the connection drops, the server stops (an ``unavailable`` frame), restarts, or is silent for
 three heartbeats, it reconnects after a backoff (``ClientOptions.retry_*``) **from the token
 after the last change it received**, so across any number of reconnects every change comes
-once, in stream order: no gap, no duplicate (tests/remote/test_followed_tail_across_server_kills.py SIGKILLs the server).
+once, in stream order: no gap, no duplicate
+(tests/remote/test_followed_tail_across_server_kills.py SIGKILLs the server).
 Changes it received before a failure are still yielded; an error frame is raised once they
 are out.
 """

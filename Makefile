@@ -63,15 +63,19 @@ $(DEV): $(BUILD) | $(BIN)/python
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(DEV) $(BASE) $(CHECK) $(LINT)
 
-# `make check` never compiles: a source checkout's editable install runs the compiled modules
-# when they are current and pure Python when there are none (COMPILED_STATE below), so only the
-# dependencies matter here.
+# `make check` and `make lint` never compile: a source checkout's editable install runs the
+# compiled modules when they are current and pure Python when there are none, so only the
+# dependencies matter here. Pure, the build needs nothing beyond setuptools (no isolated build
+# environment with mypyc's requirements).
+PURE_INSTALL = $(BIN)/pip install --quiet 'setuptools>=77' && \
+  MOONISH_PURE=1 $(BIN)/pip install --quiet --no-build-isolation -e
+
 $(CHECK): pyproject.toml setup.py | $(BIN)/python
-	MOONISH_PURE=1 $(BIN)/pip install --quiet -e '.[test]'
+	$(PURE_INSTALL) '.[test]'
 	touch $(CHECK)
 
 $(LINT): pyproject.toml setup.py | $(BIN)/python
-	MOONISH_PURE=1 $(BIN)/pip install --quiet -e '.[lint]'
+	$(PURE_INSTALL) '.[lint]'
 	touch $(LINT)
 
 # Redis 7.4 for the tests of its hash-field TTLs; Debian bookworm has only 7.0. PyPI's
@@ -100,17 +104,21 @@ pure:
 # The markers of tests that need a service or a system package (tests/support/markers.py).
 SERVICES = not redis and not kafka and not spark and not java and not browser
 
-# The fast loop: every test that needs no service, on both cores (pytest-xdist), in minutes.
-# It runs the compiled modules if they are current, else pure Python: stale ones (a source
-# edited since the last build) are removed first, as `make pure` does. MOONISH_PURE=1 runs pure
-# Python in any case (CI runs both builds: `make test` compiled, this pure).
+# The fast loop: every test that needs no service, on both cores (pytest-xdist), in about two
+# minutes. The crash adversaries and property tests run a third of `make test`'s rounds and
+# examples (tests/support/scale.py; make stress: thousands of rounds, docs/reliability.md). It runs the compiled modules if they are current, else pure Python:
+# stale ones (a source edited since the last build) are removed first, as `make pure` does.
+# MOONISH_PURE=1 runs pure Python in any case (CI runs both builds: `make test` compiled, this
+# pure).
+QUICK_ROUNDS = MOONISH_TEST_SCALE=0.33
+
 check: $(CHECK)
 	@if [ -n "$$MOONISH_PURE" ] || ! $(BIN)/python -c 'from moonish.extensions import \
 	  PACKAGE_DIR, stale_extensions; raise SystemExit(bool(stale_extensions(PACKAGE_DIR)))' \
 	  2>/dev/null; then $(MAKE) --no-print-directory pure >/dev/null; fi
 	@$(BIN)/python -c 'import moonish.log.writer as w; from moonish.extensions import \
 	  is_compiled; print("make check:", "compiled" if is_compiled(w) else "pure Python", "build")'
-	$(BIN)/python -m pytest -n 2 -m '$(SERVICES)'
+	$(QUICK_ROUNDS) $(BIN)/python -m pytest -n 2 --dist worksteal -m '$(SERVICES)'
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
 demo: install-base

@@ -58,7 +58,10 @@ def test_make_lint_and_check_install_only_their_extra_in_pure_python(
 ) -> None:
     venv = tmp_path / "venv"
     steps = _make_dry_run(target, tmp_path, venv_made=True)
-    assert _installs(steps) == [f"MOONISH_PURE=1 {venv}/bin/pip install --quiet -e '.[{extra}]'"]
+    assert _installs(steps) == [
+        f"{venv}/bin/pip install --quiet 'setuptools>=77' && "
+        f"MOONISH_PURE=1 {venv}/bin/pip install --quiet --no-build-isolation -e '.[{extra}]'"
+    ]
     assert not [word for word in SYSTEM_PACKAGES if word in steps]
     fresh = _make_dry_run(target, tmp_path / "fresh")  # the virtualenv created too
     assert ".[dev]" not in fresh

@@ -22,6 +22,7 @@ from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from tests.support.datadirs import fill
 from tests.support.retention import assert_sound, lsns
+from tests.support.scale import scaled
 from tests.support.wal import kv
 
 
@@ -100,7 +101,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_no_consumer_loses_an_unconfirmed_change_unless_marked_lost(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,8 @@ time (a ``ShardReader`` poll loop and ``moonish.tail(follow=True)``). It proves 
 - nothing of a torn tail is ever read, batches are all or nothing, and the followers never
   fail, never raise ``CorruptionError`` and never stall: each saw LSNs 1..N once, in order.
 
-``MOONISH_CRASH_ROUNDS`` (default 40) sets the number of writer processes, and
+``MOONISH_CRASH_ROUNDS`` (default 40, scaled by ``MOONISH_TEST_SCALE``) sets the number of
+writer processes, and
 ``MOONISH_CRASH_SEED`` the seed. The seed fixes every choice the test and the writers make
 (modes, records, torn bytes, kill delays); where a kill lands also depends on scheduling.
 The child processes' code is in tests/support/crash_procs.py.
@@ -41,8 +42,9 @@ from moonish.log.verify import VerifyReport, verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from tests.support.crash_procs import digest, make_value, parse_key
 from tests.support.paths import ROOT
+from tests.support.scale import scaled
 
-ROUNDS = int(os.environ.get("MOONISH_CRASH_ROUNDS", "40"))
+ROUNDS = int(os.environ.get("MOONISH_CRASH_ROUNDS", scaled(40)))
 SEED = int(os.environ.get("MOONISH_CRASH_SEED", "20250601"))
 MODE_WEIGHTS = {"kill": 60, "torn": 18, "zero": 10, "clean": 12}
 MAX_BATCH = 6

@@ -13,8 +13,9 @@ shard held before the damage:
   naming it, raised where it is needed (after every record, for the control file);
 - never a silent difference, never fewer records than are intact, never a traceback or hang.
 
-``MOONISH_DAMAGE_TRIALS`` (default 300) and ``MOONISH_DAMAGE_SEED`` replay or scale a run;
-``make stress`` runs thousands. A failure names the trial, the seed and the damage.
+``MOONISH_DAMAGE_TRIALS`` (default 300, scaled by ``MOONISH_TEST_SCALE``) and
+``MOONISH_DAMAGE_SEED`` replay or scale a run; ``make stress`` runs thousands. A failure
+names the trial, the seed and the damage.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
+from tests.support.scale import scaled
 
-TRIALS = int(os.environ.get("MOONISH_DAMAGE_TRIALS", "300"))
+TRIALS = int(os.environ.get("MOONISH_DAMAGE_TRIALS", scaled(300)))
 SEED = int(os.environ.get("MOONISH_DAMAGE_SEED", "20261123"))
 CLI_EVERY = int(os.environ.get("MOONISH_DAMAGE_CLI_EVERY", "15"))
 START_US = 1_795_000_000_000_000

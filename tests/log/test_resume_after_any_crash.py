@@ -17,6 +17,7 @@ from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
 from tests.support.golden import as_if_killed
 from tests.support.golden import frame_spans as segment_frame_spans
+from tests.support.scale import scaled
 from tests.support.wal import open_writer
 
 operations = st.lists(
@@ -65,7 +66,7 @@ def committed(batches: list[list[int]], spans: dict[int, tuple[int, int]], cut: 
     ]
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=scaled(120), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     ops=operations,
     segment_bytes=st.integers(120, 1500),

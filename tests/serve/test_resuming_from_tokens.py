@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from moonish.cdc.token import Token
 from moonish.datadir import consumers
 from tests.support.paths import ROOT
+from tests.support.scale import scaled
 from tests.support.serve_util import Running, request
 from tests.support.steps import WRITER, write_steps
 
@@ -65,7 +66,7 @@ async def read_some(url: str, since: str, limit: int, cut: int) -> list[dict[str
     return got
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=scaled(20), deadline=None, suppress_health_check=list(HealthCheck))
 @given(first=writes, plan=actions, ring_bytes=st.sampled_from([2048, 16384, 1 << 26]))
 def test_resuming_from_every_emitted_token_gives_exactly_the_rest(
     tmp_path_factory: pytest.TempPathFactory,

@@ -20,6 +20,7 @@ from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.redis.aof.importer import import_aof
 from tests.support.aof import INCR, records, resp, write_aof
 from tests.support.paths import ROOT
+from tests.support.scale import scaled
 
 KILL_SCRIPT = """
 import sys
@@ -32,7 +33,7 @@ import_aof(sys.argv[1], sys.argv[2], 3)
 def test_an_import_killed_anywhere_and_rerun_applies_every_command_once(tmp_path: Path) -> None:
     """SIGKILL the import at random moments, rerun it each time: the records equal those of
     one uninterrupted import (the same changes, in the same order, none twice)."""
-    aof = write_aof(tmp_path, list(synthetic_commands(random.Random(7), 60_000)))
+    aof = write_aof(tmp_path, list(synthetic_commands(random.Random(7), scaled(60_000))))
     began = time.monotonic()
     import_aof(aof, tmp_path / "once", 3)
     took = time.monotonic() - began  # kills fall within an import's run, however fast it is

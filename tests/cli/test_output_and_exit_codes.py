@@ -221,8 +221,13 @@ def test_verify_accepts_a_torn_tail_and_reports_it(tmp_path: Path) -> None:
 
 
 def commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:
+    """Every group and command under ``group``, as ``moonish --help`` lists them (commands load
+    lazily: click's ``list_commands`` and ``get_command``, not ``group.commands``)."""
     found: list[tuple[str, click.Command]] = [(prefix or "moonish", group)]
-    for name, command in group.commands.items():
+    context = click.Context(group)
+    for name in group.list_commands(context):
+        command = group.get_command(context, name)
+        assert command is not None, name
         if isinstance(command, click.Group):
             found += commands(command, f"{prefix} {name}".strip())
         else:

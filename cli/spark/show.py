@@ -23,7 +23,7 @@ def show(table_dir: str, limit: int, master: str) -> None:
     import orjson
 
     import moonish.spark
-    from moonish.cdc.envelope import text_or_b64
+    from moonish.cdc.images import text_or_b64
     from moonish.spark.table import require_version
 
     require_version(table_dir)  # before Spark starts: a wrong directory fails at once

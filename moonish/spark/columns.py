@@ -14,8 +14,8 @@ from collections.abc import Sequence
 import orjson
 import pyarrow as pa
 
-from moonish.cdc.envelope import command_image, omitted_out
 from moonish.cdc.events import op_of
+from moonish.cdc.images import command_image, omitted_out
 from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH, RecordType
 from moonish.log.frames import Frame

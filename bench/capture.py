@@ -40,7 +40,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def bench_capture(data: Path) -> list[str]:
-    from tests.support.redis_server import redis_server
+    from tests.support.servers.redis_server import redis_server
 
     seconds = int(os.environ.get("MOONISH_BENCH_CAPTURE_S", "60"))
     workdir, target = data / "capture-redis", data / "capture-data"

@@ -67,7 +67,7 @@ def bench_capture_cores(data: Path) -> list[str]:
 
 
 def _workload(data: Path, name: str, commands: int, write: Callable[[int, int], None]) -> list[str]:
-    from tests.support.redis_server import redis_server
+    from tests.support.servers.redis_server import redis_server
 
     workdir, base = data / "cores-redis", data / "cores-base"
     for path in (workdir, base):

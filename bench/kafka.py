@@ -1,10 +1,11 @@
 """Benchmark of ``moonish cdc kafka`` (``make bench``, ``python -m bench.run kafka``).
 
 Events/s from a shard of 200,000 kv_change records with NEW_AND_OLD_IMAGES (the real AOF's
-commands, bench.state) into a Tansu broker on 127.0.0.1 (tests/support/kafka_broker.py; a fresh one
-per run, it keeps everything in memory), for each delivery mode, payload-only and
-``--schemas``. The sink runs in the benchmark process, pinned to one core with its librdkafka
-threads; the broker runs beside it. Also: the size of a record's value in each form.
+commands, bench.state) into a Tansu broker on 127.0.0.1
+(tests/support/servers/kafka_broker.py; a fresh one per run, it keeps everything in memory), for
+each delivery mode, payload-only and ``--schemas``. The sink runs in the benchmark process,
+pinned to one core with its librdkafka threads; the broker runs beside it. Also: the size of a
+record's value in each form.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from bench.cores import elsewhere
 from moonish.cdc.shard_read import Tail
 from moonish.sinks.kafka.schema import SchemaForm
 from moonish.sinks.kafka.sink import AT_LEAST_ONCE, EXACTLY_ONCE, KafkaOptions, KafkaSink
-from tests.support.kafka_broker import Broker
+from tests.support.servers.kafka_broker import Broker
 
 RECORDS = 200_000
 ROUNDS = 5
@@ -88,7 +89,7 @@ def _read_rate(shard: Path) -> float:
 @contextlib.contextmanager
 def _beside() -> Iterator[Broker]:
     """A Tansu broker on the cores the benchmark is not pinned to."""
-    from tests.support.kafka_broker import tansu
+    from tests.support.servers.kafka_broker import tansu
 
     with contextlib.ExitStack() as stack:
         with elsewhere():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from moonish.slots import hash_slot, shard_of_slot
-from tests.support.slots import crc16_xmodem
+from tests.support.redis.slots import crc16_xmodem
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from cli.consumer.output import HEADER
 from moonish.datadir import consumers
 from moonish.serve import ServeOptions
 from tests.support.cli import MOONISH, run
-from tests.support.serve_util import TOKEN, Running, certificate, same
+from tests.support.servers.serve_util import TOKEN, Running, certificate, same
 from tests.support.steps import write_steps
 
 

@@ -16,8 +16,8 @@ import pytest
 from moonish.redis.aof.importer import import_aof
 from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink
 from moonish.state.shard import ShardWriter
-from tests.support.kafka_broker import Broker, Message, broker, read_topics
 from tests.support.paths import ROOT
+from tests.support.servers.kafka_broker import Broker, Message, broker, read_topics
 
 pytestmark = [pytest.mark.kafka, pytest.mark.java]
 

@@ -13,8 +13,8 @@ import pytest
 import moonish
 import moonish.spark
 from moonish.sinks.export import Exporter, ExportOptions
-from tests.support.redis_server import redis_entry, redis_server
-from tests.support.spark import (
+from tests.support.servers.redis_server import redis_entry, redis_server
+from tests.support.servers.spark import (
     AOF,
     OMITTED,
     like_table,

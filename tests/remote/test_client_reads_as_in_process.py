@@ -17,7 +17,7 @@ import moonish
 from moonish.cdc.merged_read import MergedTail
 from moonish.remote import ClientOptions, RemoteUnauthorizedError, RemoteUnavailableError
 from moonish.serve import ServeOptions
-from tests.support.serve_util import TOKEN, Running, certificate, same
+from tests.support.servers.serve_util import TOKEN, Running, certificate, same
 from tests.support.steps import write_steps
 
 

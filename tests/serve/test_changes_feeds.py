@@ -16,7 +16,7 @@ import pytest
 
 from moonish.cdc.merged_read import read_merged
 from moonish.serve.timer import ManualTimer
-from tests.support.serve_util import Running, ndjson, request, rows_of
+from tests.support.servers.serve_util import Running, ndjson, request, rows_of
 from tests.support.steps import write_steps
 
 

@@ -24,7 +24,7 @@ from moonish.cdc.token import Token
 from moonish.datadir import consumers
 from tests.support.paths import ROOT
 from tests.support.scale import scaled
-from tests.support.serve_util import Running, request
+from tests.support.servers.serve_util import Running, request
 from tests.support.steps import WRITER, write_steps
 
 SHARDS = 3

@@ -16,7 +16,7 @@ import pytest
 from cli.main import main
 from moonish.errors import InvalidArgumentError
 from moonish.serve import Limits, ServeOptions, load_token
-from tests.support.serve_util import TOKEN, Running, certificate, request
+from tests.support.servers.serve_util import TOKEN, Running, certificate, request
 from tests.support.steps import write_steps
 
 UNAUTHORIZED = {"error": "unauthorized", "reason": "a valid bearer token is required"}

@@ -17,8 +17,8 @@ import pytest
 from moonish.cdc.merged_read import read_merged
 from moonish.datadir import consumers
 from moonish.serve import ServeOptions
-from tests.support.chromium import Browser
-from tests.support.serve_util import TOKEN, Running
+from tests.support.servers.chromium import Browser
+from tests.support.servers.serve_util import TOKEN, Running
 from tests.support.steps import write_steps
 
 pytestmark = pytest.mark.browser

@@ -17,7 +17,7 @@ import pytest
 from moonish.cdc.merged_read import read_merged
 from moonish.datadir import consumers
 from moonish.datadir.retention import RetentionPolicy, prune
-from tests.support.serve_util import Running
+from tests.support.servers.serve_util import Running
 from tests.support.steps import write_steps
 
 

@@ -23,8 +23,16 @@ from moonish.redis.aof.importer import import_aof
 from moonish.sinks.kafka.offsets import BrokerUnavailableError, DeliveryError, SinkFencedError
 from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 from moonish.state.shard import ShardWriter
-from tests.support.kafka_broker import Broker, Message, broker, free_port, noida, read_topics, tansu
 from tests.support.paths import ROOT
+from tests.support.servers.kafka_broker import (
+    Broker,
+    Message,
+    broker,
+    free_port,
+    noida,
+    read_topics,
+    tansu,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -193,7 +201,7 @@ def crash(data: Path, servers: str, name: str, delivery: str, where: str, n: int
     command = [
         sys.executable,
         "-m",
-        "tests.support.kafka_crash",
+        "tests.support.servers.kafka_crash",
         str(data),
         servers,
         name,

@@ -20,7 +20,15 @@ from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import Exporter
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import entry_from_image
-from tests.support.spark import AOF, FULL_IMAGES, mixed, run, spark, table_keyspace, wal_changes
+from tests.support.servers.spark import (
+    AOF,
+    FULL_IMAGES,
+    mixed,
+    run,
+    spark,
+    table_keyspace,
+    wal_changes,
+)
 
 __all__ = ["mixed", "spark"]  # the module-scoped fixtures
 pytest.importorskip("pyspark")

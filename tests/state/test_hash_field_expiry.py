@@ -17,7 +17,7 @@ from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import HASH, Entry, entry_from_image, full_image, state_image
-from tests.support.hash_ttls import FAR, PAST, changes_at, our_hash
+from tests.support.redis.hash_ttls import FAR, PAST, changes_at, our_hash
 
 # -- lazy and active expiry, with a fixed clock ---------------------------------------------
 T0 = 1_800_000_000_000

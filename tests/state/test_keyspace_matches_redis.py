@@ -24,9 +24,9 @@ from moonish.redis.aof.files import AofCommands, read_manifest
 from moonish.state.commands.execute import keys_of
 from moonish.state.shard import ShardWriter
 from moonish.values.model import _element_bytes as element_bytes
-from tests.support.command_strategy import COMMAND
 from tests.support.paths import ROOT
-from tests.support.redis_server import (
+from tests.support.redis.command_strategy import COMMAND
+from tests.support.servers.redis_server import (
     comparable,
     redis_entries,
     redis_server,

@@ -16,8 +16,13 @@ import moonish
 from moonish.log.records import KvChange, Replay
 from moonish.redis.aof.importer import import_aof
 from moonish.slots import shard_of_key
-from tests.support.hash_ttls import FAR, LATER, PAST, our_hash, redis_hash
-from tests.support.redis_server import redis74_binary, redis_server, rewrite_aof, shard_writer
+from tests.support.redis.hash_ttls import FAR, LATER, PAST, our_hash, redis_hash
+from tests.support.servers.redis_server import (
+    redis74_binary,
+    redis_server,
+    rewrite_aof,
+    shard_writer,
+)
 
 AOF = ("--appendonly", "yes", "--aof-use-rdb-preamble", "no", "--appendfsync", "always")
 

@@ -21,7 +21,7 @@ from moonish.redis.aof.files import AofFormatError, read_manifest
 from moonish.redis.aof.importer import import_aof
 from moonish.redis.rdb.reader import RdbCorruptionError
 from moonish.slots import hash_slot
-from tests.support.aof import (
+from tests.support.redis.aof import (
     FIXTURES,
     INCR,
     MIXED,
@@ -32,8 +32,8 @@ from tests.support.aof import (
     resp,
     tree,
 )
-from tests.support.redis_server import comparable, redis_entry, redis_server, shard_writer
-from tests.support.slots import crc16_xmodem
+from tests.support.redis.slots import crc16_xmodem
+from tests.support.servers.redis_server import comparable, redis_entry, redis_server, shard_writer
 
 
 def keys_of(argv: list[bytes]) -> list[bytes]:

@@ -18,8 +18,8 @@ import pytest
 
 from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.redis.aof.importer import import_aof
-from tests.support.aof import INCR, records, resp, write_aof
 from tests.support.paths import ROOT
+from tests.support.redis.aof import INCR, records, resp, write_aof
 from tests.support.scale import scaled
 
 KILL_SCRIPT = """

@@ -17,9 +17,17 @@ from moonish.log.reader import ShardReader
 from moonish.redis.aof import parallel
 from moonish.redis.aof.importer import import_aof
 from moonish.slots import shard_of_key
-from tests.support.aof import INCR, RESP_AOF, our_state, redis_state, resp, workload, write_aof
 from tests.support.paths import ROOT
-from tests.support.redis_server import redis_server
+from tests.support.redis.aof import (
+    INCR,
+    RESP_AOF,
+    our_state,
+    redis_state,
+    resp,
+    workload,
+    write_aof,
+)
+from tests.support.servers.redis_server import redis_server
 
 START_US = 1_795_264_000_000_000
 Frames = list[list[tuple[int, int, int, int, int, bytes]]]

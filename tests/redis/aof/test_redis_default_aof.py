@@ -15,8 +15,8 @@ import pytest
 import moonish
 from moonish.cdc import shard_read
 from moonish.redis.aof.importer import import_aof
-from tests.support.aof import DEFAULT_AOF, INCR, our_state, records, redis_state, workload
-from tests.support.redis_server import redis_server, rewrite_aof
+from tests.support.redis.aof import DEFAULT_AOF, INCR, our_state, records, redis_state, workload
+from tests.support.servers.redis_server import redis_server, rewrite_aof
 
 pytestmark = pytest.mark.redis
 

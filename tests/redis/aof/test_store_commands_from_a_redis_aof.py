@@ -15,7 +15,7 @@ from moonish.redis.aof.importer import import_aof
 from tests.state.commands.test_bitmaps_and_hyperloglogs_match_redis import HLL_CASES, STRING_CASES
 from tests.state.commands.test_geo_match_redis import GEO_CASES
 from tests.state.commands.test_set_stores_match_redis import SET_CASES, SORT_CASES, ZSET_CASES
-from tests.support.redis_server import comparable, redis_entry, redis_server, shard_writer
+from tests.support.servers.redis_server import comparable, redis_entry, redis_server, shard_writer
 
 pytestmark = pytest.mark.redis
 

@@ -32,7 +32,7 @@ from moonish.redis.aof.importer import import_aof
 from moonish.redis.rdb.reader import RdbKey, read_rdb
 from moonish.redis.rdb.streams import complete_stream
 from moonish.values.model import STREAM
-from tests.support.redis_server import (
+from tests.support.servers.redis_server import (
     StreamState,
     raw_client,
     redis_server,

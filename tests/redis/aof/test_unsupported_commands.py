@@ -16,9 +16,9 @@ import pytest
 from moonish.errors import UnsupportedFormatError
 from moonish.redis.aof.importer import import_aof
 from moonish.slots import shard_of_key
-from tests.support.aof import INCR, all_envelopes, copy_aof, resp
 from tests.support.cli import MOONISH
 from tests.support.paths import ROOT
+from tests.support.redis.aof import INCR, all_envelopes, copy_aof, resp
 
 SET = resp(b"SET", b"k", b"v")
 MODULE = resp(b"JSON.SET", b"doc", b"$", b'{"a":1}')

@@ -17,7 +17,7 @@ import redis
 
 from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
 from moonish.redis.capture.runner import capture
-from tests.support.capture import (
+from tests.support.redis.capture import (
     Running,
     client_of,
     events,
@@ -27,7 +27,7 @@ from tests.support.capture import (
     url_of,
     wait_for,
 )
-from tests.support.redis_server import redis_server, shard_writer
+from tests.support.servers.redis_server import redis_server, shard_writer
 
 pytestmark = pytest.mark.redis
 

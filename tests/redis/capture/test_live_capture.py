@@ -28,7 +28,8 @@ from moonish.redis.aof.importer import import_aof
 from moonish.redis.capture.runner import capture
 from moonish.redis.capture.status import CaptureOptions, read_status
 from moonish.redis.routing.sources import SourceMismatchError, decode_position
-from tests.support.capture import (
+from tests.support.paths import ROOT
+from tests.support.redis.capture import (
     FAST,
     Running,
     client_of,
@@ -41,8 +42,7 @@ from tests.support.capture import (
     url_of,
     wait_for,
 )
-from tests.support.paths import ROOT
-from tests.support.redis_server import redis_server, shard_writer
+from tests.support.servers.redis_server import redis_server, shard_writer
 
 
 @pytest.mark.redis

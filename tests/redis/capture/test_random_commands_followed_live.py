@@ -1,5 +1,5 @@
 """Live capture over random command sequences (hypothesis): whatever Redis 7.0 propagates for the
-command set of tests/support/command_strategy.py (refusals, expiries in the past, SORT ...
+command set of tests/support/redis/command_strategy.py (refusals, expiries in the past, SORT ...
 STORE, BITOP, stream groups, FLUSHDB ...), sent before the capture starts (it arrives in the
 full resync as ``r`` rows) and while it follows, with the capture stopped and restarted (PSYNC)
 at a random point, leaves moonish's keyspace equal to a real Redis replica's of the same master,
@@ -22,7 +22,7 @@ import redis
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from tests.support.capture import (
+from tests.support.redis.capture import (
     Running,
     client_of,
     events,
@@ -31,8 +31,8 @@ from tests.support.capture import (
     redis_state,
     wait_for,
 )
-from tests.support.command_strategy import COMMAND
-from tests.support.redis_server import redis_server
+from tests.support.redis.command_strategy import COMMAND
+from tests.support.servers.redis_server import redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -23,8 +23,8 @@ from moonish.redis.rdb.reader import (
 )
 from moonish.redis.rdb.streams import complete_stream
 from moonish.redis.rdb.values import RdbConsumer, RdbGroup, RdbPending, RdbStreamMeta
-from tests.support.rdb_dumps import LIBRARY, RNG
-from tests.support.redis_server import stream_state
+from tests.support.redis.rdb_dumps import LIBRARY, RNG
+from tests.support.servers.redis_server import stream_state
 
 
 def test_not_an_rdb_file() -> None:

@@ -10,8 +10,8 @@ import pytest
 from moonish.errors import InvalidArgumentError
 from moonish.redis.rdb.keys import hash_entry
 from moonish.redis.rdb.reader import RdbKey, read_rdb
-from tests.support.hash_ttls import FAR, LATER, our_hash, redis_hash
-from tests.support.redis_server import redis74_binary, redis_server
+from tests.support.redis.hash_ttls import FAR, LATER, our_hash, redis_hash
+from tests.support.servers.redis_server import redis74_binary, redis_server
 
 pytestmark = pytest.mark.redis
 

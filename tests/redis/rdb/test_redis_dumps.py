@@ -26,8 +26,8 @@ from moonish.redis.rdb.reader import (
 )
 from moonish.redis.rdb.streams import complete_stream
 from moonish.values.model import Entry
-from tests.support.rdb_dumps import FAR_MS, INCOMPRESSIBLE, LIBRARY, fill_every_encoding
-from tests.support.redis_server import (
+from tests.support.redis.rdb_dumps import FAR_MS, INCOMPRESSIBLE, LIBRARY, fill_every_encoding
+from tests.support.servers.redis_server import (
     comparable,
     raw_client,
     redis_entries,

@@ -22,9 +22,9 @@ from moonish.redis.rdb.reader import RdbCorruptionError
 from moonish.redis.rdbimport.importer import import_rdb
 from moonish.redis.routing.sources import SourceMismatchError
 from moonish.values.model import Entry
-from tests.support.aof import DEFAULT_AOF, our_state, redis_state, resp, workload, write_aof
 from tests.support.paths import ROOT
-from tests.support.redis_server import comparable, redis_server, rewrite_aof, shard_writer
+from tests.support.redis.aof import DEFAULT_AOF, our_state, redis_state, resp, workload, write_aof
+from tests.support.servers.redis_server import comparable, redis_server, rewrite_aof, shard_writer
 
 pytestmark = pytest.mark.redis
 

@@ -17,10 +17,10 @@ import moonish
 from moonish.cdc import shard_read
 from moonish.errors import WriterLockedError
 from moonish.redis.rdbimport.importer import import_rdb
-from tests.support.aof import workload
-from tests.support.capture import our_state, redis_state
 from tests.support.paths import ROOT
-from tests.support.redis_server import redis_server, shard_writer
+from tests.support.redis.aof import workload
+from tests.support.redis.capture import our_state, redis_state
+from tests.support.servers.redis_server import redis_server, shard_writer
 
 pytestmark = pytest.mark.redis
 

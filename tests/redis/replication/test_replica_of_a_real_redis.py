@@ -32,8 +32,8 @@ from moonish.redis.replication.connection import (
 )
 from moonish.redis.replication.resp import encode_command
 from moonish.values.model import Entry
-from tests.support.rdb_dumps import LIBRARY, fill_every_encoding
-from tests.support.redis_server import _free_port, comparable, redis_entries, redis_server
+from tests.support.redis.rdb_dumps import LIBRARY, fill_every_encoding
+from tests.support.servers.redis_server import _free_port, comparable, redis_entries, redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -12,8 +12,8 @@ import pytest
 import moonish
 from moonish.redis.aof.importer import import_aof
 from moonish.redis.routing.router import ResumeError
-from tests.support.aof import INCR, records, resp, write_aof
-from tests.support.redis_server import shard_writer
+from tests.support.redis.aof import INCR, records, resp, write_aof
+from tests.support.servers.redis_server import shard_writer
 
 
 def test_a_cross_shard_command_cut_between_its_shards_is_refused(tmp_path: Path) -> None:

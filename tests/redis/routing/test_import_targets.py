@@ -20,9 +20,9 @@ import moonish.redis.routing.shards
 from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
 from moonish.redis.aof.importer import import_aof
 from moonish.state.shard import ShardWriter
-from tests.support.aof import INCR, SLICE, all_envelopes, aof_commands, copy_aof, tree
 from tests.support.cli import MOONISH
 from tests.support.paths import ROOT
+from tests.support.redis.aof import INCR, SLICE, all_envelopes, aof_commands, copy_aof, tree
 
 
 def import_cli(

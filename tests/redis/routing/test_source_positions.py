@@ -11,7 +11,7 @@ import pytest
 from moonish.redis.aof.importer import import_aof
 from moonish.redis.routing.sources import SourceMismatchError
 from moonish.state.shard import ShardWriter
-from tests.support.aof import INCR, resp, write_aof
+from tests.support.redis.aof import INCR, resp, write_aof
 
 
 def test_a_data_directory_refuses_another_source(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """The module-scoped redis-server of the tests that compare command families with Redis
-(tests.support.redis_compare)."""
+(tests.support.redis.redis_compare)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 
-from tests.support.redis_server import redis_server
+from tests.support.servers.redis_server import redis_server
 
 
 @pytest.fixture(scope="module")

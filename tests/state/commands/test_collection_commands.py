@@ -1,6 +1,6 @@
 """Hashes, lists, sets, sorted sets and streams: one case per write command, the *STORE commands
 and SORT ... STORE included: the reply, the c/u/d of each key it wrote, and the key's value
-afterwards (tests.support.command_cases)."""
+afterwards (tests.support.redis.command_cases)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.command_cases import INF, NOW_MS, Case, run_case
+from tests.support.redis.command_cases import INF, NOW_MS, Case, run_case
 
 CASES: dict[str, Case] = {
     "HSET": (

@@ -1,5 +1,5 @@
 """MOVE and SWAPDB against a real redis-server: the same replies and the same databases after every
-command and after the log is replayed (tests.support.redis_compare ``run``)."""
+command and after the log is replayed (tests.support.redis.redis_compare ``run``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.redis_compare import FAR, run
+from tests.support.redis.redis_compare import FAR, run
 
 pytestmark = pytest.mark.redis
 

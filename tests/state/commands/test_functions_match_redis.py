@@ -22,7 +22,7 @@ from moonish.redis.aof.importer import import_aof
 from moonish.state.libraries import libraries_from_lines
 from moonish.state.snapshot import read_snapshot
 from tests.state.commands.test_restore_matches_redis import dump_payload
-from tests.support.redis_server import (
+from tests.support.servers.redis_server import (
     comparable,
     redis_entry,
     redis_server,

@@ -1,6 +1,6 @@
 """GEOADD, GEORADIUS/GEORADIUSBYMEMBER … STORE, GEOSEARCHSTORE and random searches against a real
 redis-server: each case runs the same commands on a redis-server started here and on a
-ShardWriter (tests.support.redis_compare ``run``): the same replies, the same keyspace after
+ShardWriter (tests.support.redis.redis_compare ``run``): the same replies, the same keyspace after
 every command and after the log is replayed."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.support.redis_compare import RANDOM, run
+from tests.support.redis.redis_compare import RANDOM, run
 
 pytestmark = pytest.mark.redis
 

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonish.errors import CommandError
-from tests.support.hash_ttls import (
+from tests.support.redis.hash_ttls import (
     FAR,
     FAR_S,
     LATER,
@@ -23,7 +23,7 @@ from tests.support.hash_ttls import (
     our_hash,
     redis_hash,
 )
-from tests.support.redis_server import redis74_binary, redis_server, shard_writer
+from tests.support.servers.redis_server import redis74_binary, redis_server, shard_writer
 
 pytestmark = pytest.mark.redis
 

@@ -21,7 +21,7 @@ import moonish
 from moonish.clock import SYSTEM_CLOCK
 from moonish.errors import CommandError
 from moonish.log.writer import FsyncPolicy, WriterOptions
-from tests.support.redis_server import redis_server
+from tests.support.servers.redis_server import redis_server
 
 pytestmark = pytest.mark.redis
 

@@ -1,6 +1,6 @@
 """Commands on whole keys: DEL, UNLINK, RENAME, COPY, the EXPIRE family, PERSIST, FLUSHDB, MOVE,
 SWAPDB, one case each (the reply, the c/u/d of each key, the key's value afterwards;
-tests.support.command_cases), and FLUSHALL across databases."""
+tests.support.redis.command_cases), and FLUSHALL across databases."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import moonish
 from moonish.clock import FixedClock
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
-from tests.support.command_cases import NOW_MS, Case, run_case
+from tests.support.redis.command_cases import NOW_MS, Case, run_case
 from tests.support.wal import START_US
 
 CASES: dict[str, Case] = {

@@ -1,7 +1,7 @@
 """RESTORE of DUMP payloads against a real redis-server (7.0.15): payloads of every value type
 and encoding Redis writes, every option, every error in Redis's order, each run on both sides
 with the same replies and keyspaces after every command and after the log is replayed
-(tests/support/redis_compare.py ``run``)."""
+(tests/support/redis/redis_compare.py ``run``)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import redis
 import moonish
 from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.redis.rdb.reader import crc64
-from tests.support.redis_compare import FAR, run
-from tests.support.redis_server import comparable, redis_entry, shard_writer
+from tests.support.redis.redis_compare import FAR, run
+from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
 pytestmark = pytest.mark.redis
 

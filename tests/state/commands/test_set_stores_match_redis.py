@@ -1,7 +1,7 @@
 """SINTERSTORE, SUNIONSTORE, SDIFFSTORE; ZREMRANGEBY*, ZRANGESTORE, ZUNIONSTORE, ZINTERSTORE,
 ZDIFFSTORE, scores summed as doubles; SORT … STORE against a real redis-server: each case runs
 the same commands on a redis-server started here and on a ShardWriter
-(tests.support.redis_compare ``run``): the same replies, the same keyspace after every command
+(tests.support.redis.redis_compare ``run``): the same replies, the same keyspace after every command
 and after the log is replayed."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.support.redis_compare import FAR, run
+from tests.support.redis.redis_compare import FAR, run
 
 pytestmark = pytest.mark.redis
 

@@ -10,7 +10,7 @@ delivery count) and consumers (seen time). Times are each side's own clock, so t
 compared within ``SLACK_MS``; absolute times given with ``TIME`` are compared exactly. The
 ``c``/``u``/``d`` of each record must match the key's existence, a record must exist for every
 changed key, and the log must replay to the same keyspace, times included (the harness of
-tests/support/redis_compare.py).
+tests/support/redis/redis_compare.py).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ import redis
 
 from moonish.state.shard import ShardWriter
 from moonish.values.model import STREAM
-from tests.support.redis_compare import State
-from tests.support.redis_compare import run as run_both
-from tests.support.redis_server import (
+from tests.support.redis.redis_compare import State
+from tests.support.redis.redis_compare import run as run_both
+from tests.support.servers.redis_server import (
     comparable,
     raw_client,
     redis_entry,
@@ -86,7 +86,7 @@ def _same(ours: State, theirs: State, argv: list[bytes]) -> None:
 
 
 def run(raw: redis.Redis, tmp_path: Path, commands: list[list[str | bytes]]) -> list[Any]:
-    """tests/support/redis_compare.py's ``run`` with whole streams (module docstring)."""
+    """tests/support/redis/redis_compare.py's ``run`` with whole streams (module docstring)."""
     return run_both(raw, tmp_path, commands, redis_state=_theirs, our_state=_ours, same_state=_same)
 
 

@@ -1,6 +1,7 @@
 """Strings, bitmaps and HyperLogLogs: one case per write command (SET and its options, SETNX,
 SETEX, GETSET, GETDEL, APPEND, INCR, MSET, SETRANGE, SETBIT, BITOP, BITFIELD, PFADD): the reply,
-the c/u/d of each key it wrote, and the key's value afterwards (tests.support.command_cases)."""
+the c/u/d of each key it wrote, and the key's value afterwards
+(tests.support.redis.command_cases)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.command_cases import NOW_MS, Case, run_case
+from tests.support.redis.command_cases import NOW_MS, Case, run_case
 
 CASES: dict[str, Case] = {
     "SET new": ([], ["SET", "k", "v"], b"OK", [("k", "c")], "k", ("string", b"v", None)),

@@ -17,8 +17,8 @@ import moonish
 from moonish.cdc import shard_read
 from moonish.redis.capture.runner import capture
 from moonish.redis.capture.status import CaptureOptions, CaptureReport
-from tests.support.aof import workload
-from tests.support.redis_server import comparable, redis_entry, shard_writer
+from tests.support.redis.aof import workload
+from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
 FAST = CaptureOptions(
     sync_interval_ms=20, batch_wait_ms=20, status_interval_ms=100, mark_interval_ms=200

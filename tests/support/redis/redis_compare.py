@@ -16,7 +16,7 @@ from hypothesis import HealthCheck
 import moonish
 from moonish.errors import CommandError
 from moonish.state.shard import ShardWriter
-from tests.support.redis_server import comparable, redis_entry, shard_writer
+from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
 DBS = (0, 1)
 

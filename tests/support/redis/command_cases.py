@@ -15,7 +15,7 @@ from moonish.clock import FixedClock
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import _element_bytes
-from tests.support.redis_server import comparable
+from tests.support.servers.redis_server import comparable
 from tests.support.wal import START_US
 
 NOW_MS = START_US // 1000

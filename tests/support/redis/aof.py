@@ -15,7 +15,7 @@ import redis
 import moonish
 from moonish.cdc import shard_read
 from tests.support.paths import ROOT
-from tests.support.redis_server import comparable, redis_entry, shard_writer
+from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
 FIXTURES = ROOT / "fixtures" / "redis-aof"
 

@@ -1,5 +1,5 @@
 """A Kafka sink run that kills itself (SIGKILL) at a chosen point, for the crash tests:
-``python -m tests.support.kafka_crash DATA SERVERS PREFIX DELIVERY WHERE N``.
+``python -m tests.support.servers.kafka_crash DATA SERVERS PREFIX DELIVERY WHERE N``.
 
 WHERE is ``between`` (after the N-th step is stored: committed, or acknowledged) or ``inside``
 (in the middle of the N-th step's records, once they reached the broker: inside an open

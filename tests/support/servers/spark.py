@@ -17,7 +17,7 @@ from moonish.redis.aof.importer import import_aof
 from moonish.state.config import StreamConfig
 from moonish.values.model import entry_from_image, untext
 from tests.support.paths import ROOT
-from tests.support.redis_server import comparable, shape
+from tests.support.servers.redis_server import comparable, shape
 
 AOF = ROOT / "fixtures" / "redis-aof"
 

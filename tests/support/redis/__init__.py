@@ -1,0 +1,2 @@
+"""Redis inputs and comparisons: AOFs, RDB dumps, command cases and strategies, and a
+keyspace compared with a real redis-server."""

@@ -15,6 +15,7 @@ from setuptools import Extension, setup
 NATIVE = [
     Extension("moonish.log._cframes", ["moonish/log/_cframes.c"]),
     Extension("moonish.values._cjson", ["moonish/values/_cjson.c"]),
+    Extension("moonish.cdc._cenvelope", ["moonish/cdc/_cenvelope.c"]),
 ]
 
 

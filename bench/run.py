@@ -30,6 +30,10 @@ docs/benchmarks.md:
 11. capture: live capture of a Redis written at 50,000 commands/s: lag p50/p99
     (bench.capture); capture-cores: a capture catching up a backlog with --processes 1 and 2,
     the speed-up on this machine's cores (bench.capture_cores).
+12. tail: ``moonish cdc tail`` of the AOF redis-benchmark makes a redis-server write, one shard,
+    against a naive pure-Python reader side by side; in process; merged over 4 shards against
+    the shards one by one; poll: one ``cdc read --limit 10`` against starting Python with
+    click, orjson and crc32c (bench.tail).
 
 The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
@@ -62,6 +66,7 @@ from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
+from bench.tail import bench_poll, bench_tail
 from moonish.cdc import shard_read
 from moonish.log.format import (
     FRAME_CRC,
@@ -411,6 +416,8 @@ def main() -> None:
         ("capture", lambda: bench_capture(DATA)),
         ("capture-cores", lambda: bench_capture_cores(DATA)),
         ("import-rdb", lambda: bench_import_rdb(DATA)),
+        ("tail", lambda: bench_tail(DATA)),
+        ("poll", lambda: bench_poll(DATA)),
     ]
     only = sys.argv[1:]
     for title, bench in sections:

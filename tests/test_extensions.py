@@ -60,7 +60,9 @@ def test_import_refuses_stale_extensions_in_a_source_checkout_only(tmp_path: Pat
 
 def test_a_compiled_build_has_its_c_extensions() -> None:
     # The C extensions (setup.py NATIVE) are built with the mypyc ones; their tests
-    # (test_cframes, test_cjson) are skipped only in a pure build.
+    # (test_c_frame_encoder, test_c_frame_scanner, test_c_json, test_c_envelope_encoder) are
+    # skipped only in a pure build.
+    from moonish.cdc import envelope
     from moonish.log import frames
     from moonish.values import plainjson
 
@@ -69,3 +71,5 @@ def test_a_compiled_build_has_its_c_extensions() -> None:
         assert frames._cframes is not None and plainjson._cjson is not None
         assert is_compiled(frames._cframes) and is_compiled(plainjson._cjson)
         assert plainjson.quote is plainjson._cjson.quote
+        assert frames._SCAN is frames._cframes.scan
+        assert envelope._ENCODE_CHANGES is envelope._cenvelope.encode_changes

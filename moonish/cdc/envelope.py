@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import base64
 import struct
+from collections.abc import Callable
 
 import orjson
 
@@ -58,6 +59,13 @@ from moonish.log.records import (
 from moonish.log.segment import segment_holding
 from moonish.values.model import is_plain
 from moonish.version import __version__
+
+try:  # the C encoder of kv_change envelopes (moonish/cdc/_cenvelope.c), absent in a pure build
+    from moonish.cdc import _cenvelope
+
+    _ENCODE_CHANGES: Callable[..., int] | None = _cenvelope.encode_changes
+except ImportError:
+    _ENCODE_CHANGES = None
 
 CONNECTOR = "moonish"
 SOURCE_VERSION = f"moonish-{__version__}"
@@ -259,7 +267,15 @@ class EnvelopeEncoder:
         last_commit_us, us, ms, ns = None, "", "", ""
         change_type, change = RecordType.KV_CHANGE, self._change
         change_tail = tail.encode()
-        for lsn, rtype, flags, bidx, bsize, commit_us, payload, offset in frames:
+        encode_run, source_head, shard = _ENCODE_CHANGES, self._source_head, self.shard
+        i, count = 0, len(frames)
+        while i < count:
+            if encode_run is not None:  # a run of kv_change records in one C call
+                i = encode_run(frames, i, ops, envelopes, source_head, change_tail, shard)
+                if i == count:
+                    break
+            lsn, rtype, flags, bidx, bsize, commit_us, payload, offset = frames[i]
+            i += 1
             envelope = None
             if rtype == change_type:
                 if len(payload) > 2 and payload[2] == 0:

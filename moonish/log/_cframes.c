@@ -22,8 +22,13 @@
  *   the record from its 14 fields as they are (no checks: tuple.__new__(KvChange, fields)),
  *   without the intermediate tuple and call that costs from Python.
  *
- * configure(kv_change_type, row_flags, record_type, crc32c) binds what the encoder reads from
- * Python once, at import of moonish.log.frames.
+ * scan(buf, pos, next_lsn, max_records, mid_batch_start, file_offset) -> (frames, end, done)
+ *   the committed frames of version 2 bytes, as moonish.log.frames.scan_frames takes them, up
+ *   to the first frame that is not whole and sound (see the function's comment); scan_frames
+ *   goes on from there in Python. Each frame's trailer checksum is checked as there.
+ *
+ * configure(kv_change_type, row_flags, record_type, crc32c) and configure_scan(frame_type)
+ * bind what the functions read from Python once, at import of moonish.log.frames.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -342,6 +347,157 @@ static PyObject *configure(PyObject *module, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+/* -- scanning ---------------------------------------------------------------------------- */
+
+static PyObject *frame_type = NULL;
+
+static uint32_t get_u32(const unsigned char *at) {
+    return (uint32_t)at[0] | ((uint32_t)at[1] << 8) | ((uint32_t)at[2] << 16) |
+           ((uint32_t)at[3] << 24);
+}
+
+static uint64_t get_u64(const unsigned char *at) {
+    return (uint64_t)get_u32(at) | ((uint64_t)get_u32(at + 4) << 32);
+}
+
+/* A Frame (moonish.log.frames.Frame, a NamedTuple) from its eight fields, as
+ * tuple.__new__(Frame, fields) makes it; NULL on error. */
+static PyObject *new_frame(uint64_t lsn, unsigned rtype, unsigned flags, uint32_t bidx,
+                           uint32_t bsize, int64_t commit_us, const unsigned char *payload,
+                           Py_ssize_t length, long long offset) {
+    PyObject *fields[8];
+    fields[0] = PyLong_FromUnsignedLongLong(lsn);
+    fields[1] = PyLong_FromLong((long)rtype);
+    fields[2] = PyLong_FromLong((long)flags);
+    fields[3] = PyLong_FromUnsignedLong(bidx);
+    fields[4] = PyLong_FromUnsignedLong(bsize);
+    fields[5] = PyLong_FromLongLong(commit_us);
+    fields[6] = PyBytes_FromStringAndSize((const char *)payload, length);
+    fields[7] = PyLong_FromLongLong(offset);
+    PyTypeObject *type = (PyTypeObject *)frame_type;
+    PyObject *frame = NULL;
+    int ok = 1;
+    for (int i = 0; i < 8; i++) ok &= fields[i] != NULL;
+    if (ok) frame = type->tp_alloc(type, 8);
+    if (frame == NULL) {
+        for (int i = 0; i < 8; i++) Py_XDECREF(fields[i]);
+        return NULL;
+    }
+    for (int i = 0; i < 8; i++) PyTuple_SET_ITEM(frame, i, fields[i]);
+    return frame;
+}
+
+/* scan(buf, pos, next_lsn, max_records, mid_batch_start, file_offset) -> (frames, end, done)
+ *
+ * The committed frames of a version 2 segment's bytes buf[pos:], as
+ * moonish.log.frames.scan_frames takes them, up to the first frame it would not take as it
+ * is: one past the data's end, with a bad checksum, length, LSN, flags or batch fields. done
+ * is True when the scan ended cleanly (at the end of buf with no batch open, or at
+ * max_records); otherwise scan_frames goes on from end in Python, which names the reason.
+ * end is the buffer position after the last committed frame; a batch still open is not
+ * returned. */
+static PyObject *scan(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (frame_type == NULL || crc_function == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "moonish.log._cframes is not configured");
+        return NULL;
+    }
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError,
+                        "scan(buf, pos, next_lsn, max_records, mid_batch_start, file_offset)");
+        return NULL;
+    }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    if (pos == -1 && PyErr_Occurred()) return NULL;
+    unsigned long long next_lsn = PyLong_AsUnsignedLongLong(args[2]);
+    if (next_lsn == (unsigned long long)-1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t max_records = PyLong_AsSsize_t(args[3]);
+    if (max_records == -1 && PyErr_Occurred()) return NULL;
+    int may_resume = PyObject_IsTrue(args[4]);
+    if (may_resume < 0) return NULL;
+    long long file_offset = PyLong_AsLongLong(args[5]);
+    if (file_offset == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len;
+    PyObject *frames = PyList_New(0);
+    PyObject *result = NULL;
+    if (frames == NULL) goto done;
+    Py_ssize_t committed = 0, committed_pos = pos;
+    uint32_t open_size = 0, expect_index = 0;
+    int clean = 0;
+    while (pos >= 0) { /* a negative position is the Python scanner's to judge */
+        if (pos >= end) {
+            clean = open_size == 0;
+            break;
+        }
+        if (end - pos < HEADER_BYTES) break;
+        const unsigned char *at = buf + pos;
+        uint32_t length = get_u32(at + 4);
+        uint64_t lsn = get_u64(at + 8);
+        unsigned rtype = at[16], flags = at[17];
+        unsigned reserved = (unsigned)at[18] | ((unsigned)at[19] << 8);
+        uint32_t bidx = get_u32(at + 20), bsize = get_u32(at + 24);
+        int64_t commit_us = (int64_t)get_u64(at + 28);
+        Py_ssize_t room = end - pos - HEADER_BYTES - TRAILER_BYTES; /* payload bytes there */
+        if ((Py_ssize_t)length > MAX_PAYLOAD || (Py_ssize_t)length > room || lsn != next_lsn ||
+            (flags & ~1u) || reserved)
+            break;
+        Py_ssize_t frame_end = pos + HEADER_BYTES + (Py_ssize_t)length + TRAILER_BYTES;
+        int64_t crc = crc_of((char *)at, HEADER_BYTES + (Py_ssize_t)length);
+        if (crc < 0) goto done;
+        if ((uint32_t)crc != get_u32(buf + frame_end - TRAILER_BYTES)) break;
+        if (!(bsize == 1 && open_size == 0 && bidx == 0)) {
+            if (open_size) {
+                if (bidx != expect_index || bsize != open_size) break;
+            } else if (bsize == 0 || bidx >= bsize ||
+                       (bidx && !(may_resume && PyList_GET_SIZE(frames) == 0)) || !(flags & 1u)) {
+                break;
+            }
+        }
+        PyObject *frame = new_frame(lsn, rtype, flags, bidx, bsize, commit_us, at + HEADER_BYTES,
+                                    (Py_ssize_t)length, file_offset + pos);
+        if (frame == NULL) goto done;
+        int appended = PyList_Append(frames, frame);
+        Py_DECREF(frame);
+        if (appended < 0) goto done;
+        pos = frame_end;
+        next_lsn++;
+        if (bidx + 1 == bsize) {
+            open_size = 0;
+            committed = PyList_GET_SIZE(frames);
+            committed_pos = pos;
+            if (committed >= max_records) {
+                clean = 1;
+                break;
+            }
+        } else {
+            open_size = bsize;
+            expect_index = bidx + 1;
+        }
+    }
+    if (PyList_GET_SIZE(frames) != committed &&
+        PyList_SetSlice(frames, committed, PyList_GET_SIZE(frames), NULL) < 0)
+        goto done;
+    result = Py_BuildValue("(OnO)", frames, committed_pos, clean ? Py_True : Py_False);
+done:
+    Py_XDECREF(frames);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static PyObject *configure_scan(PyObject *module, PyObject *type) {
+    (void)module;
+    if (!PyType_Check(type) || !PyType_IsSubtype((PyTypeObject *)type, &PyTuple_Type)) {
+        PyErr_SetString(PyExc_TypeError, "configure_scan takes the Frame tuple type");
+        return NULL;
+    }
+    Py_XSETREF(frame_type, Py_NewRef(type));
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"encode_changes", (PyCFunction)(void (*)(void))encode_changes, METH_FASTCALL,
      "encode_changes(records, first_lsn, commit_us, flags, source) -> bytes | None"},
@@ -350,6 +506,9 @@ static PyMethodDef methods[] = {
      "loading, source, row) -> KvChange"},
     {"configure", configure, METH_VARARGS,
      "configure(kv_change_type, row_flags, record_type, crc32c) -> None"},
+    {"scan", (PyCFunction)(void (*)(void))scan, METH_FASTCALL,
+     "scan(buf, pos, next_lsn, max_records, mid_batch_start, file_offset) -> (frames, end, done)"},
+    {"configure_scan", configure_scan, METH_O, "configure_scan(frame_type) -> None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -139,7 +139,9 @@ _CRC: Final = _U32.pack
 _crc: Final = crc32c.crc32c
 if _cframes is not None:
     _cframes.configure(KvChange, _ROW_FLAGS, int(RecordType.KV_CHANGE), crc32c.crc32c)
+    _cframes.configure_scan(Frame)
 _ENCODE_CHANGES: Final = None if _cframes is None else _cframes.encode_changes
+_SCAN: Final = None if _cframes is None else _cframes.scan
 
 
 def kv_change_py(*fields: Any) -> KvChange:
@@ -231,7 +233,57 @@ def scan_frames(
     mid_batch_start: bool = False,
     file_offset: int = 0,
 ) -> tuple[list[Frame], int, Stop | None]:
-    """Parse committed frames from ``buf[pos:]``.
+    """Parse committed frames from ``buf[pos:]``: :func:`scan_frames_py`'s contract and
+    results. Version 2 bytes go through the C scanner (moonish/log/_cframes.c) up to the
+    first frame it would not take as it is; :func:`scan_frames_py` goes on from there and
+    names why it stopped, so the results are the same whichever ran."""
+    if _SCAN is None or layout is not LAYOUT_V2:
+        return scan_frames_py(
+            buf,
+            pos,
+            next_lsn,
+            max_records,
+            layout=layout,
+            mid_batch_start=mid_batch_start,
+            file_offset=file_offset,
+        )
+    frames, end, done = _SCAN(buf, pos, next_lsn, max_records, mid_batch_start, file_offset)
+    if done:
+        return frames, end, None
+    if not frames:
+        return scan_frames_py(
+            buf,
+            pos,
+            next_lsn,
+            max_records,
+            layout=layout,
+            mid_batch_start=mid_batch_start,
+            file_offset=file_offset,
+        )
+    more, end, stop = scan_frames_py(
+        buf,
+        end,
+        frames[-1].lsn + 1,
+        max_records - len(frames),
+        layout=layout,
+        file_offset=file_offset,
+    )
+    frames += more
+    return frames, end, stop
+
+
+def scan_frames_py(
+    buf: bytes,
+    pos: int,
+    next_lsn: int,
+    max_records: int,
+    *,
+    layout: FrameLayout = LATEST,
+    mid_batch_start: bool = False,
+    file_offset: int = 0,
+) -> tuple[list[Frame], int, Stop | None]:
+    """Parse committed frames from ``buf[pos:]`` (the Python scanner, which the C one
+    follows).
 
     Args:
         buf: frames, starting at ``pos``.

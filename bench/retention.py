@@ -24,7 +24,8 @@ from pathlib import Path
 from moonish.cdc import lag
 from moonish.clock import FixedClock
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy, plan, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import plan, prune
 from moonish.log.records import KvCommand
 from moonish.log.segment import list_segments
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions

@@ -15,7 +15,7 @@ import click
 
 from cli.params import LSN, VIEW
 from moonish.log.format import SEGMENT_HEADER_BYTES
-from moonish.log.writer import DEFAULT_SEGMENT_BYTES
+from moonish.log.options import DEFAULT_SEGMENT_BYTES
 from moonish.slots import SLOT_COUNT  # every shard owns at least one slot
 from moonish.state.config import DEFAULT_MAX_VALUE_BYTES
 

@@ -5,13 +5,15 @@ Their ``--token-file`` and ``--cacert`` are ``cli.options.remote_options``."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
 
-import moonish
-from moonish.remote import ClientOptions, is_url, read_token_file
+from moonish.remote.options import ClientOptions, is_url, read_token_file
+
+if TYPE_CHECKING:
+    from moonish.remote.client import Client
 
 
 class DataPath(click.ParamType):  # type: ignore[type-arg]
@@ -31,7 +33,7 @@ DATA_PATH = DataPath()
 
 def connect(
     path: str, token_file: str | None, cacert: str | None, local_only: tuple[str, ...]
-) -> moonish.remote.Client | None:
+) -> Client | None:
     """A client when PATH is a URL (``None`` for a directory).
 
     Raises:
@@ -53,4 +55,6 @@ def connect(
             option = "--" + name.replace("_", "-")
             raise click.UsageError(f"{option} reads a log on this machine, not with a URL.")
     token = None if token_file is None else read_token_file(token_file)
-    return moonish.connect(path, token, ClientOptions(cafile=cacert))
+    from moonish.remote.client import connect as connect_client  # a local read needs none
+
+    return connect_client(path, token, ClientOptions(cafile=cacert))

@@ -11,7 +11,6 @@ import moonish.cdc.shard_read
 from cli import options, remote
 from cli.params import write_position
 from moonish.cdc.cursor import Cursor
-from moonish.cdc.merged_read import MergedResult
 
 
 # A negative POSITION ("-1") must reach the cursor check and get its message, not "no such option".
@@ -98,9 +97,11 @@ def read(
         snapshot=snapshot,
         transactions=transactions,
     )
-    where = str(result.token if isinstance(result, MergedResult) else result.cursor)
-    _print(where, result.events.envelopes, cursor_file)
-    if ack and consumer is not None and isinstance(result, MergedResult):
+    if isinstance(result, moonish.cdc.shard_read.ReadResult):
+        _print(str(result.cursor), result.events.envelopes, cursor_file)
+        return
+    _print(str(result.token), result.events.envelopes, cursor_file)
+    if ack and consumer is not None:
         moonish.cdc.api.ack(path, consumer, result.token)
 
 

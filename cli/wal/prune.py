@@ -7,7 +7,8 @@ import orjson
 
 from cli import options
 from moonish.cdc.positions import data_shards, resolve
-from moonish.datadir.retention import RetentionPolicy, prune_shards
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import prune_shards
 from moonish.state.config import load_config
 
 

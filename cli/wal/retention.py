@@ -9,7 +9,7 @@ import click
 import orjson
 
 from moonish.cdc.positions import data_shards
-from moonish.datadir.retention import RetentionPolicy
+from moonish.datadir.policy import RetentionPolicy
 from moonish.state.config import load_config, store_retention
 
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}

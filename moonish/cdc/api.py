@@ -25,17 +25,19 @@ Example::
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from moonish.cdc.cursor import Cursor
-from moonish.cdc.merged_read import MergedResult, MergedTail, read_merged
 from moonish.cdc.positions import data_shards, is_data_dir, resolve
 from moonish.cdc.shard_read import DEFAULT_LIMIT, ReadResult, Tail
 from moonish.cdc.shard_read import read as read_shard
 from moonish.cdc.token import EARLIEST, NOW, VERSION, Token
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.datadir import consumers
-from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # imported where used: a shard's read needs no merging and no consumers
+    from moonish.cdc.merged_read import MergedResult, MergedTail
+    from moonish.datadir.consumers import Consumer
 
 Position = int | Cursor | Token | str | None
 """An LSN or cursor (one shard), or a token, its text, ``earliest`` or ``now`` (merged)."""
@@ -87,6 +89,8 @@ def read(
                 "--snapshot starts one shard's consumer at its snapshot; read a shard directory",
                 path=os.fspath(path),
             )
+        from moonish.cdc.merged_read import read_merged
+
         where = position if isinstance(position, Token) or position is None else str(position)
         return read_merged(
             path,
@@ -146,6 +150,8 @@ def tail(
             raise InvalidArgumentError(
                 "a merged stream starts from a token, earliest or now, not an LSN"
             )
+        from moonish.cdc.merged_read import MergedTail
+
         where = position if isinstance(position, Token) or position is None else str(position)
         return MergedTail(
             path,
@@ -182,4 +188,6 @@ def ack(data_dir: str | os.PathLike[str], consumer: str, token: Token | str) -> 
     """
     shards = data_shards(data_dir)
     position = token if isinstance(token, Token) else resolve(shards, token)
+    from moonish.datadir import consumers
+
     return consumers.ack(os.fspath(data_dir), consumer, position.positions)

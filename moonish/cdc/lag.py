@@ -30,7 +30,8 @@ from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir import consumers
 from moonish.datadir.consumers import Consumer
 from moonish.datadir.layout import oldest_lsn
-from moonish.datadir.retention import RetentionPolicy, plan
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import plan
 from moonish.errors import InvalidArgumentError, LsnDiscardedError, MoonishError
 from moonish.log.control import load_control
 from moonish.log.reader import ShardReader

@@ -42,72 +42,15 @@ from dataclasses import dataclass
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir.consumers import Holder, holders, mark_lost
 from moonish.datadir.layout import retention_lock
+from moonish.datadir.policy import RetentionPolicy
 from moonish.errors import ConsumerNotFoundError, InvalidArgumentError, LsnDiscardedError
 from moonish.fileio import fsync_dir
 from moonish.log.reader import ShardReader
 from moonish.log.segment import index_path, list_segments, list_snapshots, segment_path
 
-RULES = ("max_bytes", "max_age_ms", "max_records")
-"""The rules that delete; ``before`` is the reason of an explicit ``wal prune --before``."""
 KEYSPACE_MARKER = "stream.json"
 """A shard with this file (moonish.state.config) has a keyspace its writer rebuilds from the
 newest snapshot and the records after it."""
-
-
-@dataclass(frozen=True, slots=True)
-class RetentionPolicy:
-    """What a shard keeps; every field is optional (``None``: no such rule), so the default
-    policy keeps everything.
-
-    Attributes:
-        max_bytes: delete the oldest sealed segments while the shard's segments total more.
-        max_age_ms: delete sealed segments whose newest record's commit time is older.
-        max_records: delete the oldest sealed segments while the shard holds more LSNs
-            (from the oldest segment's first LSN to the end of the log).
-        min_age_ms: never delete a segment whose newest record is younger than this.
-        max_pinned_bytes: the most that consumers may hold beyond what the other rules keep;
-            past it the laggiest consumer is marked ``lost``.
-    """
-
-    max_bytes: int | None = None
-    max_age_ms: int | None = None
-    max_records: int | None = None
-    min_age_ms: int | None = None
-    max_pinned_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        for name, value in self.to_json().items():
-            if value is not None and (
-                not isinstance(value, int) or isinstance(value, bool) or value < 0
-            ):
-                raise InvalidArgumentError(
-                    f"retention {name} must be an integer >= 0, got {value!r}"
-                )
-
-    @property
-    def deletes(self) -> bool:
-        """Whether any rule deletes (otherwise the policy keeps everything)."""
-        return any(getattr(self, rule) is not None for rule in RULES)
-
-    def to_json(self) -> dict[str, int | None]:
-        return {
-            "max_bytes": self.max_bytes,
-            "max_age_ms": self.max_age_ms,
-            "max_records": self.max_records,
-            "min_age_ms": self.min_age_ms,
-            "max_pinned_bytes": self.max_pinned_bytes,
-        }
-
-    @classmethod
-    def from_json(cls, document: object) -> RetentionPolicy:
-        """The policy :meth:`to_json` wrote (keys left out are ``None``).
-
-        Raises:
-            InvalidArgumentError: not an object of those keys with integers >= 0 or null.
-        """
-        if not isinstance(document, dict) or not set(document) <= set(cls().to_json()):
-            raise InvalidArgumentError(f"not a retention policy: {document!r}")
-        return cls(**document)
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,54 @@ imported when a client is made, not by ``import moonish``. Nothing here imports 
 this package knows the server only by its HTTP API.
 """
 
-from moonish.remote.client import Client, connect
-from moonish.remote.errors import (
-    RemoteProtocolError,
-    RemoteUnauthorizedError,
-    RemoteUnavailableError,
-)
-from moonish.remote.events import RemoteBatch, RemoteEvent, RemoteResult
-from moonish.remote.options import ClientOptions, is_url, read_token_file
-from moonish.remote.tail import RemoteTail
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_PUBLIC = {
+    "Client": "moonish.remote.client",
+    "connect": "moonish.remote.client",
+    "RemoteProtocolError": "moonish.remote.errors",
+    "RemoteUnauthorizedError": "moonish.remote.errors",
+    "RemoteUnavailableError": "moonish.remote.errors",
+    "RemoteBatch": "moonish.remote.events",
+    "RemoteEvent": "moonish.remote.events",
+    "RemoteResult": "moonish.remote.events",
+    "ClientOptions": "moonish.remote.options",
+    "is_url": "moonish.remote.options",
+    "read_token_file": "moonish.remote.options",
+    "RemoteTail": "moonish.remote.tail",
+}
+"""Public name -> the module that defines it; each is imported on first use (PEP 562), so
+that a program that only asks whether a path is a URL loads no client."""
+
+
+def __getattr__(name: str) -> Any:
+    """A public name, imported from its module on first use.
+
+    Raises:
+        AttributeError: no such name.
+    """
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_PUBLIC})
+
+
+if TYPE_CHECKING:
+    from moonish.remote.client import Client, connect
+    from moonish.remote.errors import (
+        RemoteProtocolError,
+        RemoteUnauthorizedError,
+        RemoteUnavailableError,
+    )
+    from moonish.remote.events import RemoteBatch, RemoteEvent, RemoteResult
+    from moonish.remote.options import ClientOptions, is_url, read_token_file
+    from moonish.remote.tail import RemoteTail
 
 __all__ = [
     "Client",

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
-import ssl
 import urllib.parse
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from moonish.errors import InvalidArgumentError
+
+if TYPE_CHECKING:  # ssl is imported once a client makes a connection (a local read needs none)
+    import ssl
 
 SCHEMES = ("http", "https")
 
@@ -110,6 +113,8 @@ class ClientOptions:
         Raises:
             InvalidArgumentError: ``cafile`` does not load.
         """
+        import ssl
+
         if not self.verify_tls:
             return False
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import orjson
 
-from moonish.datadir.retention import RetentionPolicy
+from moonish.datadir.policy import RetentionPolicy
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import CHECKSUM_MARK, dump_checked, load_checked, replace_atomically
 from moonish.log.lock import lock_shard

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.datadir.retention import PruneReport, RetentionPolicy, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import PruneReport, prune
 from moonish.errors import CommandError, MoonishError, UnavailableError
 from moonish.log.frames import kv_change
 from moonish.log.records import Checkpoint, KvChange, Message, Replay, ViewType

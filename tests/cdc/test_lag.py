@@ -12,7 +12,8 @@ from moonish.cdc import lag
 from moonish.cdc.token import Token
 from moonish.clock import FixedClock
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import prune
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard

@@ -11,7 +11,7 @@ import pytest
 
 from cli.main import main
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy
+from moonish.datadir.policy import RetentionPolicy
 from moonish.errors import (
     InvalidArgumentError,
     WriterLockedError,

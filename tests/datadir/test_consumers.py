@@ -13,7 +13,8 @@ import pytest
 
 from moonish.clock import FixedClock
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import prune
 from moonish.errors import (
     ConsumerLostError,
     ConsumerNotFoundError,

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonish.datadir import consumers, retention
-from moonish.datadir.retention import RetentionPolicy, delete_segments, plan, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import delete_segments, plan, prune
 from moonish.log.segment import index_path, list_segments, segment_path
 from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
@@ -60,7 +61,8 @@ def test_a_prune_cut_short_anywhere_leaves_a_readable_log(tmp_path: Path) -> Non
 
 PRUNER = """
 import sys
-from moonish.datadir.retention import RetentionPolicy, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import prune
 print("start", flush=True)
 prune(sys.argv[1], RetentionPolicy(max_records=0))
 """

@@ -11,7 +11,8 @@ import pytest
 import moonish
 from moonish.clock import FixedClock
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy, delete_segments, plan, prune, prune_shards
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import delete_segments, plan, prune, prune_shards
 from moonish.errors import (
     CorruptionError,
     InvalidArgumentError,

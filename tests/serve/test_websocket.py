@@ -16,7 +16,8 @@ import pytest
 
 from moonish.cdc.merged_read import read_merged
 from moonish.datadir import consumers
-from moonish.datadir.retention import RetentionPolicy, prune
+from moonish.datadir.policy import RetentionPolicy
+from moonish.datadir.retention import prune
 from tests.support.servers.serve_util import Running
 from tests.support.steps import write_steps
 

@@ -270,11 +270,12 @@ class EnvelopeEncoder:
         encode_run, source_head, shard = _ENCODE_CHANGES, self._source_head, self.shard
         i, count = 0, len(frames)
         while i < count:
-            if encode_run is not None:  # a run of kv_change records in one C call
-                i = encode_run(frames, i, ops, envelopes, source_head, change_tail, shard)
-                if i == count:
-                    break
             lsn, rtype, flags, bidx, bsize, commit_us, payload, offset = frames[i]
+            if rtype == change_type and encode_run is not None:  # a run in one C call
+                ran = encode_run(frames, i, ops, envelopes, source_head, change_tail, shard)
+                if ran > i:
+                    i = ran
+                    continue
             i += 1
             envelope = None
             if rtype == change_type:

@@ -25,7 +25,7 @@ import operator
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, NamedTuple, overload
 
 from moonish.cdc.envelope import EnvelopeEncoder
 from moonish.cdc.events import ChangeEvent
@@ -38,6 +38,9 @@ from moonish.log.frames import Frame
 from moonish.log.reader import ShardReader
 
 _COMMIT_US = operator.attrgetter("commit_us")
+_HEAD_ORDER = operator.itemgetter(0, 1)  # a span's next event: (commit time, shard index)
+_EVENTS_PER_RUN = 32
+"""Below this many events per run of one shard, :func:`merge` sorts all events instead."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +76,7 @@ class MergedBatch(Sequence[ChangeEvent]):
     first use (output that needs only envelope bytes never pays for them).
     """
 
-    __slots__ = ("_columns", "_perm", "_settled", "envelopes", "token")
+    __slots__ = ("_columns", "_perm", "_runs", "_settled", "envelopes", "token")
 
     def __init__(
         self,
@@ -84,11 +87,15 @@ class MergedBatch(Sequence[ChangeEvent]):
         envelopes: list[bytes],
         token: Token,
         perm: list[int] | None = None,
+        runs: list[Run] | None = None,
     ) -> None:
-        """``perm``: stream order of the other columns, which ``envelopes`` already has."""
+        """How the other columns get to stream order, which ``envelopes`` already has:
+        ``perm``, the permutation of the columns given; or ``runs``, the slices of the
+        shards' buffers they are made of (the columns given are then empty and unused)."""
         self._columns: list[list[Any]] = [shards, indexes, frames, ops]
-        self.envelopes, self.token, self._perm = envelopes, token, perm
-        self._settled = 0  # a bit per column put in stream order
+        self.envelopes, self.token, self._perm, self._runs = envelopes, token, perm, runs
+        self._settled = 0 if perm is not None or runs is not None else 0b1111  # a bit per
+        # column in stream order
 
     @classmethod
     def empty(cls, token: Token) -> MergedBatch:
@@ -97,8 +104,20 @@ class MergedBatch(Sequence[ChangeEvent]):
     def _settle(self, column: int) -> None:
         """Put one column in stream order (each on first use: a reader that needs only
         tokens never pays for ops)."""
-        if self._perm is not None and not self._settled >> column & 1:
-            self._settled |= 1 << column
+        if self._settled >> column & 1:
+            return
+        self._settled |= 1 << column
+        if self._runs is not None:
+            gathered: list[Any] = []
+            for run in self._runs:
+                if column == 0:
+                    gathered += [run.shard] * (run.stop - run.start)
+                elif column == 1:
+                    gathered += [run.feed_index] * (run.stop - run.start)
+                else:
+                    gathered += (run.frames if column == 2 else run.ops)[run.start : run.stop]
+            self._columns[column] = gathered
+        elif self._perm is not None:
             values = self._columns[column]
             self._columns[column] = [values[i] for i in self._perm]
 
@@ -139,6 +158,9 @@ class MergedBatch(Sequence[ChangeEvent]):
     def position_after(self, i: int) -> tuple[int, int]:
         """``(shard index, last LSN delivered)`` once event ``i`` is consumed (a BEGIN is
         before its batch's first record)."""
+        if self._runs is not None:
+            index, frame, op = self.indexes[i], self.frames[i], self.ops[i]
+            return index, frame.lsn - 1 if op == "BEGIN" else frame.lsn
         perm, settled, (_, indexes, frames, ops) = self._perm, self._settled, self._columns
         j = i if perm is None else perm[i]  # where event i is in a column not yet settled
         index = indexes[i if settled >> 1 & 1 else j]
@@ -279,14 +301,15 @@ def merge(feeds: list[ShardFeed], token: Token, limit: int | None) -> MergedBatc
     batch); consumed events leave the buffers and move the feeds' positions. ``token`` is the
     position before; the batch carries the one after.
 
-    Cost: per event a key, a sort of presorted runs and a few list copies, all in C loops.
+    Cost: where shards take turns in runs of many events (a shard's events of one moment,
+    an import's chunks), a bisect per run and list slices; where they interleave finely, per
+    event a key, one sort of presorted runs and a few list copies, all in C loops.
     """
     frontier: tuple[int, int] | None = None
     for feed in feeds:
         if not feed.at_end:  # may have more (or is stopped by damage) after what it holds
             edge = (feed.keys[-1] if feed.buffered else feed.running_us, feed.index)
             frontier = edge if frontier is None or edge < frontier else frontier
-    width = len(feeds)
     spans: list[tuple[ShardFeed, int]] = []
     for feed in feeds:
         if not feed.buffered:
@@ -298,34 +321,43 @@ def merge(feeds: list[ShardFeed], token: Token, limit: int | None) -> MergedBatc
             stop = bisect.bisect_right(feed.keys, threshold, feed.start)
         if stop > feed.start:
             spans.append((feed, stop))
-    shards: list[int] = []
-    indexes: list[int] = []
-    frames: list[Frame] = []
-    ops: list[str] = []
-    envelopes: list[bytes] = []
-    order: list[int] = []
-    for feed, stop in spans:
-        taken = slice(feed.start, stop)
-        shard = feed.encoder.shard if feed.encoder is not None else feed.index
-        shards += [shard] * (stop - feed.start)
-        indexes += [feed.index] * (stop - feed.start)
-        frames += feed.frames[taken]
-        ops += feed.ops[taken]
-        envelopes += feed.envelopes[taken]
-        if len(spans) > 1:
+    runs = _runs(spans)
+    if runs is not None:  # few runs: the columns are slices of the buffers
+        envelopes: list[bytes] = []
+        for run in runs:
+            envelopes += run.envelopes[run.start : run.stop]
+        batch = MergedBatch([], [], [], [], envelopes, token, runs=runs)
+    else:  # shards interleave finely: one stable sort of all the events
+        shards: list[int] = []
+        indexes: list[int] = []
+        frames: list[Frame] = []
+        ops: list[str] = []
+        envelopes = []
+        order: list[int] = []
+        width = len(feeds)
+        for feed, stop in spans:
+            taken = slice(feed.start, stop)
+            shards += [_shard_id(feed)] * (stop - feed.start)
+            indexes += [feed.index] * (stop - feed.start)
+            frames += feed.frames[taken]
+            ops += feed.ops[taken]
+            envelopes += feed.envelopes[taken]
             order += [key * width + feed.index for key in feed.keys[taken]]
-    perm = None
-    if len(spans) > 1:  # stable: a shard's events keep their LSN order, batches stay whole
         perm = sorted(range(len(order)), key=order.__getitem__)
         envelopes = [envelopes[i] for i in perm]
-    batch = MergedBatch(shards, indexes, frames, ops, envelopes, token, perm)
+        batch = MergedBatch(shards, indexes, frames, ops, envelopes, token, perm)
     if limit is not None:
         _cut(batch, limit)
     taken_per_feed = Counter(batch.indexes) if limit is not None else None
     for feed, stop in spans:
         feed.start = stop if taken_per_feed is None else feed.start + taken_per_feed[feed.index]
     last: dict[int, int] = {}
-    if len(batch) and any(feed.buffered for feed, _ in spans):
+    if limit is None and runs is not None:
+        for run in reversed(runs):  # positions of feeds left part-way: their last runs' ends
+            if run.feed_index not in last:
+                frame = run.frames[run.stop - 1]
+                last[run.feed_index] = frame.lsn - (run.ops[run.stop - 1] == "BEGIN")
+    elif len(batch) and any(feed.buffered for feed, _ in spans):
         for i in range(len(batch) - 1, -1, -1):  # positions of feeds left part-way
             index, lsn = batch.position_after(i)
             last.setdefault(index, lsn)
@@ -340,6 +372,57 @@ def merge(feeds: list[ShardFeed], token: Token, limit: int | None) -> MergedBatc
         tuple(max(p, f.position) for p, f in zip(token.positions, feeds, strict=True))
     )
     return batch
+
+
+class Run(NamedTuple):
+    """Events ``start`` to ``stop`` (exclusive) of one shard's buffer, consecutive in stream
+    order; the columns are the buffer's lists (a poll replaces them, never changes them)."""
+
+    shard: int
+    feed_index: int  # the shard's number in the data directory
+    frames: list[Frame]
+    ops: list[str]
+    envelopes: list[bytes]
+    start: int
+    stop: int
+
+
+def _shard_id(feed: ShardFeed) -> int:
+    return feed.encoder.shard if feed.encoder is not None else feed.index
+
+
+def _run(feed: ShardFeed, start: int, stop: int) -> Run:
+    return Run(_shard_id(feed), feed.index, feed.frames, feed.ops, feed.envelopes, start, stop)
+
+
+def _runs(spans: list[tuple[ShardFeed, int]]) -> list[Run] | None:
+    """The events of ``spans`` in stream order as runs of one shard's buffer each, found by
+    bisecting the commit-time keys; None when the shards interleave so finely (fewer than
+    :data:`_EVENTS_PER_RUN` events a run) that one sort of all the events costs less."""
+    if len(spans) <= 1:
+        return [_run(feed, feed.start, stop) for feed, stop in spans]
+    total = sum(stop - feed.start for feed, stop in spans)
+    budget = max(len(spans), total // _EVENTS_PER_RUN)
+    heads = [(feed.keys[feed.start], feed.index, feed.start, stop, feed) for feed, stop in spans]
+    runs: list[Run] = []
+    while len(heads) > 1:
+        heads.sort(key=_HEAD_ORDER)
+        (_, index, start, stop, feed), (key, other, *_) = heads[0], heads[1]
+        keys = feed.keys  # what comes before (key, other) in stream order: at an equal
+        if index < other:  # commit time, the shard with the lower index first
+            end = bisect.bisect_right(keys, key, start, stop)
+        else:
+            end = bisect.bisect_left(keys, key, start, stop)
+        runs.append(_run(feed, start, end))
+        if len(runs) > budget:
+            return None
+        if end == stop:
+            del heads[0]
+        else:
+            heads[0] = (keys[end], index, end, stop, feed)
+    _, _, start, stop, feed = heads[0]
+    runs.append(_run(feed, start, stop))
+    return runs
 
 
 def _cut(batch: MergedBatch, limit: int) -> None:

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import moonish
 from cli.main import main
+from moonish.cdc import merged
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail, read_merged
 from moonish.cdc.token import Token
@@ -57,13 +58,22 @@ steps_strategy = st.lists(
 )
 
 
+@pytest.mark.parametrize("events_per_run", [1, 10**9], ids=["runs", "sort"])
 @settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(steps=steps_strategy, limit=st.integers(1, 9), data=st.data())
 def test_resuming_from_any_token_gives_exactly_the_rest(
-    tmp_path_factory: pytest.TempPathFactory, steps: list[Step], limit: int, data: st.DataObject
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    events_per_run: int,
+    steps: list[Step],
+    limit: int,
+    data: st.DataObject,
 ) -> None:
+    """Both ways the merge orders events: by runs of one shard (found by bisecting commit
+    times) and by one sort of all events (when shards interleave finely)."""
+    monkeypatch.setattr(merged, "_EVENTS_PER_RUN", events_per_run)
     root = tmp_path_factory.mktemp("merged")
     write_steps(root, 3, steps, segment_bytes=300)
     expected = expected_order(root, 3)

@@ -33,7 +33,8 @@ docs/benchmarks.md:
 12. tail: ``moonish cdc tail`` of the AOF redis-benchmark makes a redis-server write, one shard,
     against a naive pure-Python reader side by side; in process; merged over 4 shards against
     the shards one by one; poll: one ``cdc read --limit 10`` against starting Python with
-    click, orjson and crc32c (bench.tail).
+    click, orjson and crc32c; tail-memory: peak RSS of ``cdc tail`` over a shard of more than
+    1 GiB; follow-memory: RSS of ``cdc tail --follow`` over minutes of appends (bench.tail).
 
 The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
@@ -66,7 +67,7 @@ from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
-from bench.tail import bench_poll, bench_tail
+from bench.tail import bench_follow_memory, bench_poll, bench_tail, bench_tail_memory
 from moonish.cdc import shard_read
 from moonish.log.format import (
     FRAME_CRC,
@@ -418,6 +419,8 @@ def main() -> None:
         ("import-rdb", lambda: bench_import_rdb(DATA)),
         ("tail", lambda: bench_tail(DATA)),
         ("poll", lambda: bench_poll(DATA)),
+        ("tail-memory", lambda: bench_tail_memory(DATA)),
+        ("follow-memory", lambda: bench_follow_memory(DATA)),
     ]
     only = sys.argv[1:]
     for title, bench in sections:

@@ -12,6 +12,16 @@ reading the 4 shards one by one.
 ``poll``: one ``moonish cdc read <shard> <lsn> --limit 10`` near the end of that shard, against
 ``python -c "import click, orjson, crc32c"`` (the same interpreter), medians of 7 rounds; and
 which modules a local read loads.
+
+``tail-memory``: the peak RSS of ``moonish cdc tail`` over a shard of more than 1 GB (the
+AOF of ``redis-benchmark -n 300000``, imported with NEW_AND_OLD_IMAGES), from the kernel's
+accounting of the finished process (``wait4``).
+
+``follow-memory``: the RSS of ``moonish cdc tail --follow`` (sampled every 5 s from
+``/proc/<pid>/status``) while another process appends 2,000 records/s in batches of 20 to a
+shard of 4 MiB segments, for ``MOONISH_BENCH_FOLLOW_S`` seconds (default 300; the figure in
+docs/benchmarks.md is of 3600): RSS after the first minute, at the end, the peak, and the
+least-squares slope over the run after its first minute.
 """
 
 from __future__ import annotations
@@ -22,6 +32,7 @@ import statistics
 import struct
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -38,10 +49,12 @@ REDIS_PORT = 6399
 _RECORD = struct.Struct("<II")  # payload length, crc32c of the payload
 
 
-def benchmark_aof(root: Path) -> Path:
+def benchmark_aof(root: Path, requests: int | None = None) -> Path:
     """The appendonlydir a redis-server wrote while ``redis-benchmark`` ran its default tests
-    against it (``appendonly yes``, ``aof-use-rdb-preamble no``), made once and kept."""
-    aof = root / "redis-benchmark" / "appendonlydir"
+    against it (``-n requests`` and no AOF rewrite if given, else its default 100,000 per
+    test; ``appendonly yes``, ``aof-use-rdb-preamble no``), made once and kept."""
+    named = "redis-benchmark" if requests is None else f"redis-benchmark-n{requests}"
+    aof = root / named / "appendonlydir"
     if (aof / "appendonly.aof.manifest").exists():
         return aof
     work = aof.parent
@@ -64,7 +77,9 @@ def benchmark_aof(root: Path) -> Path:
             "no",
             "--save",
             "",
-        ],
+        ]
+        # the larger run: no AOF rewrite, which would leave a base file of the final state
+        + ([] if requests is None else ["--auto-aof-rewrite-percentage", "0"]),
         stdout=subprocess.DEVNULL,
     )
     try:
@@ -76,7 +91,8 @@ def benchmark_aof(root: Path) -> Path:
                 break
             time.sleep(0.1)
         subprocess.run(
-            ["redis-benchmark", "-p", str(REDIS_PORT), "-q"],
+            ["redis-benchmark", "-p", str(REDIS_PORT), "-q"]
+            + ([] if requests is None else ["-n", str(requests)]),
             stdout=subprocess.DEVNULL,
             check=True,
         )
@@ -89,11 +105,12 @@ def benchmark_aof(root: Path) -> Path:
     return aof
 
 
-def imported(root: Path, shards: int) -> Path:
+def imported(root: Path, shards: int, requests: int | None = None) -> Path:
     """The benchmark AOF imported into ``shards`` shards (made once and kept)."""
-    data = root / f"redis-benchmark-{shards}"
-    if not (data / "shard-0").exists():
-        import_aof(benchmark_aof(root), data, shards)
+    data = root / f"redis-benchmark-{shards}" if requests is None else root / f"rb-n{requests}"
+    if not (data / "shard-0" / "control.json").exists():
+        shutil.rmtree(data, ignore_errors=True)
+        import_aof(benchmark_aof(root, requests), data, shards)
     return data
 
 
@@ -234,10 +251,103 @@ def bench_poll(root: Path = DATA) -> list[str]:
     ]
 
 
-if __name__ == "__main__":  # python -m bench.tail [tail] [poll]
+def bench_tail_memory(root: Path = DATA) -> list[str]:
+    shard = imported(root, 1, requests=300_000) / "shard-0"
+    info = shard_read.info(shard)
+    with open(os.devnull, "wb") as out:
+        process = subprocess.Popen([*MOONISH, "cdc", "tail", str(shard)], stdout=out)
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+    assert process.returncode == 0, process.returncode
+    return [
+        f"`moonish cdc tail` of one shard of {info['bytes'] / 2**30:.2f} GiB "
+        f"({info['latest_lsn']:,} records, redis-benchmark -n 300000, NEW_AND_OLD_IMAGES): "
+        f"peak RSS {usage.ru_maxrss / 1024:.0f} MiB"
+    ]
+
+
+FOLLOW_APPENDER = """
+import sys, time
+from moonish.log.records import KvCommand
+from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
+options = WriterOptions(fsync=FsyncPolicy.NEVER, segment_bytes=4 << 20)
+deadline, i = time.monotonic() + float(sys.argv[2]), 0
+with WalWriter(sys.argv[1], options) as writer:
+    started = time.monotonic()
+    while time.monotonic() < deadline:
+        writer.append_batch([KvCommand(0, (b"SET", b"key:%d" % (i + j % 1000),
+                                           b"v" * (50 + (i + j) % 250))) for j in range(20)])
+        i += 20
+        time.sleep(max(0.0, started + i / 2000 - time.monotonic()))
+print(i)
+"""
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError(f"no VmRSS for {pid}")
+
+
+def bench_follow_memory(root: Path = DATA) -> list[str]:
+    seconds = float(os.environ.get("MOONISH_BENCH_FOLLOW_S", "300"))
+    shard = root / "follow-memory" / "shard-0"
+    shutil.rmtree(shard.parent, ignore_errors=True)
+    shard.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    follower = subprocess.Popen(
+        [*MOONISH, "cdc", "tail", str(shard), "--follow"], stdout=subprocess.PIPE
+    )
+    seen = [0]  # envelopes the follower has written
+
+    def count() -> None:
+        assert follower.stdout is not None
+        for _ in follower.stdout:
+            seen[0] += 1
+
+    counter = threading.Thread(target=count, daemon=True)
+    counter.start()
+    appender = subprocess.Popen(
+        [sys.executable, "-c", FOLLOW_APPENDER, str(shard), str(seconds)],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    samples: list[tuple[float, int]] = []
+    started = time.monotonic()
+    while appender.poll() is None:
+        time.sleep(5)
+        samples.append((time.monotonic() - started, _rss_kib(follower.pid)))
+    appended = int(appender.communicate()[0])
+    deadline = time.monotonic() + 60
+    while seen[0] < appended and time.monotonic() < deadline:
+        time.sleep(0.1)
+    follower.terminate()
+    follower.wait()
+    counter.join(10)
+    assert seen[0] == appended, f"the follower wrote {seen[0]} of {appended} envelopes"
+    warm = [(t, kib) for t, kib in samples if t >= 60] or samples
+    slope = statistics.linear_regression([t for t, _ in warm], [kib for _, kib in warm]).slope
+    mib = 1024
+    return [
+        f"`moonish cdc tail --follow` for {seconds:.0f} s while {appended:,} records were "
+        f"appended (2,000/s, 4 MiB segments, {shard_read.info(shard)['bytes'] / 2**20:,.0f} MiB): "
+        f"RSS {warm[0][1] / mib:.1f} MiB after the first minute, {samples[-1][1] / mib:.1f} MiB "
+        f"at the end, peak {max(kib for _, kib in samples) / mib:.1f} MiB; slope after the first "
+        f"minute {slope * 3600 / mib:+.2f} MiB/hour"
+    ]
+
+
+if __name__ == "__main__":  # python -m bench.tail [tail] [poll] [tail-memory] [follow-memory]
     os.sched_setaffinity(0, {0})
     DATA.mkdir(exist_ok=True)
-    parts = {"tail": bench_tail, "poll": bench_poll}
+    parts = {
+        "tail": bench_tail,
+        "poll": bench_poll,
+        "tail-memory": bench_tail_memory,
+        "follow-memory": bench_follow_memory,
+    }
     for name in sys.argv[1:] or list(parts):
         for line in parts[name]():
             print(f"- {line}", flush=True)

@@ -1,4 +1,5 @@
-/* moonish.cdc._cenvelope: the envelopes of a run of kv_change records in one C call.
+/* moonish.cdc._cenvelope: the envelopes of a run of kv_change records in one C call, and the
+ * change feed's lines with the token after each event in another.
  *
  * The same bytes as moonish.cdc.envelope.EnvelopeEncoder._change (tests/cdc/
  * test_c_envelope_encoder.py compares the two on random records): payload-only Debezium JSON
@@ -21,6 +22,15 @@
  *   payload that does not follow the grammar (Python names the damage), an image that holds
  *   "_omitted_length" anywhere but in the place an omitted value is written, a command that
  *   is not plain ASCII, a commit time outside 0..2^63/1000.
+ *
+ * token_lines(head, mid, tail, with_envelopes, positions, indexes, frames, envelopes)
+ *   -> list[bytes]
+ *   The change feed's framed events (moonish.serve.chunks.Chunk): per event i,
+ *   head + token + mid + envelopes[i] (only if with_envelopes) + tail, where token is the
+ *   components of the token after the event joined by '.' (moonish.cdc.token: a letter for
+ *   the digit count, a = 1 .. t = 20, then the LSN). positions: the token's LSNs before the
+ *   first event (shard 0 first; not changed); event i moves component indexes[i] to
+ *   frames[i].lsn when that is larger. head carries the token's "m<count>." prefix.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -304,15 +314,115 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
     return PyLong_FromSsize_t(i);
 }
 
+/* One token component (letter, digits) at out; its length. */
+static int put_component(char *out, unsigned long long lsn) {
+    char digits[24];
+    int n = snprintf(digits, sizeof(digits), "%llu", lsn);
+    out[0] = (char)('a' + n - 1);
+    memcpy(out + 1, digits, (size_t)n);
+    return n + 1;
+}
+
+#define COMPONENT_MAX 21 /* a letter and up to 20 digits */
+
+static PyObject *token_lines(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    (void)module;
+    if (nargs != 8 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) ||
+        !PyBytes_CheckExact(args[2]) || !PyList_CheckExact(args[4]) ||
+        !PyList_CheckExact(args[5]) || !PyList_CheckExact(args[6]) ||
+        !PyList_CheckExact(args[7])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "token_lines(head: bytes, mid: bytes, tail: bytes, with_envelopes, "
+                        "positions: list, indexes: list, frames: list, envelopes: list)");
+        return NULL;
+    }
+    int with_envelopes = PyObject_IsTrue(args[3]);
+    if (with_envelopes < 0) return NULL;
+    PyObject *positions = args[4], *indexes = args[5], *frames = args[6], *envelopes = args[7];
+    Py_ssize_t count = PyList_GET_SIZE(envelopes), width = PyList_GET_SIZE(positions);
+    if (PyList_GET_SIZE(indexes) != count || PyList_GET_SIZE(frames) != count) {
+        PyErr_SetString(PyExc_ValueError, "indexes, frames and envelopes differ in length");
+        return NULL;
+    }
+    unsigned long long *lsns = PyMem_Malloc((size_t)(width ? width : 1) * sizeof(*lsns));
+    char *components = PyMem_Malloc((size_t)(width ? width : 1) * COMPONENT_MAX);
+    int *lengths = PyMem_Malloc((size_t)(width ? width : 1) * sizeof(int));
+    PyObject *out = PyList_New(count);
+    Py_ssize_t token_len = width ? width - 1 : 0; /* the dots */
+    if (lsns == NULL || components == NULL || lengths == NULL || out == NULL) {
+        if (out == NULL || !PyErr_Occurred()) PyErr_NoMemory();
+        goto fail;
+    }
+    for (Py_ssize_t k = 0; k < width; k++) {
+        lsns[k] = PyLong_AsUnsignedLongLong(PyList_GET_ITEM(positions, k));
+        if (lsns[k] == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+        lengths[k] = put_component(components + k * COMPONENT_MAX, lsns[k]);
+        token_len += lengths[k];
+    }
+    const char *head = PyBytes_AS_STRING(args[0]), *mid = PyBytes_AS_STRING(args[1]);
+    const char *tail = PyBytes_AS_STRING(args[2]);
+    Py_ssize_t head_len = PyBytes_GET_SIZE(args[0]), mid_len = PyBytes_GET_SIZE(args[1]);
+    Py_ssize_t tail_len = PyBytes_GET_SIZE(args[2]);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_ssize_t k = PyLong_AsSsize_t(PyList_GET_ITEM(indexes, i));
+        if (k == -1 && PyErr_Occurred()) goto fail;
+        if (k < 0 || k >= width) {
+            PyErr_Format(PyExc_IndexError, "event %zd: shard index %zd of %zd", i, k, width);
+            goto fail;
+        }
+        PyObject *frame = PyList_GET_ITEM(frames, i), *envelope = PyList_GET_ITEM(envelopes, i);
+        if (!PyTuple_Check(frame) || PyTuple_GET_SIZE(frame) < 1 ||
+            !PyBytes_CheckExact(envelope)) {
+            PyErr_Format(PyExc_TypeError, "event %zd: a frame (tuple) and bytes expected", i);
+            goto fail;
+        }
+        unsigned long long lsn = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(frame, 0));
+        if (lsn == (unsigned long long)-1 && PyErr_Occurred()) goto fail;
+        if (lsn > lsns[k]) {
+            lsns[k] = lsn;
+            token_len -= lengths[k];
+            lengths[k] = put_component(components + k * COMPONENT_MAX, lsn);
+            token_len += lengths[k];
+        }
+        Py_ssize_t envelope_len = with_envelopes ? PyBytes_GET_SIZE(envelope) : 0;
+        PyObject *line =
+            PyBytes_FromStringAndSize(NULL, head_len + token_len + mid_len + envelope_len + tail_len);
+        if (line == NULL) goto fail;
+        char *at = put(PyBytes_AS_STRING(line), head, head_len);
+        for (Py_ssize_t j = 0; j < width; j++) {
+            if (j) *at++ = '.';
+            at = put(at, components + j * COMPONENT_MAX, lengths[j]);
+        }
+        at = put(at, mid, mid_len);
+        at = put(at, PyBytes_AS_STRING(envelope), envelope_len);
+        put(at, tail, tail_len);
+        PyList_SET_ITEM(out, i, line);
+    }
+    PyMem_Free(lsns);
+    PyMem_Free(components);
+    PyMem_Free(lengths);
+    return out;
+fail:
+    PyMem_Free(lsns);
+    PyMem_Free(components);
+    PyMem_Free(lengths);
+    Py_XDECREF(out);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"encode_changes", (PyCFunction)(void (*)(void))encode_changes, METH_FASTCALL,
      "encode_changes(frames, start, ops, envelopes, source_head, tail, shard) -> int"},
+    {"token_lines", (PyCFunction)(void (*)(void))token_lines, METH_FASTCALL,
+     "token_lines(head, mid, tail, with_envelopes, positions, indexes, frames, envelopes) "
+     "-> list[bytes]"},
     {NULL, NULL, 0, NULL},
 };
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "moonish.cdc._cenvelope",
-    "The envelopes of a run of kv_change records in one C call (see the source's comment).",
+    "The envelopes of a run of kv_change records, and the change feed's lines with the token "
+    "after each event, in one C call each (see the source's comment).",
     -1, methods, NULL, NULL, NULL, NULL,
 };
 

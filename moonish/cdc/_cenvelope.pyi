@@ -9,3 +9,14 @@ def encode_changes(
     tail: bytes,
     shard: int,
 ) -> int: ...
+
+def token_lines(
+    head: bytes,
+    mid: bytes,
+    tail: bytes,
+    with_envelopes: bool,
+    positions: list[int],
+    indexes: list[int],
+    frames: list[object],
+    envelopes: list[bytes],
+) -> list[bytes]: ...

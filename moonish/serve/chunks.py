@@ -20,7 +20,7 @@ Framing (docs/server.md, "Framing"):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
@@ -257,26 +257,19 @@ class Chunk:
     def _tokens(self, line: bytes) -> list[bytes]:
         """Per event ``line % (token after it, envelope)`` (:data:`_TOKEN_ONLY`: the token).
 
-        Cost: one pass; per event a join of the components (the changed one formatted
-        inline: a call per event costs as much as the rest). The last token is ``after``:
-        it also covers records after the event that the stream skips."""
+        Cost: one C call (:func:`token_lines`; in a pure build, per event a join of the
+        components). The last token is ``after``: it also covers records after the event
+        that the stream skips."""
         envelopes = self.envelopes
         if not envelopes:
             return []
+        head, mid, tail, with_envelopes = _line_pieces(line)
         positions = list(self.before.positions)
-        prefix = f"{VERSION}{len(positions)}.".encode()
-        parts = list(map(_component, positions))
-        out: list[bytes] = []
-        append, join, letters = out.append, b".".join, _LETTERS
-        last = line % (str(self.after).encode(), envelopes[-1])
-        line = line.replace(b"%b", prefix + b"%b", 1)  # (the prefix in the line: one copy less)
-        for k, lsn, envelope in zip(self.indexes, map(_LSN, self.frames), envelopes, strict=True):
-            if lsn > positions[k]:
-                positions[k] = lsn
-                digits = b"%d" % lsn
-                parts[k] = letters[len(digits)] + digits
-            append(line % (join(parts), envelope))
-        out[-1] = last
+        head += f"{VERSION}{len(positions)}.".encode()
+        out = token_lines(
+            head, mid, tail, with_envelopes, positions, self.indexes, self.frames, envelopes
+        )
+        out[-1] = line % (str(self.after).encode(), envelopes[-1])
         return out
 
     def blob(self, framing: Framing) -> bytes:
@@ -332,6 +325,58 @@ _LSN = attrgetter("lsn")
 _LETTERS = [b""] + [bytes([c]) for c in b"abcdefghijklmnopqrst"]
 _TOKEN_ONLY = b"%b%.0b"
 """A "line" of the token alone (the envelope formatted with precision 0: nothing)."""
+
+
+def _line_pieces(line: bytes) -> tuple[bytes, bytes, bytes, bool]:
+    """``line`` (two ``%b``: the token, the envelope) as what comes before, between and after
+    them, and whether the envelope is written (not for :data:`_TOKEN_ONLY`)."""
+    if line == _TOKEN_ONLY:
+        return b"", b"", b"", False
+    head, mid, tail = line.split(b"%b")
+    return head, mid, tail, True
+
+
+def token_lines_py(
+    head: bytes,
+    mid: bytes,
+    tail: bytes,
+    with_envelopes: bool,
+    positions: list[int],
+    indexes: list[int],
+    frames: list[Frame],
+    envelopes: list[bytes],
+) -> list[bytes]:
+    """Per event ``head + token after it + mid + envelope (if with_envelopes) + tail``: the
+    token's components joined by ``.``, starting from ``positions`` (the token's LSNs before
+    the first event, not changed); event ``i`` moves component ``indexes[i]`` to
+    ``frames[i].lsn`` when that is larger. ``moonish.cdc._cenvelope.token_lines`` does the
+    same in C (tests/serve/test_token_lines.py compares them).
+
+    Raises:
+        IndexError: a shard index outside ``positions``.
+    """
+    positions = list(positions)
+    parts = list(map(_component, positions))
+    line = head + b"%b" + mid + (b"%b" if with_envelopes else b"%.0b") + tail
+    out: list[bytes] = []
+    append, join, letters = out.append, b".".join, _LETTERS
+    for k, lsn, envelope in zip(indexes, map(_LSN, frames), envelopes, strict=True):
+        if k < 0:
+            raise IndexError(f"shard index {k} of {len(positions)}")
+        if lsn > positions[k]:
+            positions[k] = lsn
+            digits = b"%d" % lsn
+            parts[k] = letters[len(digits)] + digits
+        append(line % (join(parts), envelope))
+    return out
+
+
+try:  # the same in C (moonish/cdc/_cenvelope.c), absent in a pure build
+    from moonish.cdc import _cenvelope
+
+    token_lines: Callable[..., list[bytes]] = _cenvelope.token_lines
+except ImportError:
+    token_lines = token_lines_py
 
 
 def _component(lsn: int) -> bytes:

@@ -9,7 +9,6 @@ def encode_changes(
     tail: bytes,
     shard: int,
 ) -> int: ...
-
 def token_lines(
     head: bytes,
     mid: bytes,

@@ -357,7 +357,7 @@ with WalWriter(sys.argv[1], WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
 def bench_follow(samples: int = 2000) -> list[str]:
     shard = DATA / "follow" / "shard-0"
     shutil.rmtree(shard.parent, ignore_errors=True)
-    shard.mkdir(parents=True)
+    WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER)).close()  # a shard to follow
     follower = subprocess.Popen(
         [*MOONISH, "cdc", "tail", str(shard), "--follow"], stdout=subprocess.PIPE
     )

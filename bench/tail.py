@@ -41,6 +41,7 @@ import crc32c
 from bench.paths import DATA, MOONISH, ROOT
 from moonish.cdc import shard_read
 from moonish.cdc.api import tail as moonish_tail
+from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.redis.aof.importer import import_aof
 
 ROUNDS = 5
@@ -295,7 +296,7 @@ def bench_follow_memory(root: Path = DATA) -> list[str]:
     seconds = float(os.environ.get("MOONISH_BENCH_FOLLOW_S", "300"))
     shard = root / "follow-memory" / "shard-0"
     shutil.rmtree(shard.parent, ignore_errors=True)
-    shard.mkdir(parents=True)
+    WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER, segment_bytes=4 << 20)).close()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     follower = subprocess.Popen(
         [*MOONISH, "cdc", "tail", str(shard), "--follow"], stdout=subprocess.PIPE

@@ -17,7 +17,7 @@ import pytest
 import moonish.log.reader
 from cli.main import main, moonish
 from moonish.log.format import MAGIC
-from tests.support.cli import MOONISH, run
+from tests.support.cli import MOONISH, default_sigint, run
 from tests.support.golden import segments
 from tests.support.paths import ROOT
 from tests.support.wal import kv, open_writer
@@ -158,12 +158,6 @@ def test_locked_shard_exits_6(tmp_path: Path) -> None:
 def test_tail_prints_ndjson_to_the_end(filled: Path) -> None:
     out = run("cdc", "tail", str(filled), "--from-lsn", "10")
     assert [orjson.loads(x)["source"]["lsn"] for x in out.stdout.splitlines()] == [10, 11, 12]
-
-
-def default_sigint() -> None:
-    """In the child: take Ctrl-C as a terminal delivers it, even when this test runs from a
-    background job, whose children inherit SIGINT as ignored."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def test_tail_follow_prints_new_records_and_ctrl_c_exits_cleanly(filled: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from cli.consumer.output import HEADER
 from moonish.datadir import consumers
 from moonish.serve import ServeOptions
-from tests.support.cli import MOONISH, run
+from tests.support.cli import MOONISH, default_sigint, run
 from tests.support.servers.serve_util import TOKEN, Running, certificate, same
 from tests.support.steps import write_steps
 
@@ -87,6 +87,7 @@ def test_tail_follow_by_url_prints_new_changes_and_stops_on_sigint(data: Path) -
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=default_sigint,
         )
         time.sleep(1.5)
         before = run("cdc", "read", str(data), "now").stdout.strip().decode()

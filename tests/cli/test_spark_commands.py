@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from moonish.redis.aof.importer import import_aof
-from tests.support.cli import MOONISH, run
+from tests.support.cli import MOONISH, default_sigint, run
 from tests.support.paths import ROOT, SLICE
 
 pytestmark = pytest.mark.spark
@@ -84,7 +84,12 @@ def test_materialize_follow_reports_each_batch_and_stops_cleanly(
         "local[2]",
     ]
     process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT, start_new_session=True
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        start_new_session=True,
+        preexec_fn=default_sigint,
     )
     with process:
         try:

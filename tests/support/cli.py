@@ -3,6 +3,7 @@ process (``cli``)."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -20,3 +21,10 @@ def run(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[bytes]
 
 def cli(*args: str) -> int:
     return main([*args])
+
+
+def default_sigint() -> None:
+    """``preexec_fn`` of a child the test stops with SIGINT: take Ctrl-C as a terminal
+    delivers it, even when the tests run from a background job, whose children inherit SIGINT
+    as ignored (Python then installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import bisect
 import os
+import time
 
 from moonish.errors import (
     CorruptionError,
@@ -69,6 +70,11 @@ from moonish.log.segment import (
 )
 
 READ_CHUNK_BYTES = 1024 * 1024
+EDGE_LISTING_INTERVAL_S = 1.0
+"""At the end of the log, how often a reader lists the shard directory (s). A segment that
+starts at the next LSN is found by one stat on every poll; what only a listing shows (a newer
+segment that does not start there: damage) is found within this interval. Listing on every
+poll would make a follower's cost per poll grow with the number of segments."""
 HEADER_READ_BYTES = 4096
 """Bytes read to decode a segment header (a later version may have a longer one)."""
 _NEEDS_MORE = (StopKind.SHORT, StopKind.OPEN_BATCH)
@@ -97,6 +103,8 @@ class ShardReader:
         self._buf, self._buf_start = b"", 0
         self._control: Control | None = None
         self._control_key: tuple[int, int, int] | None = None
+        self._edge_listed_at: float | None = None  # time.monotonic() of a listing that
+        # found no newer segment at the end of the log
         self._checked_from: tuple[int, int] | None = None
         self.held_back: MoonishError | None = None
         """The error that stopped the last poll after it had frames (see :meth:`poll`)."""
@@ -455,6 +463,17 @@ class ShardReader:
         current = -1 if self._base is None else self._base
         return [base for base in list_segments(self.shard_dir) if base > current]
 
+    def _newer_at_edge(self) -> list[int]:
+        """Segments after the current one, from a listing at most every
+        :data:`EDGE_LISTING_INTERVAL_S` while the previous one found none (``[]`` between)."""
+        now = time.monotonic()
+        listed = self._edge_listed_at
+        if listed is not None and now - listed < EDGE_LISTING_INTERVAL_S:
+            return []
+        newer = [base for base in list_segments(self.shard_dir) if base > (self._base or 0)]
+        self._edge_listed_at = None if newer else now
+        return newer
+
     def _sealed(self) -> bool:
         """Whether a newer segment exists, so the current one is final (torn = damage)."""
         return bool(self._newer_segments())
@@ -485,7 +504,7 @@ class ShardReader:
         if nxt != self._base and os.path.exists(segment_path(self.shard_dir, nxt)):
             newer = [nxt]  # the common case: one stat, no listing
         else:
-            newer = [base for base in list_segments(self.shard_dir) if base > (self._base or 0)]
+            newer = self._newer_at_edge()
             if newer and os.fstat(self._fd).st_size > self._offset:
                 return True  # the writer added to this segment (then rotated): read the rest
             control = self._load_control()

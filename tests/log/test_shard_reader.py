@@ -59,6 +59,7 @@ def test_a_reader_at_an_empty_segment_survives_fill_and_rotation_during_its_list
     def newest() -> int:
         return max(int(path.stem, 16) for path in segments(shard))
 
+    monkeypatch.setattr(moonish.log.reader, "EDGE_LISTING_INTERVAL_S", 0.0)  # list every poll
     with open_writer(shard, segment_bytes=400) as writer, ShardReader(shard) as reader:
         while len(segments(shard)) < 3:
             writer.append(kv(b"key"))
@@ -158,6 +159,7 @@ def test_a_tail_cut_between_fstat_and_pread_does_not_make_the_reader_spin(
 def test_a_listing_that_misses_a_just_created_segment_is_not_a_gap(
     shard: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(moonish.log.reader, "EDGE_LISTING_INTERVAL_S", 0.0)  # list every poll
     with open_writer(shard, segment_bytes=4096) as writer, ShardReader(shard) as reader:
         for i in range(11):  # segment 1 holds LSNs 1..11
             writer.append(kv(b"k%d" % i, b"v" * 300))
@@ -232,3 +234,33 @@ def test_removing_every_segment_under_a_follower_is_not_retained(shard: Path) ->
             while reader.poll(100):
                 pass
         assert info.value.oldest_lsn == 21
+
+
+def test_a_reader_at_the_end_lists_the_directory_at_most_once_an_interval(
+    shard: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Polls at the end of the log cost stats, not a listing of every segment; a segment at
+    the next LSN is still found at once (by its name)."""
+    listings = []
+    real_list = moonish.log.reader.list_segments
+
+    def counted(shard_dir: str) -> list[int]:
+        listings.append(shard_dir)
+        return real_list(shard_dir)
+
+    monkeypatch.setattr(moonish.log.reader, "list_segments", counted)
+    monkeypatch.setattr(moonish.log.reader, "EDGE_LISTING_INTERVAL_S", 3600.0)
+    with open_writer(shard, segment_bytes=400) as writer, ShardReader(shard) as reader:
+        writer.append(kv(b"key"))
+        reader.seek(1)
+        assert len(reader.poll(100)) == 1
+        listings.clear()
+        for _ in range(50):
+            assert reader.poll(100) == []
+        assert len(listings) <= 1
+        while len(segments(shard)) < 3:  # rotations: each next segment found by its name
+            writer.append(kv(b"more"))
+        got = []
+        while frames := reader.poll(1000):
+            got += [f.lsn for f in frames]
+        assert got == list(range(2, writer.next_lsn))

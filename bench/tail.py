@@ -38,6 +38,7 @@ from pathlib import Path
 
 import crc32c
 
+from bench.aof_workload import free_port, redis_args, wait_ping
 from bench.paths import DATA, MOONISH, ROOT
 from moonish.cdc import shard_read
 from moonish.cdc.api import tail as moonish_tail
@@ -46,7 +47,6 @@ from moonish.redis.aof.importer import import_aof
 
 ROUNDS = 5
 POLLS = 7
-REDIS_PORT = 6399
 _RECORD = struct.Struct("<II")  # payload length, crc32c of the payload
 
 
@@ -61,43 +61,19 @@ def benchmark_aof(root: Path, requests: int | None = None) -> Path:
     work = aof.parent
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    server = subprocess.Popen(
-        [
-            "redis-server",
-            "--port",
-            str(REDIS_PORT),
-            "--bind",
-            "127.0.0.1",
-            "--dir",
-            str(work),
-            "--appendonly",
-            "yes",
-            "--aof-use-rdb-preamble",
-            "no",
-            "--appendfsync",
-            "no",
-            "--save",
-            "",
-        ]
-        # the larger run: no AOF rewrite, which would leave a base file of the final state
-        + ([] if requests is None else ["--auto-aof-rewrite-percentage", "0"]),
-        stdout=subprocess.DEVNULL,
-    )
+    port = free_port()
+    no_rewrite = [] if requests is None else ["--auto-aof-rewrite-percentage", "0"]
+    # (the larger run: no AOF rewrite, which would leave a base file of the final state)
+    server = subprocess.Popen(redis_args(work, port, *no_rewrite), stdout=subprocess.DEVNULL)
     try:
-        for _ in range(100):
-            ping = subprocess.run(
-                ["redis-cli", "-p", str(REDIS_PORT), "ping"], capture_output=True, check=False
-            )
-            if ping.stdout.strip() == b"PONG":
-                break
-            time.sleep(0.1)
+        wait_ping(port, server)
         subprocess.run(
-            ["redis-benchmark", "-p", str(REDIS_PORT), "-q"]
+            ["redis-benchmark", "-p", str(port), "-q"]
             + ([] if requests is None else ["-n", str(requests)]),
             stdout=subprocess.DEVNULL,
             check=True,
         )
-        subprocess.run(["redis-cli", "-p", str(REDIS_PORT), "shutdown"], check=False)
+        subprocess.run(["redis-cli", "-p", str(port), "shutdown"], check=False)
         server.wait(60)
     finally:
         if server.poll() is None:

@@ -237,39 +237,30 @@ def scan_frames(
     results. Version 2 bytes go through the C scanner (moonish/log/_cframes.c) up to the
     first frame it would not take as it is; :func:`scan_frames_py` goes on from there and
     names why it stopped, so the results are the same whichever ran."""
-    if _SCAN is None or layout is not LAYOUT_V2:
-        return scan_frames_py(
-            buf,
-            pos,
-            next_lsn,
-            max_records,
-            layout=layout,
-            mid_batch_start=mid_batch_start,
-            file_offset=file_offset,
-        )
-    frames, end, done = _SCAN(buf, pos, next_lsn, max_records, mid_batch_start, file_offset)
-    if done:
-        return frames, end, None
-    if not frames:
-        return scan_frames_py(
-            buf,
-            pos,
-            next_lsn,
-            max_records,
-            layout=layout,
-            mid_batch_start=mid_batch_start,
-            file_offset=file_offset,
-        )
-    more, end, stop = scan_frames_py(
+    if _SCAN is not None and layout is LAYOUT_V2:
+        frames, end, done = _SCAN(buf, pos, next_lsn, max_records, mid_batch_start, file_offset)
+        if done:
+            return frames, end, None
+        if frames:  # Python goes on after the last frame C took, and names the stop
+            more, end, stop = scan_frames_py(
+                buf,
+                end,
+                frames[-1].lsn + 1,
+                max_records - len(frames),
+                layout=layout,
+                file_offset=file_offset,
+            )
+            frames += more
+            return frames, end, stop
+    return scan_frames_py(
         buf,
-        end,
-        frames[-1].lsn + 1,
-        max_records - len(frames),
+        pos,
+        next_lsn,
+        max_records,
         layout=layout,
+        mid_batch_start=mid_batch_start,
         file_offset=file_offset,
     )
-    frames += more
-    return frames, end, stop
 
 
 def scan_frames_py(

@@ -20,6 +20,7 @@
  *                                              score that is not finite or in [1e-10, 1e-4),
  *                                              where orjson's form differs from repr
  *   stream_entries(entries: dict[tuple[int, int], list[bytes]]) -> bytes | None
+ *                                              (a dict or an OrderedDict, in its order)
  *                                              '[{"id":"1-0","fields":[["f","v"],...]},...]':
  *                                              a stream's entries in order ('[]' when empty);
  *                                              None also for an entry without fields (or an
@@ -303,9 +304,11 @@ static int append_stream_entry(Buffer *buffer, PyObject *id, PyObject *fields) {
     return 1;
 }
 
+/* A stream's entries are an OrderedDict (O(1) at its front: trimming), whose dict holds the
+ * same order as its links: moonish never reorders one (no move_to_end). */
 static PyObject *stream_entries(PyObject *module, PyObject *entries) {
     (void)module;
-    if (!PyDict_CheckExact(entries)) {
+    if (!PyDict_Check(entries)) {
         PyErr_SetString(PyExc_TypeError, "stream_entries takes a dict");
         return NULL;
     }
@@ -325,7 +328,7 @@ static PyObject *stream_entries(PyObject *module, PyObject *entries) {
 
 static PyObject *stream_bytes(PyObject *module, PyObject *entries) {
     (void)module;
-    if (!PyDict_CheckExact(entries)) {
+    if (!PyDict_Check(entries)) {
         PyErr_SetString(PyExc_TypeError, "stream_bytes takes a dict of lists of bytes");
         return NULL;
     }

@@ -4,7 +4,7 @@ Internal forms (``Entry.value``)::
 
     string  bytes
     hash    dict[bytes, bytes]            insertion order
-    list    list[bytes]                   head first
+    list    deque[bytes]                  head first (O(1) pushes and pops at both ends)
     set     set[bytes]
     zset    SortedSet                     member -> score, and Redis's order
     stream  Stream                        entries, counters, consumer groups (streams.py)
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from collections import deque
 from typing import Any, Final
 
 import orjson
@@ -395,7 +396,7 @@ def entry_from_image(image: dict[str, Any]) -> tuple[int, bytes, Entry]:
     elif kind == HASH:
         value = {untext(f): untext(v) for f, v in raw}
     elif kind == LIST:
-        value = [untext(v) for v in raw]
+        value = deque([untext(v) for v in raw])
     elif kind == SET:
         value = {untext(v) for v in raw}
     elif kind == ZSET:

@@ -4,7 +4,9 @@ The fields of a Redis 7.0 stream (``stream``, ``streamCG``, ``streamNACK``, ``st
 in Redis's src/stream.h; kept as src/t_stream.c keeps them)::
 
     Stream
-      entries          {StreamId: [field, value, field, value, ...]} in ID order
+      entries          OrderedDict {StreamId: [field, value, ...]} in ID order: O(1) to find,
+                       add at the end and remove at the front (trimming), like Redis's
+                       radix tree of listpacks (a plain dict's front slows as it is trimmed)
       last_id          the largest ID ever added, or what XSETID set
       entries_added    entries ever added (XADD), or what XSETID ENTRIESADDED set
       max_deleted_id   the largest ID XDEL removed (trimming does not count); 0-0: none
@@ -34,6 +36,7 @@ The image value (UTF-8 JSON object, keys in this order; text as in :mod:`moonish
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any, Final
 
 import orjson
@@ -111,7 +114,7 @@ class Stream:
     __slots__ = ("entries", "entries_added", "groups", "last_id", "max_deleted_id")
 
     def __init__(self) -> None:
-        self.entries: dict[StreamId, list[bytes]] = {}
+        self.entries: OrderedDict[StreamId, list[bytes]] = OrderedDict()
         self.last_id: StreamId = ZERO_ID
         self.entries_added = 0
         self.max_deleted_id: StreamId = ZERO_ID
@@ -124,7 +127,7 @@ class Stream:
     def copy(self) -> Stream:
         """A deep copy (COPY, RENAME across shards)."""
         stream = Stream()
-        stream.entries = {i: list(fields) for i, fields in self.entries.items()}
+        stream.entries = OrderedDict((i, list(fields)) for i, fields in self.entries.items())
         stream.last_id, stream.entries_added = self.last_id, self.entries_added
         stream.max_deleted_id = self.max_deleted_id
         stream.groups = {name: group.copy() for name, group in self.groups.items()}
@@ -161,7 +164,7 @@ class Stream:
 
 
 def _stream(
-    entries: dict[StreamId, list[bytes]],
+    entries: OrderedDict[StreamId, list[bytes]],
     last_id: StreamId,
     entries_added: int,
     max_deleted_id: StreamId,

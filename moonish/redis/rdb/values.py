@@ -2,7 +2,7 @@
 
 The value is returned as a :class:`Decoded` ``(type, value, stream, field_expire_at_ms)``,
 ``value`` in the representation of :mod:`moonish.values.model` (string ``bytes``, list
-``list[bytes]``, set ``set[bytes]``, zset :class:`~moonish.values.model.SortedSet`, hash
+``deque[bytes]``, set ``set[bytes]``, zset :class:`~moonish.values.model.SortedSet`, hash
 ``dict[bytes, bytes]``, stream :class:`~moonish.values.model.Stream`), ready to become an
 :class:`~moonish.values.model.Entry` of a shard's keyspace; what moonish's forms do not hold
 (a stream's consumer groups, a 7.4 hash's field TTLs) comes beside it.
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
@@ -256,8 +257,8 @@ def _set(members: list[bytes], what: str) -> set[bytes]:
     return value
 
 
-def _quicklist(src: ValueSource, version: int) -> list[bytes]:
-    out: list[bytes] = []
+def _quicklist(src: ValueSource, version: int) -> deque[bytes]:
+    out: deque[bytes] = deque()
     for _ in range(src.length()):
         at = src.offset
         container = src.length() if version == 2 else QUICKLIST_PACKED
@@ -409,7 +410,7 @@ def _stream(src: ValueSource, rdb_type: int) -> tuple[Stream, RdbStreamMeta]:
     groups = tuple(_group(src, rdb_type) for _ in range(src.length()))
     if len({g.name for g in groups}) != len(groups):
         raise ValueCorrupt("stream holds a consumer group twice")
-    stream.entries = dict(sorted(stream.entries.items()))
+    stream.entries = OrderedDict(sorted(stream.entries.items()))
     return stream, RdbStreamMeta(length, first_id, max_deleted_id, entries_added, groups)
 
 
@@ -437,7 +438,7 @@ def _read(src: ValueSource, rdb_type: int) -> Decoded | tuple[str, Any]:
     if rdb_type in (1, 2, 3, 4, 5):
         count = src.length()
         if rdb_type == 1:
-            return LIST, [src.string() for _ in range(count)]
+            return LIST, deque([src.string() for _ in range(count)])
         if rdb_type == 2:
             return SET, _set([src.string() for _ in range(count)], "set")
         if rdb_type == 4:
@@ -457,7 +458,7 @@ def _read(src: ValueSource, rdb_type: int) -> Decoded | tuple[str, Any]:
     if rdb_type == 9:
         return HASH, _hash(_blob(src, zipmap_pairs, "zipmap"), "zipmap")
     if rdb_type == 10:
-        return LIST, _blob(src, ziplist_entries, "ziplist")
+        return LIST, deque(_blob(src, ziplist_entries, "ziplist"))
     if rdb_type == 11:
         return SET, _set(_blob(src, intset_members, "intset"), "intset")
     if rdb_type == 12:

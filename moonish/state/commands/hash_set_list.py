@@ -11,6 +11,7 @@ expired, and HINCRBY/HINCRBYFLOAT keep the time of a field they change
 from __future__ import annotations
 
 import random
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -229,19 +230,19 @@ def cmd_push(acc: Access, db: int, argv: list[bytes]) -> Any:
     if entry is None:
         if name.endswith(b"X"):
             return 0
-        entry = Entry(LIST, [])
+        entry = Entry(LIST, deque())
         acc.put(db, argv[1], entry)
-    items: list[bytes] = entry.value
+    items: deque[bytes] = entry.value
     if len(argv) == 3:  # most pushes: one element
         element = argv[2]
         if name.startswith(b"L"):
-            items.insert(0, element)
+            items.appendleft(element)
         else:
             items.append(element)
         acc.changed(db, argv[1], entry, len(element))
         return len(items)
     if name.startswith(b"L"):
-        items[:0] = reversed(argv[2:])
+        items.extendleft(argv[2:])  # each element onto the head in turn, as Redis pushes them
     else:
         items.extend(argv[2:])
     acc.changed(db, argv[1], entry, sum(map(len, argv[2:])))
@@ -257,23 +258,18 @@ def cmd_pop(acc: Access, db: int, argv: list[bytes]) -> Any:
         return None
     if count == 0:
         return []
-    items: list[bytes] = entry.value
-    left = argv[0].upper() == b"LPOP"
+    items: deque[bytes] = entry.value
+    take = items.popleft if argv[0].upper() == b"LPOP" else items.pop
     if count is None:  # most pops: one element, replied alone
-        element = items.pop(0 if left else -1)
+        element = take()
         acc.changed(db, argv[1], entry, -len(element))
         return element
-    if left:
-        popped = items[:count]
-        del items[:count]
-    else:
-        popped = items[-count:][::-1]
-        del items[-count:]
+    popped = [take() for _ in range(min(count, len(items)))]
     acc.changed(db, argv[1], entry, -sum(map(len, popped)))
     return popped
 
 
-def _index(items: list[bytes], index: int) -> int:
+def _index(items: deque[bytes], index: int) -> int:
     return index + len(items) if index < 0 else index
 
 
@@ -286,8 +282,10 @@ def cmd_lset(acc: Access, db: int, argv: list[bytes]) -> Any:
     position = _index(entry.value, index)
     if not 0 <= position < len(entry.value):
         raise CommandError("ERR index out of range")
-    entry.value[position] = argv[3]
-    acc.changed(db, argv[1], entry)
+    items: deque[bytes] = entry.value
+    old = items[position]  # a deque reaches an index from its nearer end
+    items[position] = argv[3]
+    acc.changed(db, argv[1], entry, len(argv[3]) - len(old))
     return b"OK"
 
 
@@ -297,16 +295,18 @@ def cmd_lrem(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], LIST)
     if entry is None:
         return 0
-    items, element = entry.value, argv[3]
+    items: deque[bytes] = entry.value
+    element = argv[3]
     positions = [i for i, item in enumerate(items) if item == element]
     if count > 0:
         positions = positions[:count]
     elif count < 0:
         positions = positions[count:]
-    for position in reversed(positions):
-        del items[position]
-    if positions:
-        acc.changed(db, argv[1], entry)
+    if not positions:
+        return 0
+    gone = set(positions)  # one pass to rebuild: O(N) however many go, as in Redis
+    entry.value = deque(item for i, item in enumerate(items) if i not in gone)
+    acc.changed(db, argv[1], entry, -len(element) * len(positions))
     return len(positions)
 
 
@@ -316,13 +316,19 @@ def cmd_ltrim(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], LIST)
     if entry is None:
         return b"OK"
-    items = entry.value
+    items: deque[bytes] = entry.value
     size = len(items)
     start, stop = max(_index(items, start), 0), _index(items, stop)
-    kept = items[start : stop + 1] if start <= stop and start < size else []
-    if len(kept) != size:
-        entry.value = kept
-        acc.changed(db, argv[1], entry)
+    removed = 0
+    if start > stop or start >= size:
+        items.clear()
+    else:  # pops at both ends: O(elements removed), as Redis's LTRIM
+        for _ in range(start):
+            removed += len(items.popleft())
+        for _ in range(size - 1 - min(stop, size - 1)):
+            removed += len(items.pop())
+    if len(items) != size:
+        acc.changed(db, argv[1], entry, -removed if items else None)
     return b"OK"
 
 
@@ -334,13 +340,14 @@ def cmd_linsert(acc: Access, db: int, argv: list[bytes]) -> Any:
     entry = acc.get(db, argv[1], LIST)
     if entry is None:
         return 0
+    items: deque[bytes] = entry.value
     try:
-        position = entry.value.index(argv[3])
+        position = items.index(argv[3])
     except ValueError:
         return -1
-    entry.value.insert(position + (where == b"AFTER"), argv[4])
-    acc.changed(db, argv[1], entry)
-    return len(entry.value)
+    items.insert(position + (where == b"AFTER"), argv[4])
+    acc.changed(db, argv[1], entry, len(argv[4]))
+    return len(items)
 
 
 def cmd_lmove(acc: Access, db: int, argv: list[bytes]) -> Any:
@@ -356,18 +363,26 @@ def cmd_lmove(acc: Access, db: int, argv: list[bytes]) -> Any:
     if source is None:
         return None
     destination = acc.get(db, argv[2], LIST)
-    element = source.value.pop(0 if wherefrom == b"LEFT" else -1)
+    items: deque[bytes] = source.value
+    element = items.popleft() if wherefrom == b"LEFT" else items.pop()
     if destination is source:  # rotating a list onto itself
-        source.value.insert(0 if whereto == b"LEFT" else len(source.value), element)
-        acc.changed(db, argv[1], source)
+        _push(items, whereto, element)
+        acc.changed(db, argv[1], source, 0)
         return element
-    acc.changed(db, argv[1], source)
+    acc.changed(db, argv[1], source, -len(element))
     if destination is None:
-        acc.put(db, argv[2], Entry(LIST, [element]))
+        acc.put(db, argv[2], Entry(LIST, deque([element])))
     else:
-        destination.value.insert(0 if whereto == b"LEFT" else len(destination.value), element)
-        acc.changed(db, argv[2], destination)
+        _push(destination.value, whereto, element)
+        acc.changed(db, argv[2], destination, len(element))
     return element
+
+
+def _push(items: deque[bytes], whereto: bytes, element: bytes) -> None:
+    if whereto == b"LEFT":
+        items.appendleft(element)
+    else:
+        items.append(element)
 
 
 COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {

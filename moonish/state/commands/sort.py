@@ -17,6 +17,7 @@ not have (it takes the members by bytes, or the sorted set's order).
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -157,7 +158,7 @@ def cmd_sort(acc: Access, db: int, argv: list[bytes]) -> Any:
     if opts["store"] is None:
         return output
     result = [b"" if value is None else value for value in output]
-    store_result(acc, db, opts["store"], Entry(LIST, result) if result else None)
+    store_result(acc, db, opts["store"], Entry(LIST, deque(result)) if result else None)
     return len(result)
 
 

@@ -150,14 +150,19 @@ def _add_or_trim_args(acc: Access, argv: list[bytes], xadd: bool) -> tuple[Trim 
 
 
 def _trim(stream: Stream, trim: Trim) -> int:
+    """Remove entries from the front: O(entries removed), as Redis's ``streamTrim``."""
     _, threshold = trim
+    entries = stream.entries
     if isinstance(threshold, int):
-        doomed = list(stream.entries)[: max(len(stream.entries) - threshold, 0)]
-    else:
-        doomed = [i for i in stream.entries if i < threshold]
-    for stream_id in doomed:
-        del stream.entries[stream_id]
-    return len(doomed)
+        doomed = max(len(entries) - threshold, 0)
+        for _ in range(doomed):
+            entries.popitem(last=False)
+        return doomed
+    removed = 0
+    while entries and next(iter(entries)) < threshold:  # entries are in ID order
+        entries.popitem(last=False)
+        removed += 1
+    return removed
 
 
 def _incr(stream_id: StreamId) -> StreamId:

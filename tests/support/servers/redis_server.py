@@ -211,6 +211,8 @@ def comparable(entry: Entry | None) -> Any:
         value = set(value)
     elif entry.type == ZSET:
         value = {m: float(s) for m, s in value.items()}
+    elif entry.type == LIST:
+        value = list(value)
     return (entry.type, value, entry.expire_at_ms)
 
 

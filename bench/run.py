@@ -35,6 +35,9 @@ docs/benchmarks.md:
     the shards one by one; poll: one ``cdc read --limit 10`` against starting Python with
     click, orjson and crc32c; tail-memory: peak RSS of ``cdc tail`` over a shard of more than
     1 GiB; follow-memory: RSS of ``cdc tail --follow`` over minutes of appends (bench.tail).
+13. families: one write command's cost per command family at 1,000 and 1,000,000 elements;
+    import-benchmark: ``wal import-aof`` of the AOF of redis-benchmark's default run against
+    redis-server's load of it (bench.families).
 
 The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
@@ -58,6 +61,7 @@ import orjson
 
 from bench.capture import bench_capture
 from bench.capture_cores import bench_capture_cores
+from bench.families import bench_families, bench_import_benchmark_aof
 from bench.importer import bench_import
 from bench.kafka import bench_kafka
 from bench.merged import bench_merged
@@ -421,6 +425,8 @@ def main() -> None:
         ("poll", lambda: bench_poll(DATA)),
         ("tail-memory", lambda: bench_tail_memory(DATA)),
         ("follow-memory", lambda: bench_follow_memory(DATA)),
+        ("families", lambda: bench_families(DATA)),
+        ("import-benchmark", lambda: bench_import_benchmark_aof(DATA)),
     ]
     only = sys.argv[1:]
     for title, bench in sections:

@@ -108,6 +108,8 @@ class WalWriter:
         self._lock = threading.Lock()
         self._fd = -1
         self._dirty = False
+        self.appended_bytes = 0
+        """Bytes of frames this writer appended since it opened."""
         self.index_rebuilt = False
         """Whether opening found the newest segment's index damaged and rebuilt it."""
         self._index_fd = -1
@@ -308,6 +310,7 @@ class WalWriter:
                         lsn=first,
                     ) from error
             self._size = size + len(data)
+            self.appended_bytes += len(data)
             self._next_lsn = first + count
             self._last_commit_us, self._busy = commit_us, True
             if size - self._last_indexed >= self._index_interval_bytes:

@@ -41,13 +41,14 @@ from moonish.errors import CommandError, MoonishError, UnavailableError
 from moonish.log.frames import kv_change
 from moonish.log.records import Checkpoint, KvChange, Message, Replay, ViewType
 from moonish.log.writer import WalWriter, WriterOptions
+from moonish.state.autosnapshot import AutoSnapshots, BackgroundSnapshot, SnapshotPolicy
 from moonish.state.commands.execute import execute
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.libraries import Libraries
 from moonish.state.rebuild import rebuild
-from moonish.state.snapshot import write_snapshot
+from moonish.state.snapshot import list_snapshots, write_snapshot
 from moonish.values.model import Entry, full_image, key_image, state_image
 
 Command = Sequence[bytes | str]
@@ -67,11 +68,14 @@ class ShardOptions:
     log: the WAL writer's options (shard id, segment size, fsync policy).
     stream: the stream configuration of a new shard (an existing one keeps its own).
     expiry_sweep_ms: period of the active expiry sweep thread; 0: no thread.
+    snapshots: when the writer takes snapshots on its own (moonish.state.autosnapshot);
+        :meth:`SnapshotPolicy.off` for never.
     """
 
     log: WriterOptions = field(default_factory=WriterOptions)
     stream: StreamConfig = field(default_factory=StreamConfig)
     expiry_sweep_ms: int = 100
+    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
 
 
 class ExecResult(NamedTuple):
@@ -158,6 +162,9 @@ class ShardWriter:
         except BaseException:
             self._log.close()
             raise
+        taken = [lsn for lsn in list_snapshots(self.shard_dir) if lsn < self._log.next_lsn]
+        self.snapshots = AutoSnapshots(self.options.snapshots, taken[-1] if taken else 0)
+        """Snapshots taken on their own, by ``options.snapshots``."""
         self._sweeper: threading.Thread | None = None
         self._sweep_error: BaseException | None = None
         self._broken: BaseException | None = None
@@ -428,6 +435,7 @@ class ShardWriter:
             self.source = source
         if self._rotated:
             self._apply_retention()
+        self.snapshots.after_append(self)
         return lsns
 
     def _apply_retention(self) -> None:
@@ -517,6 +525,36 @@ class ShardWriter:
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
             return path, lsn
 
+    def snapshot_in_background(self, reason: str = "asked") -> BackgroundSnapshot:
+        """Start a snapshot at the last LSN, written by a child process while appends go on
+        (moonish.state.autosnapshot); its checkpoint record is appended once it is in place
+        (:meth:`wait_snapshot`, or an append after it ends).
+
+        Raises:
+            UnavailableError: this writer stopped.
+            OSError: the fork failed.
+        """
+        with self._lock:
+            self._check_sweep()
+            return self.snapshots.start(self, reason)
+
+    def wait_snapshot(self) -> BackgroundSnapshot | None:
+        """Wait for the background snapshot that runs, if any, and append its checkpoint
+        record; returns it (its ``error`` says why it failed)."""
+        with self._lock:
+            return self.snapshots.wait(self)
+
+    def snapshot_facts(self) -> tuple[int, int]:
+        """(shard id, bytes of log appended since this writer opened)."""
+        return self._log.shard_id, self._log.appended_bytes
+
+    def snapshot_time_us(self) -> int:
+        return self._clock.now_us()
+
+    def append_checkpoint(self, lsn: int, label: str) -> None:
+        """Append the checkpoint record of the snapshot at ``lsn``."""
+        self._log.append(Checkpoint(lsn, label))
+
     # -- closing -------------------------------------------------------------------------
 
     def sync(self) -> None:
@@ -532,6 +570,7 @@ class ShardWriter:
         if self._sweeper is not None and self._sweeper is not threading.current_thread():
             self._sweeper.join()
         with self._lock:
+            self.snapshots.close(self if self._broken is None else None)
             self._log.close()
 
     def __enter__(self) -> ShardWriter:

@@ -22,7 +22,9 @@ renamed, so a snapshot file is complete or absent.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import crc32c
@@ -43,6 +45,7 @@ SUPPORTED_VERSIONS = (1, 2)
 __all__ = [
     "SNAPSHOT_SUFFIX",
     "Snapshot",
+    "drop_old_snapshots",
     "list_snapshots",
     "read_snapshot",
     "snapshot_path",
@@ -74,31 +77,61 @@ def write_snapshot(
     created_us: int,
     libraries: Libraries | None = None,
     source: bytes = b"",
+    *,
+    drop_older: bool = True,
 ) -> str:
     """Write ``keyspace`` and ``libraries`` as the snapshot at ``lsn`` (version
-    :data:`VERSION`, with the source position ``source``, UTF-8) and drop all but the newest
-    :data:`KEEP_SNAPSHOTS`; returns the file's path."""
-    lines = [state_image(db, key, entry) for db, key, entry in keyspace.items()]
+    :data:`VERSION`, with the source position ``source``, UTF-8), a batch of images at a time
+    (no copy of the whole file in memory); with ``drop_older``, drop all but the newest
+    :data:`KEEP_SNAPSHOTS` (:func:`drop_old_snapshots`). Returns the file's path."""
     library = library_lines(libraries or Libraries())
     fields: dict[str, object] = {
         "format": FORMAT,
         "version": VERSION,
         "shard": shard,
         "lsn": lsn,
-        "keys": len(lines),
+        "keys": len(keyspace),
         "libraries": len(library),
         "created_us": created_us,
     }
     if source:
         fields["source"] = source.decode()
-    header = orjson.dumps(fields)
-    body = b"\n".join([header, *lines, *library]) + b"\n"
-    trailer = b'{"crc32c":%d}\n' % crc32c.crc32c(body)
     path = snapshot_path(shard_dir, lsn)
-    replace_atomically(path, [body, trailer])
-    for old in list_snapshots(shard_dir)[:-KEEP_SNAPSHOTS]:
-        os.unlink(snapshot_path(shard_dir, old))
+    replace_atomically(path, _snapshot_chunks(orjson.dumps(fields), keyspace, library))
+    if drop_older:
+        drop_old_snapshots(shard_dir)
     return path
+
+
+_BATCH_KEYS = 1024
+
+
+def _snapshot_chunks(header: bytes, keyspace: Keyspace, library: list[bytes]) -> Iterator[bytes]:
+    """The file's bytes: the header line, the image lines, the library lines, then the
+    checksum trailer of every byte before it."""
+    crc = crc32c.crc32c(header + b"\n")
+    yield header + b"\n"
+    batch: list[bytes] = []
+    for db, key, entry in keyspace.items():
+        batch.append(state_image(db, key, entry))
+        if len(batch) == _BATCH_KEYS:
+            chunk = b"\n".join(batch) + b"\n"
+            crc = crc32c.crc32c(chunk, crc)
+            yield chunk
+            batch = []
+    batch += library
+    if batch:
+        chunk = b"\n".join(batch) + b"\n"
+        crc = crc32c.crc32c(chunk, crc)
+        yield chunk
+    yield b'{"crc32c":%d}\n' % crc
+
+
+def drop_old_snapshots(shard_dir: str) -> None:
+    """Remove all but the newest :data:`KEEP_SNAPSHOTS` snapshots of the shard."""
+    for old in list_snapshots(shard_dir)[:-KEEP_SNAPSHOTS]:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(snapshot_path(shard_dir, old))
 
 
 def read_snapshot(path: str) -> Snapshot:

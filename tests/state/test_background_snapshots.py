@@ -1,0 +1,183 @@
+"""A writer takes snapshots on its own (moonish.state.autosnapshot): by records, bytes and
+time, written by a forked child while appends go on, each followed by its checkpoint record;
+a reopened writer starts from the newest; a failed or killed child loses nothing and leaves
+nothing half-written; the child never holds the shard's lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+from moonish.errors import InvalidArgumentError
+from moonish.log.format import RecordType
+from moonish.log.payloads import decode_payload
+from moonish.log.reader import ShardReader
+from moonish.log.records import Checkpoint
+from moonish.log.writer import FsyncPolicy, WriterOptions
+from moonish.state.autosnapshot import CHECK_EVERY_APPENDS, SnapshotPolicy
+from moonish.state.shard import ShardOptions, ShardWriter
+from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path
+
+
+def _writer(shard: Path, policy: SnapshotPolicy) -> ShardWriter:
+    options = ShardOptions(
+        WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=0, snapshots=policy
+    )
+    return ShardWriter(shard, options)
+
+
+def _checkpoints(shard: Path) -> list[Checkpoint]:
+    reader = ShardReader(str(shard))
+    found = []
+    try:
+        while frames := reader.poll(10_000):
+            for frame in frames:
+                if frame.record_type == RecordType.CHECKPOINT:
+                    record = decode_payload(frame.record_type, frame.payload)
+                    assert isinstance(record, Checkpoint)
+                    found.append(record)
+    finally:
+        reader.close()
+    return found
+
+
+def _state(writer: ShardWriter) -> dict[tuple[int, bytes], object]:
+    return {(db, key): list(entry.value) for db, key, entry in writer.keyspace.items()}
+
+
+def test_snapshots_by_records_then_a_reopened_writer_starts_from_the_newest(
+    tmp_path: Path,
+) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, SnapshotPolicy(every_records=400, every_bytes=0, every_s=0)) as writer:
+        for i in range(3000):
+            writer.execute(0, [b"RPUSH", b"list%d" % (i % 50), b"e%d" % i])
+        writer.wait_snapshot()
+        assert writer.snapshots.error is None and writer.snapshots.taken >= 5
+        state, last_lsn = _state(writer), writer.next_lsn - 1
+    marks = _checkpoints(shard)
+    assert [mark.label for mark in marks] == ["auto:records"] * len(marks)
+    newest = list_snapshots(str(shard))
+    assert len(newest) == 2  # the two newest are kept
+    assert newest[-1] == marks[-1].checkpoint_lsn
+    assert last_lsn - newest[-1] <= 400 + CHECK_EVERY_APPENDS + len(marks)
+    with _writer(shard, SnapshotPolicy.off()) as reopened:
+        assert _state(reopened) == state
+
+
+def test_a_snapshot_holds_the_keyspace_at_its_lsn_while_appends_go_on(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, SnapshotPolicy.off()) as writer:
+        for i in range(200):
+            writer.execute(0, [b"SET", b"k%d" % i, b"before"])
+        running = writer.snapshot_in_background()
+        lsn = writer.next_lsn - 1
+        assert running.lsn == lsn and running.pause_s < 5
+        for i in range(200):
+            writer.execute(0, [b"SET", b"k%d" % i, b"after"])
+        writer.wait_snapshot()  # (the appends may have seen it end already)
+        assert running.error is None and writer.snapshots.running is None
+    snapshot = read_snapshot(snapshot_path(str(shard), lsn))
+    values = {orjson.loads(line)["value"] for line in snapshot.images}
+    assert values == {"before"} and len(snapshot.images) == 200
+    assert [(mark.checkpoint_lsn, mark.label) for mark in _checkpoints(shard)] == [
+        (lsn, "auto:asked")
+    ]
+
+
+def test_a_failed_snapshot_is_reported_and_loses_nothing(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, SnapshotPolicy.off()) as writer:
+        writer.execute(0, [b"SET", b"k", b"v"])
+        os.mkdir(snapshot_path(str(shard), writer.next_lsn - 1))  # the rename cannot replace it
+        writer.snapshot_in_background()
+        failed = writer.wait_snapshot()
+        assert failed is not None and failed.error is not None
+        assert "Directory" in failed.error or "directory" in failed.error
+        assert writer.snapshots.error == failed.error
+        writer.execute(0, [b"SET", b"k", b"w"])
+    assert _checkpoints(shard) == []
+    os.rmdir(snapshot_path(str(shard), 1))
+    with _writer(shard, SnapshotPolicy.off()) as reopened:
+        entry = reopened.keyspace.get(0, b"k")
+        assert entry is not None and entry.value == b"w"
+
+
+def test_closing_kills_a_running_snapshot_and_leaves_no_file(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    writer = _writer(shard, SnapshotPolicy.off())
+    writer.execute(0, [b"SET", b"k", b"v"])
+    running = writer.snapshot_in_background()
+    os.kill(running.pid, signal.SIGSTOP)  # still running when the writer closes
+    writer.close()
+    with pytest.raises(ChildProcessError):
+        os.waitpid(running.pid, os.WNOHANG)  # reaped
+    assert [p.name for p in shard.iterdir() if "snap" in p.name] == []
+    assert _checkpoints(shard) == []
+
+
+def test_the_child_does_not_hold_the_shard_lock(tmp_path: Path) -> None:
+    """A writer process killed while its snapshot child runs: a new writer opens at once."""
+    shard = tmp_path / "shard"
+    script = (
+        "import os, signal, sys, time\n"
+        "from pathlib import Path\n"
+        "from moonish.state.autosnapshot import SnapshotPolicy\n"
+        "from tests.state.test_background_snapshots import _writer\n"
+        "shard = Path(sys.argv[1])\n"
+        "w = _writer(shard, SnapshotPolicy.off())\n"
+        "w.execute(0, [b'SET', b'k0', b'x' * 2**27])\n"  # a child that takes a while
+        "child = w.snapshot_in_background()\n"
+        "lock = os.path.realpath(shard / 'LOCK')\n"
+        "fds = f'/proc/{child.pid}/fd'\n"
+        "def holds():\n"
+        "    for fd in os.listdir(fds):\n"
+        "        try:\n"
+        "            if os.readlink(f'{fds}/{fd}') == lock:\n"
+        "                return True\n"
+        "        except FileNotFoundError:\n"  # closed meanwhile
+        "            pass\n"
+        "    return False\n"
+        "while holds():\n"
+        "    time.sleep(0.001)\n"  # until the child has closed what it inherited
+        "os.kill(child.pid, signal.SIGSTOP)\n"
+        "print(child.pid, flush=True)\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    out = tmp_path / "out"
+    with out.open("wb") as stdout:
+        subprocess.run(
+            [sys.executable, "-c", script, str(shard)],
+            stdout=stdout,
+            cwd=Path(__file__).parents[2],
+            timeout=120,
+            check=False,
+        )
+    child = int(out.read_text())
+    try:
+        assert os.path.exists(f"/proc/{child}")  # stopped, not ended
+        with _writer(shard, SnapshotPolicy.off()) as writer:  # no WriterLockedError
+            assert writer.keyspace.get(0, b"k0") is not None
+    finally:
+        os.kill(child, signal.SIGKILL)
+
+
+def test_the_policy_rules() -> None:
+    policy = SnapshotPolicy(every_records=100, every_bytes=1000, every_s=60)
+    assert policy.due(99, 999, 59.0, 10) is None
+    assert policy.due(100, 0, 0.0, 10) == "records"
+    assert policy.due(100, 0, 0.0, 500) is None  # at most once per keyspace's worth of records
+    assert policy.due(500, 0, 0.0, 500) == "records"
+    assert policy.due(1, 1000, 0.0, 10) == "bytes"
+    assert policy.due(1, 0, 60.0, 10) == "time"
+    assert policy.due(0, 0, 600.0, 10) is None  # nothing new: no snapshot by time
+    assert SnapshotPolicy.off().due(10**9, 10**12, 10**6, 0) is None
+    assert not SnapshotPolicy.off().enabled
+    with pytest.raises(InvalidArgumentError):
+        SnapshotPolicy(every_records=-1)

@@ -10,7 +10,7 @@ import click
 
 from moonish.cdc.cursor import Cursor
 from moonish.errors import InvalidArgumentError
-from moonish.fileio import replace_atomically
+from moonish.fileio import check_path_names, replace_atomically
 from moonish.log.records import ViewType
 
 
@@ -33,6 +33,23 @@ class LsnParam(click.ParamType):  # type: ignore[type-arg]
 
 
 LSN = LsnParam()
+
+
+class OutputDir(click.Path):
+    """A directory a command writes (and creates when missing): not a file, and every name
+    in it short enough for the file system (``moonish.fileio.check_path_names``: an
+    ``InvalidArgumentError``, exit 2, rather than ``File name too long`` from deep inside)."""
+
+    def __init__(self) -> None:
+        super().__init__(file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        path = str(super().convert(value, param, ctx))
+        return check_path_names(path, param.human_readable_name if param else "directory")
+
+
+OUTPUT_DIR = OutputDir()
+"""The type of the directories ``wal import-aof``, ``wal import-rdb`` and ``cdc export`` write."""
 
 
 VIEW = click.Choice([view.name for view in ViewType], case_sensitive=False)

@@ -95,8 +95,10 @@ class LsnNotRetainedError(InvalidArgumentError):
 
 
 class LsnDiscardedError(LsnNotRetainedError):
-    """The requested LSN lies in a range that ``moonish wal repair`` cut out of the log (the
-    records were damaged, or stood after damage). Those LSNs are never written again.
+    """The requested LSN lies in a range that was cut out of the log: by ``moonish wal
+    repair`` (the records were damaged, or stood after damage), or by a writer cutting a torn
+    tail after a crash, past the first LSN of the range (the caller read records the crash
+    took). Those LSNs are never written again.
 
     Attributes:
         first_lsn, last_lsn: the discarded range, inclusive.
@@ -109,7 +111,8 @@ class LsnDiscardedError(LsnNotRetainedError):
         self.first_lsn, self.last_lsn = first_lsn, last_lsn
         MoonishError.__init__(
             self,
-            f"LSN {requested_lsn} was discarded by a repair (LSNs {first_lsn}..{last_lsn}); "
+            f"LSN {requested_lsn} was discarded (LSNs {first_lsn}..{last_lsn}, cut by a repair "
+            f"or as a torn tail after a crash); "
             f"the log continues at LSN {last_lsn + 1}",
             path=path,
             lsn=requested_lsn,

@@ -10,7 +10,51 @@ from typing import Any
 import crc32c
 import orjson
 
-from moonish.errors import CorruptionError, UnsupportedFormatError
+from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
+
+DEFAULT_NAME_MAX_BYTES = 255
+"""A name's limit where the file system does not say (Linux's ext4, XFS, btrfs: 255 bytes)."""
+
+
+def check_path_names(path: str | os.PathLike[str], what: str = "path") -> str:
+    """``path`` as a string, once every name in it fits the file system that would hold it:
+    at most ``NAME_MAX`` bytes per name (255 on Linux's file systems, ``pathconf`` of the
+    nearest existing directory) and ``PATH_MAX`` bytes in all. A directory a command will
+    create is checked before anything is created.
+
+    Raises:
+        InvalidArgumentError: a name or the whole path is too long (``what`` names the
+            argument in the message).
+    """
+    text = os.fspath(path)
+    absolute = os.path.abspath(text)
+    existing = absolute
+    while not os.path.isdir(existing):
+        existing = os.path.dirname(existing)
+    name_max = _pathconf(existing, "PC_NAME_MAX", DEFAULT_NAME_MAX_BYTES)
+    path_max = _pathconf(existing, "PC_PATH_MAX", 4096)
+    for name in absolute.split(os.sep):
+        size = len(os.fsencode(name))
+        if size > name_max:
+            raise InvalidArgumentError(
+                f"the {what} holds a name of {size} bytes; the file system takes at most "
+                f"{name_max}: {name[:40]}...",
+                path=text,
+            )
+    if len(os.fsencode(absolute)) >= path_max:
+        raise InvalidArgumentError(
+            f"the {what} is {len(os.fsencode(absolute))} bytes long; the file system takes "
+            f"less than {path_max}",
+            path=text,
+        )
+    return text
+
+
+def _pathconf(path: str, name: str, default: int) -> int:
+    try:
+        return os.pathconf(path, name)
+    except (OSError, ValueError):
+        return default
 
 
 def write_all(fd: int, data: bytes) -> None:

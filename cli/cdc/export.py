@@ -8,11 +8,12 @@ from types import FrameType
 import click
 
 from cli import options
+from cli.params import OUTPUT_DIR, sink_name
 
 
 @click.command("export")
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
-@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.argument("out_dir", type=OUTPUT_DIR)
 @options.follow(help="Keep exporting new records (Ctrl-C stops).")
 @click.option(
     "--max-records-per-file",
@@ -61,7 +62,6 @@ def export(
 
         moonish cdc export data export --max-records-per-file 100000
     """
-    from cli.params import sink_name
     from moonish.sinks.export import Exporter, ExportOptions
 
     if no_consumer and consumer is not None:

@@ -9,11 +9,12 @@ import click
 import orjson
 
 from cli import options
+from cli.params import OUTPUT_DIR
 
 
 @click.command("import-aof")
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
-@click.argument("data_dir", type=click.Path(file_okay=False))
+@click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
 @click.option(
     "--skip-unsupported",

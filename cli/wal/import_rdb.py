@@ -8,11 +8,12 @@ import click
 import orjson
 
 from cli import options
+from cli.params import OUTPUT_DIR
 
 
 @click.command("import-rdb")
 @click.argument("rdb_file", type=click.Path(exists=True, dir_okay=False))
-@click.argument("data_dir", type=click.Path(file_okay=False))
+@click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
 @options.processes(
     help="Once the file is read, load the shards in up to this many processes, each its share, "

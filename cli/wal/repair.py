@@ -15,8 +15,9 @@ from moonish.log.format import parse_segment_name
     "--truncate-at",
     "offset",
     type=click.IntRange(0),
-    help="Cut the segment at this byte offset (the end of a record: the offset the writer's "
-    "or verify's error names) and remove every later segment; 0 removes the segment whole.",
+    help="Cut the segment at this byte offset (the offset the writer's or verify's error "
+    "names: the end of a record, or a damaged frame, whose atomic batch is cut whole) and "
+    "remove every later segment; 0 removes the segment whole (a damaged segment header).",
 )
 @click.option(
     "--segment",
@@ -35,8 +36,10 @@ def repair(
 
     The writer cuts nothing but a torn tail by itself; on damage it stops and names the
     offset to cut at. --truncate-at cuts there: the records from that offset on (and every
-    later segment) are removed, and their LSNs are marked discarded in control.json, so no
-    LSN is ever written twice; readers that reach them exit 3 naming where the log continues.
+    later segment) are removed, and their LSNs (as far as any frame header with a valid
+    checksum, the damaged one's included, or the index shows) are marked discarded in
+    control.json, so no LSN is ever written twice; readers that reach them exit 3 naming
+    where the log continues.
     --next-lsn sets where the writer continues when every segment was removed after a crash.
     Needs the writer lock: no writer may run. Run with --dry-run first.
 

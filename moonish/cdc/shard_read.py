@@ -345,7 +345,8 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     ``next_lsn`` (where the next record goes: after LSNs a repair discarded, and kept by
     control.json when every segment was removed), ``segments``, ``bytes`` (all segment
     files), ``active_segment``, ``torn_tail_bytes`` (bytes after the last committed record of
-    the active segment), ``discarded`` (LSN ranges ``moonish wal repair`` cut out),
+    the active segment), ``discarded`` (LSN ranges cut out: by ``moonish wal repair``, or
+    named by a torn tail a writer cut),
     ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
     written without keyspace tracking), ``retention`` (the policy stored with it,
     moonish.datadir.retention, or ``None``), ``snapshot_lsns`` (oldest first) and ``checked``:

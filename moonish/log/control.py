@@ -10,12 +10,15 @@ from the segments so that it survives their removal (PostgreSQL keeps the WAL po
       "shard": <id>,              the shard id its segments carry
       "next_lsn": <n>,            the writer never writes an LSN below this
       "clean": true | false,      the last writer closed: next_lsn is the exact end of the log
-      "discarded": [[a, b], ...], inclusive LSN ranges cut out by `moonish wal repair`
+      "discarded": [[a, b], ...], inclusive LSN ranges cut out: by `moonish wal repair`, or
+                                  by a writer cutting a torn tail
+      "torn": [[a, b], ...],      the ranges among them a writer cut as a torn tail
       "crc32c": <checksum of the bytes before this member>
     }
 
 The writer stores ``clean: false`` and its starting LSN when it opens and ``clean: true`` and
-the next LSN when it closes; ``moonish wal repair`` adds discarded ranges. So:
+the next LSN when it closes; ``moonish wal repair`` adds discarded ranges, and so does a writer
+that cuts a torn tail whose frame headers name LSNs (moonish.log.used). So:
 
 - when every segment is removed (retention, a person), the next writer continues at
   ``next_lsn`` and readers know that LSNs below it are no longer retained, rather than
@@ -23,7 +26,10 @@ the next LSN when it closes; ``moonish wal repair`` adds discarded ranges. So:
 - when a writer died and every segment was removed after it, nobody knows which LSNs it used:
   the next writer refuses to guess (``moonish wal repair --next-lsn``);
 - LSNs in a discarded range are never written again; a reader that reaches one gets
-  :class:`~moonish.errors.LsnDiscardedError` naming where the log continues.
+  :class:`~moonish.errors.LsnDiscardedError` naming where the log continues, except at the
+  first LSN of a ``torn`` range: a reader there read none of the cut records (a torn tail is
+  never "committed" to a reader on disk; it can only have been read whole before a crash took
+  it), and goes on after the range.
 
 A shard without the file is read as if it said ``clean: false`` with the end its segments
 give.
@@ -50,6 +56,7 @@ class Control:
     next_lsn: int
     clean: bool
     discarded: tuple[tuple[int, int], ...] = field(default=())
+    torn: tuple[tuple[int, int], ...] = field(default=())
 
     def discarded_range(self, lsn: int) -> tuple[int, int] | None:
         """The discarded range ``(first, last)`` that holds ``lsn``, or ``None``."""
@@ -57,6 +64,30 @@ class Control:
             if first <= lsn <= last:
                 return first, last
         return None
+
+    def passed_at(self, lsn: int) -> int | None:
+        """Where a reader positioned at ``lsn`` goes on when ``lsn`` starts a range a writer
+        cut as a torn tail (the LSN after the discarded range that holds it), else ``None``
+        (a reader in a discarded range anywhere else gets ``LsnDiscardedError``)."""
+        if not any(first == lsn for first, _ in self.torn):
+            return None
+        span = self.discarded_range(lsn)
+        return span[1] + 1 if span is not None else None
+
+    def with_discarded(self, new: tuple[int, int] | None, *, torn: bool = False) -> Control:
+        """This control with the range ``new`` (inclusive) discarded too: overlapping and
+        adjacent ranges joined; ``torn``: it is a range a writer cut as a torn tail."""
+        if new is None:
+            return self
+        ordered = sorted([*self.discarded, new])
+        joined: list[tuple[int, int]] = []
+        for first, last in ordered:
+            if joined and first <= joined[-1][1] + 1:
+                joined[-1] = (joined[-1][0], max(joined[-1][1], last))
+            else:
+                joined.append((first, last))
+        cut = tuple(sorted({*self.torn, new})) if torn else self.torn
+        return Control(self.shard, max(self.next_lsn, new[1] + 1), self.clean, tuple(joined), cut)
 
     def lost_after(self, lsn: int) -> bool:
         """Whether the log had reached beyond ``lsn`` (the LSN after the last record the
@@ -108,15 +139,19 @@ def load_control(shard_dir: str) -> Control | None:
     try:
         shard, next_lsn, clean = document["shard"], document["next_lsn"], document["clean"]
         discarded = tuple((int(a), int(b)) for a, b in document["discarded"])
+        torn = tuple((int(a), int(b)) for a, b in document.get("torn", ()))
         if not isinstance(shard, int) or shard < 0 or not isinstance(clean, bool):
             raise ValueError(f"shard {shard!r}, clean {clean!r}")
         if not isinstance(next_lsn, int) or next_lsn < 1:
             raise ValueError(f"next_lsn {next_lsn!r}")
         if any(not 1 <= a <= b < next_lsn for a, b in discarded):
             raise ValueError(f"discarded ranges {discarded} (next_lsn {next_lsn})")
+        control = Control(shard, next_lsn, clean, discarded, torn)
+        if any(not control.covers(a, b) for a, b in torn):
+            raise ValueError(f"torn ranges {torn} outside the discarded ones {discarded}")
     except (KeyError, TypeError, ValueError) as error:
         raise CorruptionError(f"bad control file fields: {error}", path=path) from None
-    return Control(shard, next_lsn, clean, discarded)
+    return control
 
 
 def store_control(shard_dir: str, control: Control) -> None:
@@ -129,6 +164,8 @@ def store_control(shard_dir: str, control: Control) -> None:
         "clean": control.clean,
         "discarded": [list(span) for span in control.discarded],
     }
+    if control.torn:  # only then: a file without it is read by builds that do not know it
+        document["torn"] = [list(span) for span in control.torn]
     replace_atomically(control_path(shard_dir), [dump_checked(document)])
 
 

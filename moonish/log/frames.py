@@ -397,7 +397,7 @@ def _diagnose(
     frame_end = pos + layout.overhead + length
     if frame_end > end:
         return Stop(StopKind.SHORT, at, next_lsn, file_offset + frame_end)
-    if not _frame_checksum_holds(view, pos, frame_end, layout, crc):
+    if not frame_checksum_holds(view, pos, frame_end, layout, crc):
         return Stop(StopKind.BAD_CRC, at, next_lsn, file_offset + frame_end)
     if lsn != next_lsn:
         return Stop(StopKind.BAD_LSN, at, next_lsn, file_offset + frame_end, f"found LSN {lsn}")
@@ -410,9 +410,11 @@ def _diagnose(
     )
 
 
-def _frame_checksum_holds(
+def frame_checksum_holds(
     data: bytes | memoryview, pos: int, frame_end: int, layout: FrameLayout, crc: int
 ) -> bool:
+    """Whether the frame at ``data[pos:frame_end]`` passes its frame checksum (the version 2
+    trailer, or the version 1 ``crc`` field, given as ``crc``)."""
     if layout.trailer:
         (stored,) = FRAME_CRC.unpack_from(data, frame_end - FRAME_TRAILER_BYTES)
         return bool(crc32c.crc32c(data[pos : frame_end - FRAME_TRAILER_BYTES]) == stored)
@@ -481,7 +483,7 @@ def _append_prefix(
         frame_end = pos + layout.overhead + length
         if frame_end > limit:
             return pos, lsn  # the frame being written when the append stopped
-        if not _frame_checksum_holds(data, pos, frame_end, layout, crc) or bidx + 1 == bsize:
+        if not frame_checksum_holds(data, pos, frame_end, layout, crc) or bidx + 1 == bsize:
             return None  # damaged, or a whole record: a torn tail never holds one
         pos, lsn, open_size, expect_index = frame_end, lsn + 1, bsize, bidx + 1
     return pos, lsn  # whole frames of an unfinished batch, then (maybe) zeros
@@ -494,9 +496,14 @@ def _v1_intact_frame_after(data: bytes, cut_pos: int, cut_lsn: int) -> bool:
     return next_intact_frame(data, cut_pos + 1, cut_lsn, LAYOUT_V1) is not None
 
 
-_CANDIDATE = re.compile(rb"(?=.{16}[\x01-\x05][\x00\x01]\x00\x00)", re.DOTALL)
-"""Where a frame header may start: its type byte (offset 16) a record type, its flags byte one
-of the known values, its reserved field zero. A C-speed pre-filter for :func:`next_intact_frame`."""
+CANDIDATE: Final = re.compile(
+    rb"(?=.{16}[\x%02x-\x%02x][\x00-\x%02x]\x00\x00)"
+    % (min(RecordType), max(RecordType), KNOWN_FLAGS),
+    re.DOTALL,
+)
+"""Where a frame header may start: its type byte (offset 16) one of the record types (every
+type, messages included), its flags byte one of the known values, its reserved field zero. A
+C-speed pre-filter for :func:`next_intact_frame` and moonish.log.used."""
 
 
 def next_intact_frame(
@@ -506,7 +513,7 @@ def next_intact_frame(
     ``min_lsn``, as ``(position, lsn)``, found by trying every position (``None`` if there is
     none). Used where damage must not hide what follows it: version 1 torn-tail checks, and
     ``wal repair``, which must know every record it discards."""
-    for match in _CANDIDATE.finditer(data, start):
+    for match in CANDIDATE.finditer(data, start):
         pos = match.start()
         if len(data) - pos < FRAME_HEADER_BYTES:
             break
@@ -517,7 +524,7 @@ def next_intact_frame(
             and layout.min_length <= length <= layout.max_length
             and frame_end <= len(data)
             and (not layout.trailer or header_checksum_holds(data, pos))
-            and _frame_checksum_holds(data, pos, frame_end, layout, crc)
+            and frame_checksum_holds(data, pos, frame_end, layout, crc)
         ):
             return pos, lsn
     return None

@@ -81,3 +81,6 @@ class Recovery:
     truncated_bytes: int
     """Bytes of torn tail cut off (0 when the log ended cleanly)."""
     next_lsn: int
+    discarded: tuple[int, int] | None = None
+    """The LSNs ``(first, last)`` the torn tail's frames named, recorded as discarded in
+    control.json (``None``: the tail named none)."""

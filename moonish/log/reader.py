@@ -19,6 +19,11 @@ What a reader sees:
 - ``control.json`` (moonish.log.control) is read only where the segments cannot answer: at the
   end of the log (a range ``wal repair`` discarded, records lost from the end), at a gap, and
   when no segment is left.
+- Discarded LSNs: a reader that reaches a range ``wal repair`` discarded gets
+  :class:`~moonish.errors.LsnDiscardedError`; so does one positioned inside a range a writer
+  cut as a torn tail (it read records that are gone), while one positioned at the first LSN
+  of such a range (it read none of them) goes on after it: LSNs then skip, as they do in the
+  envelopes' ``source.lsn`` past a position marker.
 - ``seek`` costs a directory listing, a binary search over segment names, a binary search in
   that segment's sparse index, then a scan of at most one index interval (64 KiB by default).
 
@@ -179,6 +184,8 @@ class ShardReader:
             if span is not None:
                 raise LsnDiscardedError(lsn, *span, path=self.shard_dir)
             later = [b for b in list_segments(self.shard_dir) if b > base]
+            if target in later or os.path.exists(segment_path(self.shard_dir, target)):
+                return self._seek(lsn)  # created after the first listing, after discarded LSNs
             if later:
                 raise CorruptionError(
                     f"no segment starts at LSN {self._next_lsn}: this segment ends at LSN "
@@ -510,7 +517,12 @@ class ShardReader:
             control = self._load_control()
             span = control.discarded_range(nxt) if control is not None else None
             if span is not None:
-                raise LsnDiscardedError(nxt, *span, path=self.shard_dir)
+                assert control is not None
+                passed = control.passed_at(nxt)
+                if passed is None:
+                    raise LsnDiscardedError(nxt, *span, path=self.shard_dir)
+                self.seek(passed)  # a torn tail cut after what this reader read: go on
+                return self._fd >= 0
             if not newer:
                 if self._moved():
                     return self._reposition()

@@ -4,7 +4,9 @@ recovery, taken before anything on disk is changed (moonish.log.writer then acts
 The rules (docs/wal-format.md, "Incomplete is not corrupt" and "The control file"):
 
 - the newest segment is scanned; what follows its last committed record must be a torn tail
-  (moonish.log.frames, ``is_torn_tail``), the only thing the writer will cut;
+  (moonish.log.frames, ``is_torn_tail``), the only thing the writer will cut; the LSNs its
+  frame headers (and index entries past the cut) name were used, and are discarded
+  (moonish.log.used): a reader in another process may have read them before the crash;
 - the log must reach the end control.json records, unless a repair discarded the LSNs in
   between (the next append then starts after them, in a segment of its own);
 - no segment may still hold LSNs control.json marks discarded (a repair cut short);
@@ -28,6 +30,7 @@ from moonish.log.segment import (
     list_snapshots,
     segment_path,
 )
+from moonish.log.used import highest_indexed_lsn, highest_named_lsn
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +48,8 @@ class LogEnd:
         next_lsn: the LSN after its last committed record.
         start: the LSN of the next append (``next_lsn``, or after discarded LSNs).
         frames: its committed frames (the writer checks its index against them).
+        cut: the LSNs ``(first, last)`` the torn tail's frame headers or index entries name,
+            which the writer records as discarded before it cuts the tail (``None``: none).
     """
 
     shard_id: int
@@ -56,6 +61,7 @@ class LogEnd:
     next_lsn: int
     start: int
     frames: list[Frame] = field(default_factory=list)
+    cut: tuple[int, int] | None = None
 
 
 def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
@@ -82,7 +88,17 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
     path = segment_path(shard_dir, base)
     with open(path, "rb") as handle:
         data = handle.read()
-    header = decode_segment_header(data, path, base)
+    try:
+        header = decode_segment_header(data, path, base)
+    except CorruptionError as error:
+        raise CorruptionError(
+            f"cannot open the writer: {error.message}; to remove the segment (the LSNs its "
+            "frames, its index or control.json show were used are then never used again): "
+            f"moonish wal repair {shard_dir} --truncate-at 0",
+            path=error.path,
+            offset=error.offset,
+            lsn=error.lsn,
+        ) from None
     _check_shard_id(shard_id, header.shard_id, path)
     layout = LAYOUTS[header.version]
     frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
@@ -98,20 +114,50 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
             lsn=stop.lsn,
         )
     _check_repair_finished(shard_dir, control, bases, next_lsn)
-    start = next_lsn
+    named = max(  # in a torn tail, or in index entries a truncation left behind
+        highest_named_lsn(data, end, next_lsn, base, layout),
+        highest_indexed_lsn(shard_dir, base, end),
+    )
+    cut = (next_lsn, named) if named >= next_lsn else None
+    start = cut[1] + 1 if cut is not None else next_lsn
     if control is not None and control.next_lsn > next_lsn:
         if not (control.clean and control.covers(next_lsn, control.next_lsn - 1)):
             raise CorruptionError(
                 f"the log ends at LSN {next_lsn - 1}, but it had reached LSN "
                 f"{control.next_lsn - 1} (control.json): segments or records were removed "
-                "from its end",
+                f"from its end; {_continue_after(shard_dir, control)}",
                 path=path,
                 lsn=next_lsn,
             )
-        start = control.next_lsn  # after LSNs a repair discarded: a segment of its own
+        start = max(start, control.next_lsn)  # after discarded LSNs: a segment of its own
     check_snapshots(shard_dir, start)
     return LogEnd(
-        header.shard_id, control, base, header.version, end, len(data), next_lsn, start, frames
+        header.shard_id,
+        control,
+        base,
+        header.version,
+        end,
+        len(data),
+        next_lsn,
+        start,
+        frames,
+        cut,
+    )
+
+
+def _continue_after(shard_dir: str, control: Control) -> str:
+    """The remedy for records lost from the end of the log: continue after the LSNs
+    control.json shows were used (a writer that did not close may have gone further)."""
+    command = f"moonish wal repair {shard_dir} --next-lsn"
+    if control.clean:
+        return (
+            "to continue after them (their LSNs are then never used again): "
+            f"{command} {control.next_lsn}"
+        )
+    return (
+        f"the last writer started at LSN {control.next_lsn} and did not close, so how far it "
+        "got is unknown; to continue past every LSN a consumer saw (the LSNs in between are "
+        f"then never used again): {command} <lsn of at least {control.next_lsn}>"
     )
 
 
@@ -160,7 +206,12 @@ def _check_repair_finished(
     if control is None or not control.discarded:
         return
     for base in bases:
-        last = end - 1 if base == bases[-1] else base
+        if base == bases[-1]:
+            last = end - 1
+        else:  # a sealed segment that holds no record (its LSNs were cut) holds none of them
+            last = (
+                base if os.path.getsize(segment_path(shard_dir, base)) > SEGMENT_HEADER_BYTES else 0
+            )
         for first_cut, last_cut in control.discarded:
             if base <= last_cut and last >= first_cut:
                 path = segment_path(shard_dir, base)
@@ -184,7 +235,9 @@ def check_snapshots(shard_dir: str, next_lsn: int) -> None:
     if snapshots and snapshots[-1] >= next_lsn:
         raise CorruptionError(
             f"the log ends at LSN {next_lsn - 1}, but a snapshot covers the records up to LSN "
-            f"{snapshots[-1]}: records were lost from the end of the log",
+            f"{snapshots[-1]}: records were lost from the end of the log; to continue after "
+            "them (their LSNs are then never used again): moonish wal repair "
+            f"{shard_dir} --next-lsn {snapshots[-1] + 1}",
             path=shard_dir,
             lsn=next_lsn,
         )

@@ -6,8 +6,9 @@ discards records, so it is a command of its own, under the writer lock, that say
 it discards before (``dry_run``) and after it does it:
 
 - :func:`truncate_at` cuts a segment at a record boundary and removes every later segment.
-  The LSNs of what it removes (as far as any intact frame, index entry, later segment, snapshot
-  or control.json shows they were used) are recorded as *discarded* in control.json: the next
+  The LSNs of what it removes (as far as any frame header whose checksum holds, the damaged
+  frame's own included, any index entry, later segment, snapshot or control.json shows they
+  were used: moonish.log.used) are recorded as *discarded* in control.json: the next
   writer continues after them, and a reader that reaches them gets
   :class:`~moonish.errors.LsnDiscardedError` naming where the log continues. An LSN is never
   given to a second record (Kafka's unclean leader election and PostgreSQL's ``pg_resetwal``
@@ -20,14 +21,22 @@ it discards before (``dry_run``) and after it does it:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass
 
 from moonish.errors import CorruptionError, InvalidArgumentError, UnsupportedFormatError
 from moonish.fileio import fsync_dir, write_all
 from moonish.log.control import Control, load_control, store_control
-from moonish.log.format import INDEX_ENTRY, SEGMENT_HEADER_BYTES, segment_name
-from moonish.log.frames import LAYOUTS, FrameLayout, is_torn_tail, next_intact_frame, scan_frames
+from moonish.log.format import FRAME_HEADER, INDEX_ENTRY, SEGMENT_HEADER_BYTES, segment_name
+from moonish.log.frames import (
+    LATEST,
+    LAYOUTS,
+    FrameLayout,
+    is_torn_tail,
+    next_intact_frame,
+    scan_frames,
+)
 from moonish.log.lock import lock_shard
 from moonish.log.segment import (
     decode_segment_header,
@@ -39,6 +48,7 @@ from moonish.log.segment import (
     segment_path,
     shard_id_from_headers,
 )
+from moonish.log.used import highest_indexed_lsn, highest_named_lsn
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +102,11 @@ def truncate_at(
 
     Args:
         shard_dir: the shard directory.
-        offset: where to cut: the end of a committed record or batch (an error names it),
-            the end of the segment header (keep no record), or 0 (remove the segment whole,
-            for a damaged segment header).
+        offset: where to cut: the end of a committed record or batch (the writer's error
+            names it), the end of the segment header (keep no record), 0 (remove the segment
+            whole, for a damaged segment header), or the start of a frame of the atomic batch
+            the damage is in (``wal verify`` names the damaged frame): a batch is all or
+            nothing, so the cut is then at the start of that batch (``cut_offset``).
         segment_base: the base LSN of the segment to cut; default the newest.
         dry_run: only report.
 
@@ -120,14 +132,14 @@ def truncate_at(
             layout = _layout_or_none(data, seg, base)
         else:
             layout = LAYOUTS[decode_segment_header(data, seg, base).version]
-            first = _lsn_at_boundary(data, offset, base, layout, seg)
-            kept = offset
+            kept, first = _cut_point(data, offset, base, layout, seg)
         later = [b for b in bases if b > base]
         intact, last = _intact_after(data, kept, first, layout)
-        last = max(last, _indexed_after(path, base, kept))
+        last = max(last, _named_after(data, kept, first, base, layout))
+        last = max(last, highest_indexed_lsn(path, base, kept))
         for b in later:
             count, top = _segment_records(path, b)
-            intact, last = intact + count, max(last, top, _indexed_after(path, b, 0))
+            intact, last = intact + count, max(last, top, highest_indexed_lsn(path, b, 0))
         control = load_control(path)
         snapshots = list_snapshots(path)
         last = max(
@@ -142,7 +154,7 @@ def truncate_at(
             path,
             dry_run,
             segment_name(base),
-            offset,
+            kept,
             [segment_name(b) for b in later],
             len(data) - kept + removed,
             intact,
@@ -154,8 +166,9 @@ def truncate_at(
         # control.json first: a repair cut short by a crash must still never let those LSNs
         # be written again (running it again finishes the cut)
         shard = control.shard if control is not None else _shard_id(path, bases)
-        spans = _merged((control.discarded if control is not None else ()), discarded)
-        store_control(path, Control(shard, last + 1, True, spans))
+        kept_control = control if control is not None else Control(shard, 1, True)
+        updated = kept_control.with_discarded(discarded)
+        store_control(path, dataclasses.replace(updated, next_lsn=last + 1, clean=True))
         for b in reversed(later):
             os.unlink(segment_path(path, b))
             _unlink(index_path(path, b))
@@ -163,35 +176,13 @@ def truncate_at(
             os.unlink(seg)
             _unlink(index_path(path, base))
         else:
-            _cut(seg, offset)
-            entries = [entry for entry in read_index(index_path(path, base)) if entry[1] < offset]
+            _cut(seg, kept)
+            entries = [entry for entry in read_index(index_path(path, base)) if entry[1] < kept]
             _rewrite_index(index_path(path, base), entries)
         fsync_dir(path)
         return report
     finally:
         os.close(lock)
-
-
-def _merged(
-    spans: tuple[tuple[int, int], ...], new: tuple[int, int] | None
-) -> tuple[tuple[int, int], ...]:
-    """Discarded ranges with ``new`` added, overlapping and adjacent ranges joined."""
-    ordered = sorted([*spans, *([new] if new else [])])
-    joined: list[tuple[int, int]] = []
-    for first, last in ordered:
-        if joined and first <= joined[-1][1] + 1:
-            joined[-1] = (joined[-1][0], max(joined[-1][1], last))
-        else:
-            joined.append((first, last))
-    return tuple(joined)
-
-
-def _indexed_after(shard_dir: str, base: int, offset: int) -> int:
-    """The highest LSN the index of segment ``base`` names at or after ``offset`` (0 if
-    none): the writer adds an entry only after the frame it names was written, so the LSN
-    was used even when that frame is damaged now."""
-    entries = [lsn for lsn, at in read_index(index_path(shard_dir, base)) if at >= offset]
-    return max(entries, default=0)
 
 
 def set_next_lsn(
@@ -251,32 +242,54 @@ def set_next_lsn(
         discarded = (end, next_lsn - 1) if bases and next_lsn > end else None
         report = RepairReport(path, dry_run, None, None, [], 0, 0, discarded, next_lsn)
         if not dry_run:
-            spans = _merged((control.discarded if control is not None else ()), discarded)
-            store_control(path, Control(shard, next_lsn, True, spans))
+            kept_control = control if control is not None else Control(shard, 1, True)
+            updated = kept_control.with_discarded(discarded)
+            store_control(path, dataclasses.replace(updated, next_lsn=next_lsn, clean=True))
         return report
     finally:
         os.close(lock)
 
 
-def _lsn_at_boundary(data: bytes, offset: int, base: int, layout: FrameLayout, seg: str) -> int:
-    """The LSN of the record that would start at ``offset``, which must end a committed record
-    or batch (or the header)."""
-    frames, end, _ = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
+def _cut_point(
+    data: bytes, offset: int, base: int, layout: FrameLayout, seg: str
+) -> tuple[int, int]:
+    """``(where to cut, the LSN of the first record cut)`` for ``offset``: the end of a
+    committed record or batch, the end of the segment header, or the start of a frame of the
+    batch the damage is in (cut at the start of that batch).
+
+    Raises:
+        InvalidArgumentError: ``offset`` is none of these.
+    """
+    frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
     boundaries = {SEGMENT_HEADER_BYTES: base}
-    for frame, after in zip(frames, [*(f.offset for f in frames[1:]), end], strict=True):
+    for i, frame in enumerate(frames):
         if frame.batch_index + 1 == frame.batch_size:
+            after = frames[i + 1].offset if i + 1 < len(frames) else end
             boundaries[after] = frame.lsn + 1
-    if offset not in boundaries:
-        below = max((b for b in boundaries if b < offset), default=SEGMENT_HEADER_BYTES)
-        above = min((b for b in boundaries if b > offset), default=None)
-        raise InvalidArgumentError(
-            f"offset {offset} is not where a record or batch ends (nearest: {below}"
-            f"{f' and {above}' if above is not None else ''}); cutting there would leave "
-            "part of a record",
-            path=seg,
-            offset=offset,
-        )
-    return boundaries[offset]
+    if offset in boundaries:
+        return offset, boundaries[offset]
+    if stop is not None and end < offset <= stop.offset:
+        pos = end  # the frames the scanner took from the open batch before it stopped
+        while pos < offset:
+            (length,) = FRAME_HEADER.unpack_from(data, pos)[1:2]
+            pos += layout.overhead + length
+        if pos == offset:
+            return end, frames[-1].lsn + 1 if frames else base
+    below = max((b for b in boundaries if b < offset), default=SEGMENT_HEADER_BYTES)
+    above = min((b for b in boundaries if b > offset), default=None)
+    raise InvalidArgumentError(
+        f"offset {offset} is not where a record or batch ends (nearest: {below}"
+        f"{f' and {above}' if above is not None else ''}); cutting there would leave "
+        "part of a record",
+        path=seg,
+        offset=offset,
+    )
+
+
+def _named_after(data: bytes, pos: int, lsn: int, base: int, layout: FrameLayout | None) -> int:
+    """The highest LSN from ``lsn`` on that a frame header after ``pos`` names (0 if none;
+    moonish.log.used), read as version 2 where the segment header is too damaged to say."""
+    return highest_named_lsn(data, pos, lsn, base, layout or LATEST)
 
 
 def _intact_after(data: bytes, pos: int, lsn: int, layout: FrameLayout | None) -> tuple[int, int]:
@@ -307,7 +320,7 @@ def _segment_records(shard_dir: str, base: int) -> tuple[int, int]:
         data = handle.read()
     layout = _layout_or_none(data, seg, base)
     count, last = _intact_after(data, SEGMENT_HEADER_BYTES, base, layout)
-    return count, max(last, base)
+    return count, max(last, base, _named_after(data, SEGMENT_HEADER_BYTES, base, base, layout))
 
 
 def _layout_or_none(data: bytes, seg: str, base: int) -> FrameLayout | None:

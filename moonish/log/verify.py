@@ -41,6 +41,7 @@ from moonish.log.segment import (
     require_shard_dir,
     segment_path,
 )
+from moonish.log.used import highest_indexed_lsn, highest_named_lsn
 
 SCAN_BATCH_RECORDS = 65536
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -61,10 +62,13 @@ class VerifyReport:
     torn_tail_bytes: int
     """Bytes of torn tail after the last committed record (cut off by the next writer)."""
     next_lsn: int
-    """The LSN the next writer appends (after any discarded range; control.json's when the
-    shard holds no segment)."""
+    """The LSN the next writer appends (after any discarded range and after the LSNs the torn
+    tail names; control.json's when the shard holds no segment)."""
     discarded: tuple[tuple[int, int], ...]
-    """LSN ranges ``moonish wal repair`` cut out (control.json)."""
+    """LSN ranges cut out (control.json): by ``moonish wal repair``, or as torn tails."""
+    torn_tail_lsns: tuple[int, int] | None = None
+    """The LSNs ``(first, last)`` the torn tail's frame headers or index entries name, which
+    the next writer records as discarded when it cuts the tail (``None``: none)."""
 
 
 def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
@@ -75,7 +79,8 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
 
     A torn tail at the end of the newest segment is not damage (it is the normal end of a log
     whose writer died: the rule is moonish.log.frames, ``is_torn_tail``); it is reported in
-    ``torn_tail_bytes``.
+    ``torn_tail_bytes``, and the LSNs its frame headers name (the next writer discards them,
+    moonish.log.used) in ``torn_tail_lsns``.
 
     Raises:
         InvalidArgumentError: not an existing shard directory.
@@ -87,6 +92,7 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
     control = load_control(path)
     shard: int | None = None
     records = total_bytes = index_entries = torn = 0
+    torn_lsns: tuple[int, int] | None = None
     pos = SEGMENT_HEADER_BYTES  # where the previous segment's last record ends
     index_error: CorruptionError | None = None  # raised after the segments: data comes first
     expected = bases[0] if bases else 1
@@ -136,12 +142,20 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
             if pos == len(data):
                 break
         newest = number == len(bases) - 1
+        if newest:  # what the next writer discards: LSNs frames or entries name past the end
+            named = max(
+                highest_named_lsn(data, pos, lsn, base, layout),
+                highest_indexed_lsn(path, base, pos),
+            )
+            torn_lsns = (lsn, named) if named >= lsn else None
         checked, wrong = _check_index(path, base, offsets, pos if newest else None)
         index_entries += checked
         index_error = index_error or wrong
         expected = lsn
     log_end = (segment_path(path, bases[-1]), pos) if bases else None
     next_lsn = _check_end(path, expected if bases else None, control, log_end)
+    if torn_lsns is not None:
+        next_lsn = max(next_lsn, torn_lsns[1] + 1)
     if index_error is not None:
         raise index_error
     return VerifyReport(
@@ -156,6 +170,7 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
         torn,
         next_lsn,
         control.discarded if control is not None else (),
+        torn_lsns,
     )
 
 

@@ -8,8 +8,11 @@ Contract:
   ``append_batch`` the LSNs of its records.
 - A batch is written with one ``write`` call and never spans segments; readers see all of it or
   none of it, even if the process dies in the middle.
-- On open, an incomplete tail of the newest segment (a torn record or batch) is cut off and the
-  next LSN follows the last complete record. Damage that is not a torn tail raises
+- On open, an incomplete tail of the newest segment (a torn record or batch) is cut off. The
+  next LSN follows the last complete record, or, when the tail's frame headers name LSNs (a
+  reader in another process may have read those frames whole before a crash took them), it
+  follows those: they are recorded as discarded in control.json first, and the writer
+  continues in a new segment. Damage that is not a torn tail raises
   :class:`~moonish.errors.CorruptionError`: the writer never truncates valid data away.
 - Durability follows Redis's ``appendfsync``: ``always`` (fdatasync after every append),
   ``every`` (a background thread syncs every ``fsync_interval_ms``), ``never`` (the OS decides;
@@ -24,6 +27,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Sequence
@@ -161,6 +165,16 @@ class WalWriter:
             recovery = Recovery(segment_path(self.shard_dir, end.start), 0, end.start)
         else:
             path = segment_path(self.shard_dir, end.newest)
+            if end.cut is not None:
+                # control.json first: a writer killed before it cuts (or right after) must
+                # still never give these LSNs again; the log ends exactly there
+                control = end.control or Control(end.shard_id, end.start, True)
+                store_control(
+                    self.shard_dir,
+                    dataclasses.replace(
+                        control.with_discarded(end.cut, torn=True), next_lsn=end.start, clean=True
+                    ),
+                )
             fd = os.open(path, os.O_WRONLY)
             try:
                 if end.committed_end < end.file_bytes:
@@ -180,11 +194,14 @@ class WalWriter:
                 self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 self._base_lsn, self._size = end.newest, end.committed_end
                 self._next_lsn = end.next_lsn
-            recovery = Recovery(path, end.file_bytes - end.committed_end, end.start)
+            recovery = Recovery(path, end.file_bytes - end.committed_end, end.start, end.cut)
         # the discarded ranges cannot change while this writer holds the lock (repair takes it)
-        self._discarded = end.control.discarded if end.control is not None else ()
+        control = end.control or Control(self.shard_id, end.start, False)
+        control = control.with_discarded(end.cut, torn=True)
+        self._discarded, self._torn = control.discarded, control.torn
         store_control(
-            self.shard_dir, Control(self.shard_id, self._next_lsn, False, self._discarded)
+            self.shard_dir,
+            Control(self.shard_id, self._next_lsn, False, self._discarded, self._torn),
         )
         return recovery
 
@@ -525,7 +542,7 @@ class WalWriter:
                     self._close_time()
                     store_control(
                         self.shard_dir,
-                        Control(self.shard_id, self._next_lsn, True, self._discarded),
+                        Control(self.shard_id, self._next_lsn, True, self._discarded, self._torn),
                     )
             finally:
                 for fd in (self._fd, self._index_fd, self._lock_fd):

@@ -26,10 +26,13 @@ def base_url(url: str) -> str:
     ``http://127.0.0.1:8470/`` both name ``http://127.0.0.1:8470``).
 
     Raises:
-        InvalidArgumentError: not http(s), no host, or a query, fragment or user name (a
-            token goes in ``token``, never in the URL).
+        InvalidArgumentError: not a URL (``http://[::1``), not http(s), no host, or a query,
+            fragment or user name (a token goes in ``token``, never in the URL).
     """
-    parts = urllib.parse.urlsplit(url.strip())
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+    except ValueError as error:  # an unclosed IPv6 bracket: "http://[::1"
+        raise InvalidArgumentError(f"bad server URL {url!r}: {error}") from None
     if parts.scheme.lower() not in SCHEMES or not parts.hostname:
         raise InvalidArgumentError(f"a server URL is http(s)://host[:port][/prefix], got {url!r}")
     if parts.query or parts.fragment or parts.username or parts.password:

@@ -52,6 +52,7 @@ from moonish.cdc.shard_read import Tail, existing_shard_dirs
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir import consumers
 from moonish.errors import (
+    CorruptionError,
     InvalidArgumentError,
     MoonishError,
     UnavailableError,
@@ -153,7 +154,10 @@ class Exporter:
         InvalidArgumentError: ``source`` is not a directory of shards; the export directory
             holds the export of another source (its state names both, :class:`ExportSource`);
             its cursor is past a shard's end; files in it do not continue the cursor.
-        UnsupportedFormatError: the export state file is of another format or version.
+        UnsupportedFormatError: the export state file is of another format or version (not
+            JSON, or JSON of another shape).
+        CorruptionError: the export state file says it is one, but its fields are not an
+            export state's.
         UnavailableError: another export holds ``out_dir``.
         ConsumerLostError: ``options.consumer`` is ``lost`` (reset it with ``moonish
             consumer seek``); also from :meth:`run` when retention marks it lost meanwhile.
@@ -366,14 +370,24 @@ def _load_state(out_dir: str) -> tuple[ExportSource | None, dict[int, int]]:
         return None, {}
     except orjson.JSONDecodeError as error:
         raise UnsupportedFormatError(f"export state is not JSON: {error}", path=path) from error
-    if state.get("format") != STATE_FORMAT or state.get("version") not in STATE_VERSIONS:
+    if (
+        not isinstance(state, dict)
+        or state.get("format") != STATE_FORMAT
+        or state.get("version") not in STATE_VERSIONS
+    ):
         raise UnsupportedFormatError(
             f"export state is not {STATE_FORMAT} version {' or '.join(map(str, STATE_VERSIONS))}",
             path=path,
         )
-    source = state.get("source")
-    recorded = None if source is None else ExportSource(source["path"], int(source["shards"]))
-    return recorded, {int(shard): int(lsn) for shard, lsn in state["shards"].items()}
+    try:
+        source = state.get("source")
+        recorded = (
+            None if source is None else ExportSource(str(source["path"]), int(source["shards"]))
+        )
+        cursors = {int(shard): int(lsn) for shard, lsn in state["shards"].items()}
+    except (AttributeError, KeyError, TypeError, ValueError) as error:
+        raise CorruptionError(f"bad export state fields: {error!r}", path=path) from None
+    return recorded, cursors
 
 
 def _placed_files(out_dir: str) -> dict[int, list[tuple[int, int]]]:

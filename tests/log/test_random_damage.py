@@ -7,7 +7,8 @@ shard held before the damage:
   ``CorruptionError`` names the damaged file, the offset of the damaged frame (or of its
   batch) and its LSN, exactly as ``wal verify`` does; or
 - the damage is a torn tail (a truncated newest segment; zeros from a sector boundary) that
-  ``wal verify`` reports and the next writer cuts, exactly there and nowhere else;
+  ``wal verify`` reports and the next writer cuts, exactly there and nowhere else, continuing
+  after the LSNs the cut frame headers name;
 - damage outside the segments costs no record: a damaged index is rebuilt by the writer and
   reported by verify, a damaged snapshot, stream configuration or control file is an error
   naming it, raised where it is needed (after every record, for the control file);
@@ -229,9 +230,12 @@ def _check(template: Template, shard: Path, damage: Damage, killed: bool) -> str
             default=SEGMENT_HEADER_BYTES,
         )
         assert report.torn_tail_bytes == seg.stat().st_size - committed
+        end = intact[-1][0] + 1 if intact else int(damage.file[:16], 16)
+        assert report.torn_tail_lsns is None or report.torn_tail_lsns[0] == end
         with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER)) as writer:
             assert writer.recovery.truncated_bytes == report.torn_tail_bytes
-            assert writer.next_lsn == (intact[-1][0] + 1 if intact else int(damage.file[:16], 16))
+            assert writer.recovery.discarded == report.torn_tail_lsns
+            assert writer.next_lsn == report.next_lsn  # after the LSNs the cut tail named
         return "torn tail, cut by the next writer"
     assert isinstance(error, CorruptionError), repr(error)
     assert error.path == str(seg) and error.offset is not None and error.lsn is not None

@@ -11,9 +11,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from moonish.cdc import shard_read
-from moonish.log.format import SEGMENT_HEADER_BYTES
+from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.records import KvCommand
-from moonish.log.segment import list_segments, segment_path
+from moonish.log.segment import index_path, list_segments, read_index, segment_path
 from moonish.log.verify import verify_shard
 from tests.support.golden import as_if_killed
 from tests.support.golden import frame_spans as segment_frame_spans
@@ -99,8 +99,13 @@ def test_any_cursor_resumes_exactly_the_rest(
             assert rest == [lsn for lsn in expected if lsn >= max(start, 1)]
         assert verify_shard(path).records == len(expected)
 
-        # A writer opened after the crash continues right after the last committed record.
+        # A writer opened after the crash continues right after the last committed record,
+        # or after the LSNs of frames whose headers the cut left whole: a reader in another
+        # process may have read those frames before the crash.
+        named = [lsn for lsn, (start, _) in spans.items() if start + FRAME_HEADER_BYTES <= cut]
+        named += [lsn for lsn, _ in read_index(index_path(str(path), min(spans, default=1)))]
+        after = max([expected[-1] + 1 if expected else 1, *(lsn + 1 for lsn in named)])
         with open_writer(path, segment_bytes=segment_bytes) as writer:
-            assert writer.next_lsn == (expected[-1] + 1 if expected else 1)
+            assert writer.next_lsn == after
             new = writer.append_batch([record(999, b"after"), record(998, b"crash")])
         assert [e.lsn for e in shard_read.tail(path, 0)] == expected + new

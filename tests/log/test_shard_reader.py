@@ -42,15 +42,16 @@ def test_a_follower_drops_stale_bytes_after_a_new_writer_cuts_a_torn_tail(shard:
             handle.write(torn[:300])
         assert reader.poll(100) == []  # nothing yet
         with open_writer(shard) as writer:  # cuts the torn bytes, appends a shorter record
-            assert writer.append(kv(b"new")) == 6
-        assert [f.lsn for f in reader.poll(100)] == [6]
+            assert writer.recovery.discarded == (6, 6)  # the torn frame's header names LSN 6
+            assert writer.append(kv(b"new")) == 7
+        assert [f.lsn for f in reader.poll(100)] == [7]
         with open_writer(shard, segment_bytes=400) as writer:  # rotate: still no error
             for i in range(20):
                 writer.append(kv(b"more-%d" % i))
         got = []
         while frames := reader.poll(100):
             got += [f.lsn for f in frames]
-        assert got == list(range(7, 27))
+        assert got == list(range(8, 28))
 
 
 def test_a_reader_at_an_empty_segment_survives_fill_and_rotation_during_its_listing(

@@ -104,10 +104,11 @@ def test_recovery_cuts_a_torn_batch_whole(shard: Path) -> None:
     os.truncate(seg, frame_offsets(seg)[-1] + 5)  # first two frames of the batch are complete
     as_if_killed(shard)
     assert read_lsns(shard) == [1]
-    with open_writer(shard) as writer:
-        assert writer.next_lsn == 2
-        assert writer.append(kv(b"x")) == 2
-    assert read_lsns(shard) == [1, 2]
+    with open_writer(shard) as writer:  # LSNs 2 and 3 were written whole: never given again
+        assert writer.recovery.discarded == (2, 3)
+        assert writer.next_lsn == 4
+        assert writer.append(kv(b"x")) == 4
+    assert read_lsns(shard) == [1, 4]
 
 
 def test_writer_refuses_to_open_over_damage_that_is_not_a_torn_tail(shard: Path) -> None:

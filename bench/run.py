@@ -37,7 +37,8 @@ docs/benchmarks.md:
     1 GiB; follow-memory: RSS of ``cdc tail --follow`` over minutes of appends (bench.tail).
 13. families: one write command's cost per command family at 1,000 and 1,000,000 elements;
     import-benchmark: ``wal import-aof`` of the AOF of redis-benchmark's default run against
-    redis-server's load of it (bench.families).
+    redis-server's load of it (bench.families); snapshots: the writer's pause when it starts a
+    snapshot in the background, and command latency while the child writes (bench.snapshots).
 
 The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
@@ -69,6 +70,7 @@ from bench.paths import AOF, DATA, MOONISH, READ_RECORDS
 from bench.rdb_import import bench_import_rdb
 from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
+from bench.snapshots import bench_snapshots
 from bench.spark import bench_spark
 from bench.state import aof_commands, bench_views, images_wal
 from bench.tail import bench_follow_memory, bench_poll, bench_tail, bench_tail_memory
@@ -427,6 +429,7 @@ def main() -> None:
         ("follow-memory", lambda: bench_follow_memory(DATA)),
         ("families", lambda: bench_families(DATA)),
         ("import-benchmark", lambda: bench_import_benchmark_aof(DATA)),
+        ("snapshots", lambda: bench_snapshots(DATA)),
     ]
     only = sys.argv[1:]
     for title, bench in sections:

@@ -8,8 +8,9 @@ default, each command words for what it does with it. The stacks (``remote_optio
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import click
 
@@ -17,7 +18,12 @@ from cli.params import LSN, VIEW
 from moonish.log.format import SEGMENT_HEADER_BYTES
 from moonish.log.options import DEFAULT_SEGMENT_BYTES
 from moonish.slots import SLOT_COUNT  # every shard owns at least one slot
-from moonish.state.config import DEFAULT_MAX_VALUE_BYTES
+from moonish.state.config import (
+    DEFAULT_MAX_VALUE_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_RECORDS,
+    DEFAULT_SNAPSHOT_EVERY_S,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -181,6 +187,55 @@ def shard_options(command: F) -> F:
         default=DEFAULT_MAX_VALUE_BYTES,
     )
     return stack(command, [shards, new_view, new_max_value_bytes, segment_bytes])
+
+
+def snapshot_policy(command: F) -> F:
+    """``--snapshot-every-records N``, ``--snapshot-every-bytes N``,
+    ``--snapshot-every-seconds S``: when the writers take snapshots on their own, passed to
+    the command as ``snapshots`` (a ``SnapshotPolicy``; docs/images.md, "Snapshots and
+    recovery")."""
+
+    @functools.wraps(command)
+    def with_policy(
+        *args: Any,
+        snapshot_every_records: int,
+        snapshot_every_bytes: int,
+        snapshot_every_seconds: int,
+        **kwargs: Any,
+    ) -> Any:
+        from moonish.state.autosnapshot import SnapshotPolicy
+
+        kwargs["snapshots"] = SnapshotPolicy(
+            snapshot_every_records, snapshot_every_bytes, snapshot_every_seconds
+        )
+        return command(*args, **kwargs)
+
+    rules: list[Callable[[F], F]] = [
+        click.option(
+            "--snapshot-every-records",
+            type=click.IntRange(min=0),
+            default=DEFAULT_SNAPSHOT_EVERY_RECORDS,
+            show_default=True,
+            help="Each writer takes a snapshot in the background after this many records "
+            "(or as many as its keyspace holds keys, when that is more); 0: not by records.",
+        ),
+        click.option(
+            "--snapshot-every-bytes",
+            type=click.IntRange(min=0),
+            default=DEFAULT_SNAPSHOT_EVERY_BYTES,
+            show_default=True,
+            help="... or after this many bytes of log; 0: not by bytes.",
+        ),
+        click.option(
+            "--snapshot-every-seconds",
+            type=click.IntRange(min=0),
+            default=DEFAULT_SNAPSHOT_EVERY_S,
+            show_default=True,
+            help="... or after this many seconds with any record; 0: not by time (all three "
+            "0: only when asked for, moonish wal checkpoint).",
+        ),
+    ]
+    return stack(cast(F, with_policy), rules)
 
 
 def processes(help: str) -> Callable[[F], F]:

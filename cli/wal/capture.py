@@ -6,17 +6,22 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import orjson
 
 from cli import options
 
+if TYPE_CHECKING:
+    from moonish.state.autosnapshot import SnapshotPolicy
+
 
 @click.command("capture")
 @click.argument("redis_url")
 @click.argument("data_dir", type=click.Path(file_okay=False))
 @options.shard_options
+@options.snapshot_policy
 @click.option(
     "--sync-interval-ms",
     type=click.IntRange(0, None),
@@ -70,6 +75,7 @@ def capture_command(
     tls_key_file: str | None,
     processes: int,
     quiet: bool,
+    snapshots: SnapshotPolicy,
 ) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
     replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
@@ -121,7 +127,12 @@ def capture_command(
         shards,
         stop=stop,
         progress=progress,
-        options=CaptureOptions(sync_interval_ms=sync_interval_ms, replica=replica, settle_gc=True),
+        options=CaptureOptions(
+            sync_interval_ms=sync_interval_ms,
+            replica=replica,
+            settle_gc=True,
+            snapshots=snapshots,
+        ),
         stream=StreamConfig(parse_view(view), max_value_bytes),
         segment_bytes=segment_bytes,
         processes=processes,

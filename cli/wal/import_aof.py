@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -11,11 +12,15 @@ import orjson
 from cli import options
 from cli.params import OUTPUT_DIR
 
+if TYPE_CHECKING:
+    from moonish.state.autosnapshot import SnapshotPolicy
+
 
 @click.command("import-aof")
 @click.argument("appendonlydir", type=click.Path(exists=True, file_okay=False))
 @click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
+@options.snapshot_policy
 @click.option(
     "--skip-unsupported",
     is_flag=True,
@@ -38,6 +43,7 @@ def import_aof_command(
     segment_bytes: int,
     skip_unsupported: bool,
     processes: int,
+    snapshots: SnapshotPolicy,
 ) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -89,6 +95,7 @@ def import_aof_command(
             segment_bytes=segment_bytes,
             skip_unsupported=skip_unsupported,
             processes=processes,
+            snapshots=snapshots,
         )
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)

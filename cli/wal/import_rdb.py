@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -10,11 +11,15 @@ import orjson
 from cli import options
 from cli.params import OUTPUT_DIR
 
+if TYPE_CHECKING:
+    from moonish.state.autosnapshot import SnapshotPolicy
+
 
 @click.command("import-rdb")
 @click.argument("rdb_file", type=click.Path(exists=True, dir_okay=False))
 @click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
+@options.snapshot_policy
 @options.processes(
     help="Once the file is read, load the shards in up to this many processes, each its share, "
     "to use several cores; the logs are the same as with one."
@@ -27,6 +32,7 @@ def import_rdb_command(
     max_value_bytes: int,
     segment_bytes: int,
     processes: int,
+    snapshots: SnapshotPolicy,
 ) -> None:
     """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
     DATA_DIR as r rows (Debezium snapshot reads), one per key, routed by hash slot to
@@ -64,6 +70,7 @@ def import_rdb_command(
         segment_bytes=segment_bytes,
         progress=progress,
         processes=processes,
+        snapshots=snapshots,
     )
     if written[1]:
         click.echo(file=sys.stderr)

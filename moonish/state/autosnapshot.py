@@ -26,13 +26,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from moonish.errors import InvalidArgumentError
+from moonish.state.config import (
+    DEFAULT_SNAPSHOT_EVERY_BYTES,
+    DEFAULT_SNAPSHOT_EVERY_RECORDS,
+    DEFAULT_SNAPSHOT_EVERY_S,
+)
 from moonish.state.keyspace import Keyspace
 from moonish.state.libraries import Libraries
 from moonish.state.snapshot import drop_old_snapshots, snapshot_path, write_snapshot
-
-DEFAULT_EVERY_RECORDS = 100_000
-DEFAULT_EVERY_BYTES = 256 * 2**20
-DEFAULT_EVERY_S = 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +54,9 @@ class SnapshotPolicy:
         InvalidArgumentError: a negative value.
     """
 
-    every_records: int = DEFAULT_EVERY_RECORDS
-    every_bytes: int = DEFAULT_EVERY_BYTES
-    every_s: float = DEFAULT_EVERY_S
+    every_records: int = DEFAULT_SNAPSHOT_EVERY_RECORDS
+    every_bytes: int = DEFAULT_SNAPSHOT_EVERY_BYTES
+    every_s: float = DEFAULT_SNAPSHOT_EVERY_S
 
     def __post_init__(self) -> None:
         for name in ("every_records", "every_bytes", "every_s"):

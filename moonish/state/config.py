@@ -20,6 +20,10 @@ from moonish.log.records import ViewType
 
 CONFIG_NAME = "stream.json"
 DEFAULT_MAX_VALUE_BYTES = 4096
+DEFAULT_SNAPSHOT_EVERY_RECORDS = 100_000
+DEFAULT_SNAPSHOT_EVERY_BYTES = 256 * 2**20
+DEFAULT_SNAPSHOT_EVERY_S = 3600
+"""The default rules of the snapshots a writer takes on its own (moonish.state.autosnapshot)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,8 +13,10 @@ from moonish.errors import InvalidArgumentError
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
 from moonish.redis.aof.importer import import_aof
+from moonish.state.snapshot import list_snapshots
 from tests.support.cli import run
 from tests.support.paths import SLICE
+from tests.support.wal import checkpoints
 
 
 def test_import_aof_rotates_segments_at_segment_bytes(tmp_path: Path) -> None:
@@ -58,3 +60,42 @@ def test_segment_bytes_the_writer_refuses_is_refused_before_anything_is_created(
     with pytest.raises(InvalidArgumentError, match="segment_bytes must exceed 40"):
         import_aof(SLICE, tmp_path / "data", 2, segment_bytes=40)
     assert not (tmp_path / "data").exists()
+
+
+def test_import_aof_takes_snapshots_by_the_snapshot_options(tmp_path: Path) -> None:
+    """``--snapshot-every-records`` makes each writer snapshot on its own while it imports
+    (a checkpoint record labelled by the rule after each); all three rules 0: none."""
+    every = run(
+        "wal",
+        "import-aof",
+        str(SLICE),
+        str(tmp_path / "every"),
+        "--shards",
+        "2",
+        "--snapshot-every-records",
+        "300",
+    )
+    never = run(
+        "wal",
+        "import-aof",
+        str(SLICE),
+        str(tmp_path / "never"),
+        "--shards",
+        "2",
+        "--snapshot-every-records",
+        "0",
+        "--snapshot-every-bytes",
+        "0",
+        "--snapshot-every-seconds",
+        "0",
+    )
+    assert every.returncode == never.returncode == 0, (every.stderr, never.stderr)
+    for shard in ("shard-0", "shard-1"):
+        taken = list_snapshots(str(tmp_path / "every" / shard))
+        assert len(taken) == 2, taken  # the two newest kept
+        assert list_snapshots(str(tmp_path / "never" / shard)) == []
+        marks = checkpoints(tmp_path / "every" / shard)
+        assert marks[-1].checkpoint_lsn == taken[-1]
+        assert {mark.label for mark in marks} == {"auto:records"}
+    for data in ("every", "never"):
+        assert run("wal", "verify", str(tmp_path / data)).returncode == 0

@@ -15,14 +15,11 @@ import orjson
 import pytest
 
 from moonish.errors import InvalidArgumentError
-from moonish.log.format import RecordType
-from moonish.log.payloads import decode_payload
-from moonish.log.reader import ShardReader
-from moonish.log.records import Checkpoint
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.state.autosnapshot import CHECK_EVERY_APPENDS, SnapshotPolicy
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path
+from tests.support.wal import checkpoints
 
 
 def _writer(shard: Path, policy: SnapshotPolicy) -> ShardWriter:
@@ -30,21 +27,6 @@ def _writer(shard: Path, policy: SnapshotPolicy) -> ShardWriter:
         WriterOptions(fsync=FsyncPolicy.NEVER), expiry_sweep_ms=0, snapshots=policy
     )
     return ShardWriter(shard, options)
-
-
-def _checkpoints(shard: Path) -> list[Checkpoint]:
-    reader = ShardReader(str(shard))
-    found = []
-    try:
-        while frames := reader.poll(10_000):
-            for frame in frames:
-                if frame.record_type == RecordType.CHECKPOINT:
-                    record = decode_payload(frame.record_type, frame.payload)
-                    assert isinstance(record, Checkpoint)
-                    found.append(record)
-    finally:
-        reader.close()
-    return found
 
 
 def _state(writer: ShardWriter) -> dict[tuple[int, bytes], object]:
@@ -61,7 +43,7 @@ def test_snapshots_by_records_then_a_reopened_writer_starts_from_the_newest(
         writer.wait_snapshot()
         assert writer.snapshots.error is None and writer.snapshots.taken >= 5
         state, last_lsn = _state(writer), writer.next_lsn - 1
-    marks = _checkpoints(shard)
+    marks = checkpoints(shard)
     assert [mark.label for mark in marks] == ["auto:records"] * len(marks)
     newest = list_snapshots(str(shard))
     assert len(newest) == 2  # the two newest are kept
@@ -86,7 +68,7 @@ def test_a_snapshot_holds_the_keyspace_at_its_lsn_while_appends_go_on(tmp_path: 
     snapshot = read_snapshot(snapshot_path(str(shard), lsn))
     values = {orjson.loads(line)["value"] for line in snapshot.images}
     assert values == {"before"} and len(snapshot.images) == 200
-    assert [(mark.checkpoint_lsn, mark.label) for mark in _checkpoints(shard)] == [
+    assert [(mark.checkpoint_lsn, mark.label) for mark in checkpoints(shard)] == [
         (lsn, "auto:asked")
     ]
 
@@ -102,7 +84,7 @@ def test_a_failed_snapshot_is_reported_and_loses_nothing(tmp_path: Path) -> None
         assert "Directory" in failed.error or "directory" in failed.error
         assert writer.snapshots.error == failed.error
         writer.execute(0, [b"SET", b"k", b"w"])
-    assert _checkpoints(shard) == []
+    assert checkpoints(shard) == []
     os.rmdir(snapshot_path(str(shard), 1))
     with _writer(shard, SnapshotPolicy.off()) as reopened:
         entry = reopened.keyspace.get(0, b"k")
@@ -119,7 +101,7 @@ def test_closing_kills_a_running_snapshot_and_leaves_no_file(tmp_path: Path) -> 
     with pytest.raises(ChildProcessError):
         os.waitpid(running.pid, os.WNOHANG)  # reaped
     assert [p.name for p in shard.iterdir() if "snap" in p.name] == []
-    assert _checkpoints(shard) == []
+    assert checkpoints(shard) == []
 
 
 def test_the_child_does_not_hold_the_shard_lock(tmp_path: Path) -> None:

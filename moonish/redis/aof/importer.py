@@ -53,6 +53,7 @@ from moonish.redis.aof.files import READ_CHUNK_BYTES, starts_with_rdb
 from moonish.redis.aof.parallel import run_workers
 from moonish.redis.aof.replay import ImportReport, Setup, replay_aof
 from moonish.redis.routing.shards import source_shards
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 
 WRITE_BUFFER_BYTES: Final = 256 * 1024
@@ -71,6 +72,7 @@ def import_aof(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     skip_unsupported: bool = False,
     processes: int = 1,
+    snapshots: SnapshotPolicy | None = None,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -96,6 +98,8 @@ def import_aof(
         processes: with more than 1, and shards that hold no record yet (a first import),
             up to this many processes import at once, each writing its share of the shards
             (moonish.redis.aof.parallel); otherwise this process writes every shard.
+        snapshots: when the shards' writers take snapshots on their own
+            (moonish.state.autosnapshot); ``None``: the default policy.
 
     Returns:
         An :class:`ImportReport`.
@@ -130,12 +134,12 @@ def import_aof(
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
     stream = stream or StreamConfig()
-    with source_shards(out_dir, shards, "aof", location, log, stream, clock) as opened:
+    with source_shards(out_dir, shards, "aof", location, log, stream, clock, snapshots) as opened:
         first = all(writer.next_lsn == 1 for writer in opened.writers)
         if processes > 1 and shards > 1 and first and not any(map(_has_sort, paths)):
             for writer in opened.writers:  # the workers open them again
                 writer.close()
-            setup = Setup(paths, shards, log, stream, clock, skip_unsupported)
+            setup = Setup(paths, shards, log, stream, clock, skip_unsupported, snapshots)
             with raised_gc_thresholds():  # (the workers inherit it)
                 return run_workers(setup, out_dir, min(processes, shards), progress)
         with raised_gc_thresholds():

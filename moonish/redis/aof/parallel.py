@@ -131,7 +131,11 @@ def _work(
     try:
         for shard in range(setup.shards):
             if owner[shard] == number:
-                writers.append(open_shard(data_dir, shard, setup.log, setup.stream, setup.clock))
+                writers.append(
+                    open_shard(
+                        data_dir, shard, setup.log, setup.stream, setup.clock, setup.snapshots
+                    )
+                )
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         progress = (lambda count: send.send(("progress", count))) if report_progress else None

@@ -27,6 +27,7 @@ from moonish.redis.rdb.contents import read_file_contents
 from moonish.redis.routing.router import Exchange, Router
 from moonish.redis.routing.shards import OpenShards, open_shards
 from moonish.redis.routing.sources import decode_position, describe, encode_position
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
@@ -84,6 +85,7 @@ class Setup:
     stream: StreamConfig
     clock: Clock
     skip_unsupported: bool
+    snapshots: SnapshotPolicy | None = None
 
 
 def replay_aof(
@@ -160,6 +162,7 @@ def _resync(
             WriterOptions(fsync=FsyncPolicy.NEVER),
             StreamConfig(view=ViewType.OFF),
             clock,
+            SnapshotPolicy.off(),  # removed once the differences are applied
         )
         try:
             scratch_router = Router(scratch.writers, clock, router.skip_unsupported)

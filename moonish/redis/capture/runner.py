@@ -130,7 +130,9 @@ def capture(
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     options = options or CaptureOptions()
     stream = stream or StreamConfig()
-    with source_shards(out_dir, shards, "replica", location, log, stream, clock) as opened:
+    with source_shards(
+        out_dir, shards, "replica", location, log, stream, clock, options.snapshots
+    ) as opened:
         for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
             if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)
                 os.unlink(os.path.join(out_dir, name))

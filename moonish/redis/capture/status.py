@@ -29,6 +29,7 @@ from typing import Any
 
 from moonish.fileio import dump_checked, read_checked, replace_atomically
 from moonish.redis.replication.messages import ReplicaOptions
+from moonish.state.autosnapshot import SnapshotPolicy
 
 STATUS_NAME = "capture.json"
 FORMAT = "moonish-capture"
@@ -58,6 +59,8 @@ class CaptureOptions:
             collector's thresholds (moonish.gcpolicy.settle_gc): process-wide, so for a
             process that only captures (``moonish wal capture`` sets it; docs/benchmarks.md §11
             measures it).
+        snapshots: when the shards' writers take snapshots on their own
+            (moonish.state.autosnapshot), in this process or the workers.
     """
 
     sync_interval_ms: int = 100
@@ -69,6 +72,7 @@ class CaptureOptions:
     max_reconnects: int | None = None
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
     settle_gc: bool = False
+    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
 
 
 @dataclass

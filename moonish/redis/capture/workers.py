@@ -394,7 +394,14 @@ def _work(
         for shard in range(setup.shards):
             if shard in owned:
                 writers.append(
-                    open_shard(setup.data_dir, shard, setup.log, setup.stream, setup.clock)
+                    open_shard(
+                        setup.data_dir,
+                        shard,
+                        setup.log,
+                        setup.stream,
+                        setup.clock,
+                        setup.options.snapshots,
+                    )
                 )
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))

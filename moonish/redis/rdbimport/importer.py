@@ -29,6 +29,7 @@ from moonish.redis.rdbimport.parallel import LoadSetup, load_in_processes
 from moonish.redis.routing.shards import source_shards
 from moonish.redis.routing.sources import check_source, decode_position, describe, encode_position
 from moonish.redis.routing.target import check_target
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
@@ -69,6 +70,7 @@ def import_rdb(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     progress: Callable[[int], None] | None = None,
     processes: int = 1,
+    snapshots: SnapshotPolicy | None = None,
 ) -> RdbImportReport:
     """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
     module docstring).
@@ -84,6 +86,8 @@ def import_rdb(
         processes: with more than 1 (and more than 1 shard), the shards are loaded by up to
             this many forked processes, each its share, once the file is read
             (moonish.redis.rdbimport.parallel); the logs are the same as with one.
+        snapshots: when the shards' writers take snapshots on their own
+            (moonish.state.autosnapshot); ``None``: the default policy.
 
     Returns:
         An :class:`RdbImportReport`.
@@ -119,7 +123,7 @@ def import_rdb(
     )
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     with source_shards(
-        out_dir, shards, "rdb", location, log, stream or StreamConfig(), clock
+        out_dir, shards, "rdb", location, log, stream or StreamConfig(), clock, snapshots
     ) as opened:
         position = encode_position({"rdb": identity})
         report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]
@@ -131,7 +135,9 @@ def import_rdb(
         if processes > 1:
             for writer in opened.writers:  # the workers open them again
                 writer.close()
-            setup = LoadSetup(out_dir, shards, log, stream or StreamConfig(), clock, contents)
+            setup = LoadSetup(
+                out_dir, shards, log, stream or StreamConfig(), clock, contents, snapshots
+            )
             done = load_in_processes(setup, processes, load, progress)
         else:
             done = [load(writer, shard, progress) for shard, writer in enumerate(opened.writers)]

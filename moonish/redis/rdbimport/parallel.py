@@ -30,6 +30,7 @@ from moonish.log.writer import WriterOptions
 from moonish.redis.rdb.contents import RdbContents
 from moonish.redis.routing.shards import open_shard
 from moonish.slots import shard_groups
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ShardWriter
 
@@ -48,6 +49,7 @@ class LoadSetup:
     stream: StreamConfig
     clock: Clock
     contents: RdbContents
+    snapshots: SnapshotPolicy | None = None
 
 
 def load_in_processes(
@@ -118,7 +120,9 @@ def _work(
     progress = (lambda count: send.send(("progress", count))) if report_progress else None
     try:
         for shard in group:
-            with open_shard(setup.data_dir, shard, setup.log, setup.stream, setup.clock) as writer:
+            with open_shard(
+                setup.data_dir, shard, setup.log, setup.stream, setup.clock, setup.snapshots
+            ) as writer:
                 done[shard] = load(writer, shard, progress)
                 writer.sync()
         send.send(("report", done))

@@ -18,6 +18,7 @@ from moonish.log.segment import index_path, list_segments, segment_path
 from moonish.log.writer import WriterOptions
 from moonish.redis.routing.sources import SOURCE_NAME, check_source, remember_source, unknown_source
 from moonish.redis.routing.target import check_descriptors
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import CONFIG_NAME, StreamConfig
 from moonish.state.shard import ShardOptions, ShardWriter
 
@@ -54,6 +55,7 @@ def source_shards(
     log: WriterOptions,
     stream: StreamConfig,
     clock: Clock,
+    snapshots: SnapshotPolicy | None = None,
 ) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
@@ -71,7 +73,7 @@ def source_shards(
     """
     remembered = check_source(data_dir, kind, location)
     check_descriptors(shards, raise_soft=True)
-    opened = open_shards(data_dir, shards, log, stream, clock)
+    opened = open_shards(data_dir, shards, log, stream, clock, snapshots)
     try:
         if not remembered:
             if any(writer.next_lsn > 1 for writer in opened.writers):
@@ -103,20 +105,36 @@ def _holds_records(writer: ShardWriter) -> bool:
 
 
 def open_shard(
-    data_dir: str, shard: int, log: WriterOptions, stream: StreamConfig, clock: Clock
+    data_dir: str,
+    shard: int,
+    log: WriterOptions,
+    stream: StreamConfig,
+    clock: Clock,
+    snapshots: SnapshotPolicy | None = None,
 ) -> ShardWriter:
     """The writer of ``data_dir/shard-<shard>`` as imports and captures open it: ``log``'s
-    options with its shard id, ``stream`` if it is new, no expiry sweep thread.
+    options with its shard id, ``stream`` if it is new, no expiry sweep thread, snapshots by
+    ``snapshots`` (``None``: the default policy).
 
     Raises:
         As :class:`ShardWriter`.
     """
-    options = ShardOptions(replace(log, shard_id=shard), stream, expiry_sweep_ms=0)
+    options = ShardOptions(
+        replace(log, shard_id=shard),
+        stream,
+        expiry_sweep_ms=0,
+        snapshots=snapshots or SnapshotPolicy(),
+    )
     return ShardWriter(os.path.join(data_dir, f"shard-{shard}"), options, clock)
 
 
 def open_shards(
-    out_dir: str, shards: int, log: WriterOptions, stream: StreamConfig, clock: Clock
+    out_dir: str,
+    shards: int,
+    log: WriterOptions,
+    stream: StreamConfig,
+    clock: Clock,
+    snapshots: SnapshotPolicy | None = None,
 ) -> OpenShards:
     """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
     the others are closed, what this call created is removed again and the error is
@@ -132,7 +150,7 @@ def open_shards(
     try:
         for shard, shard_dir in enumerate(shard_dirs):
             try:
-                writers.append(open_shard(out_dir, shard, log, stream, clock))
+                writers.append(open_shard(out_dir, shard, log, stream, clock, snapshots))
             except OSError as exc:
                 raise _open_error(exc, shard, shards, shard_dir) from exc
     except BaseException:

@@ -28,6 +28,7 @@ from moonish.redis.aof.importer import import_aof
 from moonish.redis.capture.runner import capture
 from moonish.redis.capture.status import CaptureOptions, read_status
 from moonish.redis.routing.sources import SourceMismatchError, decode_position
+from moonish.state.snapshot import list_snapshots
 from tests.support.paths import ROOT
 from tests.support.redis.capture import (
     FAST,
@@ -155,8 +156,13 @@ def writing() -> Iterator[Callable[[redis.Redis], threading.Event]]:
         thread.join(10)
 
 
+SNAPSHOTS = ("--snapshot-every-records", "200", "--processes", "2")
+
+
 @pytest.mark.redis
-@pytest.mark.parametrize("extra", [(), ("--processes", "2")], ids=["one", "processes"])
+@pytest.mark.parametrize(
+    "extra", [(), ("--processes", "2"), SNAPSHOTS], ids=["one", "processes", "snapshots"]
+)
 def test_a_capture_killed_and_restarted_applies_every_command_once(
     tmp_path: Path,
     workdir: Path,
@@ -186,6 +192,9 @@ def test_a_capture_killed_and_restarted_applies_every_command_once(
         summary = orjson.loads(out)
         assert summary["continues"] == 1 and summary["full_resyncs"] == 0, (summary, err)
         expected = redis_state(client, (0,))
+    if extra == SNAPSHOTS:  # taken on their own, some while the capture was killed
+        for shard in ("shard-0", "shard-1"):
+            assert list_snapshots(str(data_dir / shard)), shard
     assert our_state(data_dir) == expected
     chains = incr_chains(data_dir)
     assert len(chains) == 20

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
+import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -90,6 +92,10 @@ def capture_command(
     received the changes (Redis sends none). Progress on stderr, a JSON summary at the end;
     DATA_DIR/capture.json holds the offsets received and durable (moonish cdc info shows it).
 
+    Each shard's writer snapshots its keyspace in the background (--snapshot-every-*), so a
+    restart rebuilds it from the newest snapshot and the records after it (a line a second
+    on stderr while it does; SIGTERM or Ctrl-C then stops at once, before connecting).
+
     The user needs the psync, replconf and ping commands (ACL +psync +replconf +ping).
 
     Example:
@@ -110,6 +116,24 @@ def capture_command(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, request_stop)
+
+    shown: dict[str, float] = {}
+
+    def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
+        """A line per shard as its writer starts rebuilding, then at most one a second."""
+        now = time.monotonic()
+        if (
+            quiet
+            or now - shown.get(shard_dir, -1.0) < 1.0
+            or (lsn == last_lsn and shard_dir in shown)
+        ):
+            return
+        shown[shard_dir] = now
+        click.echo(
+            f"moonish: {os.path.basename(shard_dir)}: rebuilding the keyspace: "
+            f"LSN {lsn:,} of {last_lsn:,}",
+            err=True,
+        )
 
     def progress(report: CaptureReport) -> None:
         if not quiet:
@@ -136,6 +160,7 @@ def capture_command(
         stream=StreamConfig(parse_view(view), max_value_bytes),
         segment_bytes=segment_bytes,
         processes=processes,
+        on_recovery=recovering,
     )
     if not quiet:
         click.echo(f"\r{report.line()}", file=sys.stderr)

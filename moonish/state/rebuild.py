@@ -8,6 +8,8 @@ Records are replayed at their commit time (relative TTLs, stream IDs). Other mes
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import orjson
 
 from moonish.errors import (
@@ -31,10 +33,23 @@ from moonish.values.model import entry_from_image
 REPLAY_BATCH_RECORDS = 4096
 
 
-def rebuild(shard_dir: str, last_lsn: int, keyspace: Keyspace, libraries: Libraries) -> bytes:
+Progress = Callable[[int, int], None]
+"""Called with (the LSN the keyspace is rebuilt up to, the last LSN) once the snapshot is
+loaded and after every batch of :data:`REPLAY_BATCH_RECORDS` records replayed; it may raise
+to stop the rebuild (the exception goes to the caller)."""
+
+
+def rebuild(
+    shard_dir: str,
+    last_lsn: int,
+    keyspace: Keyspace,
+    libraries: Libraries,
+    progress: Progress | None = None,
+) -> bytes:
     """Fill the empty ``keyspace`` and ``libraries`` with the state at ``last_lsn``: the
     newest snapshot at or below it, then the records after the snapshot. Returns the source
     position at ``last_lsn`` (the last one a record or the snapshot carried; ``b""``: none).
+    ``progress``: see :data:`Progress`.
 
     Raises:
         CorruptionError: the snapshot or a record is damaged, a record does not replay, or
@@ -56,6 +71,8 @@ def rebuild(shard_dir: str, last_lsn: int, keyspace: Keyspace, libraries: Librar
                 f"bad library line in snapshot: {exc!r}", path=snapshot.path
             ) from None
         start, source = snapshot.lsn + 1, snapshot.source
+    if progress is not None:
+        progress(start - 1, last_lsn)
     if start > last_lsn:
         return source
     reader = ShardReader(shard_dir)
@@ -82,6 +99,8 @@ def rebuild(shard_dir: str, last_lsn: int, keyspace: Keyspace, libraries: Librar
                     )
                     or source
                 )
+            if progress is not None:
+                progress(frames[-1].lsn, last_lsn)
     finally:
         reader.close()
     return source

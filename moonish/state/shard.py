@@ -47,7 +47,7 @@ from moonish.state.config import StreamConfig, load_config, store_config, upgrad
 from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.libraries import Libraries
-from moonish.state.rebuild import rebuild
+from moonish.state.rebuild import Progress, rebuild
 from moonish.state.snapshot import list_snapshots, write_snapshot
 from moonish.values.model import Entry, full_image, key_image, state_image
 
@@ -70,12 +70,17 @@ class ShardOptions:
     expiry_sweep_ms: period of the active expiry sweep thread; 0: no thread.
     snapshots: when the writer takes snapshots on its own (moonish.state.autosnapshot);
         :meth:`SnapshotPolicy.off` for never.
+    on_recovery: called while the writer rebuilds its keyspace as it opens, with (the LSN
+        rebuilt up to, the last LSN) after the snapshot and every batch of records replayed
+        (moonish.state.rebuild); what it raises stops the opening (the log is closed) and
+        goes to the caller.
     """
 
     log: WriterOptions = field(default_factory=WriterOptions)
     stream: StreamConfig = field(default_factory=StreamConfig)
     expiry_sweep_ms: int = 100
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    on_recovery: Progress | None = None
 
 
 class ExecResult(NamedTuple):
@@ -157,7 +162,11 @@ class ShardWriter:
                 upgrade_config(self.shard_dir)  # an older file gets its checksum
             self._use(stored or self.options.stream)
             self.source = rebuild(
-                self.shard_dir, self._log.next_lsn - 1, self.keyspace, self.libraries
+                self.shard_dir,
+                self._log.next_lsn - 1,
+                self.keyspace,
+                self.libraries,
+                self.options.on_recovery,
             )
         except BaseException:
             self._log.close()

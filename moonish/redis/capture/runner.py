@@ -83,6 +83,7 @@ def capture(
     stream: StreamConfig | None = None,
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     processes: int = 1,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> CaptureReport:
     """Follow the Redis master at ``url`` into ``shards`` shards under ``data_dir`` until
     ``stop`` is set (see the module docstring); then sync, acknowledge and return.
@@ -102,6 +103,11 @@ def capture(
         processes: with more than 1 (and more than 1 shard), the shards are written by up to
             this many worker processes, each its share (moonish.redis.capture.workers); this
             process reads the stream and acknowledges. The logs are the same as with one.
+        on_recovery: called while the shards' writers rebuild their keyspaces as they open,
+            with (the shard directory, the LSN rebuilt up to, the last LSN), after the
+            snapshot and every batch of records replayed. ``stop`` is looked at there too:
+            set during the rebuild, the capture returns without connecting (a rebuild writes
+            nothing, so nothing is lost).
 
     Returns:
         A :class:`CaptureReport`.
@@ -130,8 +136,56 @@ def capture(
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     options = options or CaptureOptions()
     stream = stream or StreamConfig()
+
+    def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        if on_recovery is not None:
+            on_recovery(shard_dir, lsn, last_lsn)
+
+    try:
+        return _run(
+            url,
+            out_dir,
+            shards,
+            location,
+            log,
+            stream,
+            options,
+            clock,
+            processes,
+            stop,
+            progress,
+            recovering,
+        )
+    except _Stopped:  # while the shards were opened: nothing connected, nothing written
+        report = CaptureReport(per_shard=[0] * shards)
+        report.master = address.path
+        return report
+
+
+class _Stopped(Exception):
+    """``stop`` was set while the shards' writers rebuilt their keyspaces."""
+
+
+def _run(
+    url: str,
+    out_dir: str,
+    shards: int,
+    location: str,
+    log: WriterOptions,
+    stream: StreamConfig,
+    options: CaptureOptions,
+    clock: Clock,
+    processes: int,
+    stop: threading.Event | None,
+    progress: Progress | None,
+    recovering: Callable[[str, int, int], None],
+) -> CaptureReport:
+    """:func:`capture` once its arguments are checked."""
+    address = parse_redis_url(url)
     with source_shards(
-        out_dir, shards, "replica", location, log, stream, clock, options.snapshots
+        out_dir, shards, "replica", location, log, stream, clock, options.snapshots, recovering
     ) as opened:
         for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
             if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)

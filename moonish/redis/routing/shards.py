@@ -6,8 +6,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from functools import partial
 
 from moonish.clock import Clock
 from moonish.errors import MoonishError, UnavailableError
@@ -56,6 +57,7 @@ def source_shards(
     stream: StreamConfig,
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
@@ -73,7 +75,7 @@ def source_shards(
     """
     remembered = check_source(data_dir, kind, location)
     check_descriptors(shards, raise_soft=True)
-    opened = open_shards(data_dir, shards, log, stream, clock, snapshots)
+    opened = open_shards(data_dir, shards, log, stream, clock, snapshots, on_recovery)
     try:
         if not remembered:
             if any(writer.next_lsn > 1 for writer in opened.writers):
@@ -111,21 +113,25 @@ def open_shard(
     stream: StreamConfig,
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> ShardWriter:
     """The writer of ``data_dir/shard-<shard>`` as imports and captures open it: ``log``'s
     options with its shard id, ``stream`` if it is new, no expiry sweep thread, snapshots by
-    ``snapshots`` (``None``: the default policy).
+    ``snapshots`` (``None``: the default policy); ``on_recovery`` is called with (the shard
+    directory, the LSN rebuilt up to, the last LSN) as ``ShardOptions.on_recovery`` is.
 
     Raises:
         As :class:`ShardWriter`.
     """
+    shard_dir = os.path.join(data_dir, f"shard-{shard}")
     options = ShardOptions(
         replace(log, shard_id=shard),
         stream,
         expiry_sweep_ms=0,
         snapshots=snapshots or SnapshotPolicy(),
+        on_recovery=None if on_recovery is None else partial(on_recovery, shard_dir),
     )
-    return ShardWriter(os.path.join(data_dir, f"shard-{shard}"), options, clock)
+    return ShardWriter(shard_dir, options, clock)
 
 
 def open_shards(
@@ -135,6 +141,7 @@ def open_shards(
     stream: StreamConfig,
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> OpenShards:
     """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
     the others are closed, what this call created is removed again and the error is
@@ -150,7 +157,9 @@ def open_shards(
     try:
         for shard, shard_dir in enumerate(shard_dirs):
             try:
-                writers.append(open_shard(out_dir, shard, log, stream, clock, snapshots))
+                writers.append(
+                    open_shard(out_dir, shard, log, stream, clock, snapshots, on_recovery)
+                )
             except OSError as exc:
                 raise _open_error(exc, shard, shards, shard_dir) from exc
     except BaseException:

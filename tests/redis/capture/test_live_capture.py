@@ -310,3 +310,41 @@ def test_a_dropped_connection_reconnects_and_continues(
     assert our_state(data_dir) == expected
     pushes = [e for e in events(data_dir) if e["after"] and e["after"]["key"] == "after-kill"]
     assert len(pushes) == 3  # each command once, across the reconnects
+
+
+@pytest.mark.redis
+def test_a_stop_while_the_shards_rebuild_returns_before_connecting(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """SIGTERM/Ctrl-C set ``stop``: during the rebuild of a long log the capture returns at
+    the next batch of records, having connected to no one and written nothing."""
+    data_dir = tmp_path / "data"
+    with redis_server(workdir) as client:
+        with Running(client, data_dir, 2) as running:
+            running.caught_up(client)
+            with client.pipeline(transaction=False) as pipe:
+                for i in range(30_000):
+                    pipe.incr(f"n{i % 50}")
+                pipe.execute()
+            running.caught_up(client)
+            running.finish()
+        ends = {}
+        for shard_dir in moonish.shard_dirs(data_dir):
+            with shard_writer(Path(shard_dir)) as writer:
+                ends[shard_dir] = writer.next_lsn
+        stop = threading.Event()
+        calls: list[tuple[str, int, int]] = []
+
+        def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
+            calls.append((shard_dir, lsn, last_lsn))
+            if lsn > 0:
+                stop.set()  # as the signal handler does, mid-rebuild
+
+        replicas = client.info("replication")["connected_slaves"]
+        report = capture(url_of(client), data_dir, 2, stop=stop, on_recovery=recovering)
+        assert client.info("replication")["connected_slaves"] == replicas
+    assert report.continues == report.full_resyncs == report.commands == 0
+    assert len(calls) == 2 and calls[-1][1] < calls[-1][2]  # stopped before the log's end
+    for shard_dir, end in ends.items():
+        with shard_writer(Path(shard_dir)) as writer:
+            assert writer.next_lsn == end  # nothing written

@@ -93,6 +93,7 @@ class BackgroundSnapshot:
         lsn: the snapshot's LSN (the log was synced up to it before the fork).
         path: the snapshot file it writes.
         reason: why it was taken (``"records"``, ``"bytes"``, ``"time"``, ``"asked"``).
+        label: its checkpoint record's label (``auto:<reason>`` unless given).
         pause_s: how long the fork kept the writer (seconds).
     """
 
@@ -106,8 +107,10 @@ class BackgroundSnapshot:
         libraries: Libraries,
         source: bytes,
         reason: str,
+        label: str = "",
     ) -> None:
         self.lsn, self.reason = lsn, reason
+        self.label = label or f"auto:{reason}"
         self.path = snapshot_path(shard_dir, lsn)
         self.started = time.monotonic()
         self._error_read, error_write = os.pipe()
@@ -262,7 +265,7 @@ class AutoSnapshots:
         if reason is not None:
             self.start(host, reason)
 
-    def start(self, host: SnapshotHost, reason: str) -> BackgroundSnapshot:
+    def start(self, host: SnapshotHost, reason: str, label: str = "") -> BackgroundSnapshot:
         """Sync the log and fork the child that writes the snapshot at the last LSN (a
         running one is first waited for).
 
@@ -277,7 +280,15 @@ class AutoSnapshots:
         lsn = host.next_lsn - 1
         self._lsn, self._bytes_at, self._since = lsn, appended, time.monotonic()
         self.running = BackgroundSnapshot(
-            host.shard_dir, shard, lsn, host.keyspace, now_us, host.libraries, host.source, reason
+            host.shard_dir,
+            shard,
+            lsn,
+            host.keyspace,
+            now_us,
+            host.libraries,
+            host.source,
+            reason,
+            label,
         )
         return self.running
 
@@ -289,13 +300,21 @@ class AutoSnapshots:
             self._finish(host)
         return snapshot
 
+    def finish_if_ended(self, host: SnapshotHost) -> BackgroundSnapshot | None:
+        """The running child if it has ended (then finished), else ``None``; never blocks."""
+        snapshot = self.running
+        if snapshot is not None and snapshot.poll():
+            self._finish(host)
+            return snapshot
+        return None
+
     def _finish(self, host: SnapshotHost) -> None:
         snapshot, self.running = self.running, None
         assert snapshot is not None
         if snapshot.error is not None:
             self.error = snapshot.error
             return
-        host.append_checkpoint(snapshot.lsn, f"auto:{snapshot.reason}")
+        host.append_checkpoint(snapshot.lsn, snapshot.label)
         drop_old_snapshots(host.shard_dir)
         self.last, self.error = snapshot, None
         self.taken += 1

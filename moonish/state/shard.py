@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, NamedTuple
@@ -534,7 +535,7 @@ class ShardWriter:
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
             return path, lsn
 
-    def snapshot_in_background(self, reason: str = "asked") -> BackgroundSnapshot:
+    def snapshot_in_background(self, reason: str = "asked", label: str = "") -> BackgroundSnapshot:
         """Start a snapshot at the last LSN, written by a child process while appends go on
         (moonish.state.autosnapshot); its checkpoint record is appended once it is in place
         (:meth:`wait_snapshot`, or an append after it ends).
@@ -545,13 +546,18 @@ class ShardWriter:
         """
         with self._lock:
             self._check_sweep()
-            return self.snapshots.start(self, reason)
+            return self.snapshots.start(self, reason, label)
 
-    def wait_snapshot(self) -> BackgroundSnapshot | None:
+    def wait_snapshot(self, poll_s: float = 0.01) -> BackgroundSnapshot | None:
         """Wait for the background snapshot that runs, if any, and append its checkpoint
-        record; returns it (its ``error`` says why it failed)."""
-        with self._lock:
-            return self.snapshots.wait(self)
+        record; returns it (its ``error`` says why it failed). Appends go on meanwhile: the
+        child is looked at every ``poll_s`` seconds, the writer's lock held only then."""
+        while True:
+            with self._lock:
+                running = self.snapshots.running
+                if running is None or self.snapshots.finish_if_ended(self) is not None:
+                    return running
+            time.sleep(poll_s)
 
     def snapshot_facts(self) -> tuple[int, int]:
         """(shard id, bytes of log appended since this writer opened)."""

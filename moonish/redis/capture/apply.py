@@ -112,6 +112,8 @@ class ShardApplier:
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
+        for shard in self.own:  # a command's time is when the master ran it
+            writers[shard].live_source = True
         self.router = Router(writers, clock, exchange=exchange)
         self.router.skip = list(self.foreign)
         self.counts = ApplierCounts(records=self.router.records)

@@ -1,0 +1,41 @@
+"""Keys that expire on a real redis-server 7.0, followed by a live capture: the master's ``DEL``
+(``UNLINK`` with ``lazyfree-lazy-expire yes``) of a key it expired is a ``d`` marked
+``expired``, unlike a user's delete."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.redis.capture import Running, events
+from tests.support.servers.redis_server import redis_server
+
+
+def deletes(data_dir: Path) -> dict[str, dict[str, Any]]:
+    return {e["before"]["key"]: e["source"] for e in events(data_dir) if e["op"] == "d"}
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(("lazyfree", "command"), [("no", "DEL"), ("yes", "UNLINK")])
+def test_a_key_the_master_expires_is_a_delete_marked_expired(
+    tmp_path: Path, workdir: Path, lazyfree: str, command: str
+) -> None:
+    with (
+        redis_server(workdir, "--lazyfree-lazy-expire", lazyfree) as client,
+        Running(client, tmp_path / "data", 2) as running,
+    ):
+        running.caught_up(client)
+        client.set("short-lived", "v", px=100)
+        client.set("deleted", "v", px=60_000)
+        time.sleep(0.3)
+        assert client.get("short-lived") is None  # expired on access: Redis propagates it
+        client.delete("deleted")
+        running.caught_up(client)
+        running.finish()
+    seen = deletes(tmp_path / "data")
+    assert seen["short-lived"]["expired"] is True
+    assert seen["short-lived"]["command"] == command
+    assert seen["deleted"]["expired"] is False

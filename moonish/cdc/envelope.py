@@ -9,14 +9,14 @@ included::
                 "ts_ms": <commit ms>, "ts_us": ..., "ts_ns": ...,
                 "snapshot": "false"|"first"|"true"|"last",
                 "db": <Redis db index>|null, "shard": <id>, "lsn": <lsn>
-                [, "command": <name>|null, "expired": <bool>]},
+                [, "command": <NAME>|null, "expired": <bool>]},
      "transaction": {"id": "<shard>:<first lsn>", "total_order": n,
                      "data_collection_order": n}|null,
      "op": "c"|"u"|"d"|"r"|"t", "ts_ms": <produced ms>, "ts_us": ..., "ts_ns": ...}
 
 A kv_change record (and a snapshot row, ``op: "r"``) carries its before/after images already
 as JSON (moonish.values.model); they are spliced in without parsing, and ``source`` gains
-``command`` and ``expired``. Plain kv, temporal and graph records get command-shaped images
+``command`` (upper-cased here: the log keeps the client's case) and ``expired``. Plain kv, temporal and graph records get command-shaped images
 (docs/envelopes.md, "Plain kv records").
 
 A checkpoint or a message record is not a data change and is shaped like Debezium's
@@ -404,7 +404,7 @@ class EnvelopeEncoder:
             transaction = b"null"
         if not command:
             command_json = b"null"  # a snapshot row
-        elif is_plain(command):
+        elif is_plain(command := command.upper()):  # one form, whatever case the client used
             command_json = b'"' + command + b'"'
         else:
             command_json = orjson.dumps(text_or_b64(command))

@@ -98,7 +98,7 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
                 if not view:
                     continue  # written with the stream off: not a change event
                 add_op(_OPS[op])
-                add_command(command)
+                add_command(command.upper())
                 add_db(db)
                 add_key(key)
                 add_expired((cflags & CHANGE_EXPIRED) != 0)

@@ -177,7 +177,7 @@ def shard_options(command: F) -> F:
     )
     new_max_value_bytes = max_value_bytes(
         help="In shards this command creates, a value whose JSON is larger is left out of "
-        'images as {"_omitted_length": n}.',
+        'images: envelopes carry "value": null, "omitted_length": n.',
         default=DEFAULT_MAX_VALUE_BYTES,
     )
     return stack(command, [shards, new_view, new_max_value_bytes, segment_bytes])

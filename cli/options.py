@@ -80,6 +80,11 @@ def transactions(help: str) -> Callable[[F], F]:
     return click.option("--transactions", is_flag=True, help=help)
 
 
+def messages(help: str) -> Callable[[F], F]:
+    """``--messages``: also print checkpoints and message records (``op: "m"``)."""
+    return click.option("--messages", is_flag=True, help=help)
+
+
 def from_lsn(help: str, default: int | None) -> Callable[[F], F]:
     """``--from-lsn LSN``: where one shard is read from (a default other than None is shown)."""
     shown: dict[str, Any] = {} if default is None else {"show_default": True}

@@ -16,10 +16,11 @@ included::
 
 A kv_change record (and a snapshot row, ``op: "r"``) carries its before/after images already
 as JSON (moonish.values.model); they are spliced in without parsing, and ``source`` gains
-``command`` (upper-cased here: the log keeps the client's case) and ``expired``. Plain kv, temporal and graph records get command-shaped images
-(docs/envelopes.md, "Plain kv records").
+``command`` (upper-cased here: the log keeps the client's case) and ``expired``. Plain kv,
+temporal and graph records get command-shaped images (docs/envelopes.md, "Plain kv records").
 
-A checkpoint or a message record is not a data change and is shaped like Debezium's
+A checkpoint or a message record is not a data change: it is left out unless the encoder is
+asked for messages (``messages=True``), and then shaped like Debezium's
 logical-decoding message (``op: "m"``; Debezium's PostgreSQL connector, "Message events"): no
 ``before``/``after`` at all, a ``message`` block with ``prefix`` and base64 ``content``, and
 ``source.db`` the message's db (``null`` for a checkpoint). Byte strings that are not valid
@@ -90,6 +91,11 @@ def _stream_off(record_type: int, payload: bytes) -> bool:
     return record_type == RecordType.KV_CHANGE and len(payload) > 2 and payload[2] == 0
 
 
+MESSAGE_TYPES = frozenset({RecordType.CHECKPOINT, RecordType.MESSAGE})
+"""The record types whose envelopes are ``op: "m"`` messages (not data changes), left out
+unless a reader asks for them (``messages=True``)."""
+
+
 class EnvelopeEncoder:
     """Decodes frames of one shard and encodes them as Debezium envelopes.
 
@@ -110,6 +116,9 @@ class EnvelopeEncoder:
         path: the shard directory; errors name the segment file in it that holds the record.
         transactions: also emit Debezium's BEGIN/END transaction records around atomic
             batches (ops ``"BEGIN"``/``"END"``; docs/envelopes.md, "Transactions").
+        messages: also emit checkpoints and message records (``op: "m"``); without it they
+            are passed over like records of a disabled stream (docs/envelopes.md,
+            "Messages: op m").
     """
 
     def __init__(
@@ -120,9 +129,11 @@ class EnvelopeEncoder:
         path: str = "",
         *,
         transactions: bool = False,
+        messages: bool = False,
     ) -> None:
         self.shard = shard
         self.transactions = transactions
+        self.messages = messages
         self.name = name
         self.clock = clock
         self.path = path
@@ -149,11 +160,19 @@ class EnvelopeEncoder:
         envelopes: list[bytes] = []
         with paused_gc():
             self._encode(frames, ops, envelopes, now_us)
-            if len(envelopes) != len(frames):  # records of a disabled stream were skipped
-                frames = [f for f in frames if not _stream_off(f.record_type, f.payload)]
+            passed = len(envelopes) != len(frames)  # records passed over (not change events)
             if self.transactions:
-                return self._with_transactions(frames, ops, envelopes)
+                return self._with_transactions(frames, ops, envelopes, passed)
+            if passed:
+                frames = [f for f in frames if self._shown(f)]
         return EventBatch(self.shard, frames, ops, envelopes)
+
+    def _shown(self, frame: Frame) -> bool:
+        """Whether ``frame``'s record has an event: not one of a disabled stream, and not a
+        message unless messages were asked for."""
+        if self.messages or frame.record_type not in MESSAGE_TYPES:
+            return not _stream_off(frame.record_type, frame.payload)
+        return False
 
     def encode_until_damage(
         self, frames: list[Frame]
@@ -187,15 +206,25 @@ class EnvelopeEncoder:
         return CorruptionError(message, path=path, offset=offset, lsn=lsn)
 
     def _with_transactions(
-        self, frames: list[Frame], ops: list[str], envelopes: list[bytes]
+        self, frames: list[Frame], ops: list[str], envelopes: list[bytes], passed: bool
     ) -> EventBatch:
         """Debezium's transaction metadata inline: a BEGIN before an atomic batch's first
-        record and an END after its last (ops ``"BEGIN"``/``"END"``)."""
+        record and an END after its last (ops ``"BEGIN"``/``"END"``), also when that record
+        is a message left out (``passed``: some of ``frames`` have no envelope; a disabled
+        stream's batch has no BEGIN or END either)."""
         out_frames: list[Frame] = []
         out_ops: list[str] = []
         out_envelopes: list[bytes] = []
         collection = orjson.dumps(f"shard-{self.shard}").decode()
-        for frame, op, envelope in zip(frames, ops, envelopes, strict=True):
+        shown = 0
+        for frame in frames:
+            if passed and not self._shown(frame):
+                if _stream_off(frame.record_type, frame.payload):
+                    continue
+                op, envelope = "", b""  # a message left out: its batch's BEGIN/END stay
+            else:
+                op, envelope = ops[shown], envelopes[shown]
+                shown += 1
             batched = frame.flags & FLAG_BATCH
             txn_id = f'"{self.shard}:{frame.lsn - frame.batch_index}"'
             ts_ms = frame.commit_us // 1000
@@ -206,9 +235,10 @@ class EnvelopeEncoder:
                     f'{{"status":"BEGIN","id":{txn_id},"event_count":null,'
                     f'"data_collections":null,"ts_ms":{ts_ms}}}'.encode()
                 )
-            out_frames.append(frame)
-            out_ops.append(op)
-            out_envelopes.append(envelope)
+            if op:
+                out_frames.append(frame)
+                out_ops.append(op)
+                out_envelopes.append(envelope)
             if batched and frame.batch_index == frame.batch_size - 1:
                 count = frame.batch_size
                 out_frames.append(frame)
@@ -267,6 +297,7 @@ class EnvelopeEncoder:
         last_commit_us, us, ms, ns = None, "", "", ""
         change_type, change = RecordType.KV_CHANGE, self._change
         change_tail = tail.encode()
+        skipped = frozenset() if self.messages else MESSAGE_TYPES
         encode_run, source_head, shard = _ENCODE_CHANGES, self._source_head, self.shard
         i, count = 0, len(frames)
         while i < count:
@@ -288,6 +319,9 @@ class EnvelopeEncoder:
                 add_op(op)
                 add_envelope(envelope)
                 continue
+            if rtype in skipped:
+                self._check_message(lsn, rtype, payload, offset)
+                continue  # not a change event, and not asked for
             if rtype == kv_type and len(payload) >= 8:
                 db, key_pos, argc = kv_head(payload, 0)
                 try:
@@ -360,6 +394,14 @@ class EnvelopeEncoder:
         follow its grammar (readers accept exactly what ``wal verify`` accepts)."""
         try:
             change_fields(payload)
+        except PayloadError as exc:
+            raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
+
+    def _check_message(self, lsn: int, rtype: int, payload: bytes, offset: int) -> None:
+        """A message passed over is first checked against its grammar, as
+        :meth:`_check_skipped` checks a record of a disabled stream."""
+        try:
+            decode_payload(rtype, payload)
         except PayloadError as exc:
             raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
 

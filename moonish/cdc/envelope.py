@@ -39,6 +39,7 @@ import orjson
 
 from moonish.cdc.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.cdc.images import command_image, omitted_out, text_or_b64
+from moonish.cdc.transactions import with_transactions
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
 from moonish.gcpolicy import paused_gc
@@ -162,17 +163,18 @@ class EnvelopeEncoder:
             self._encode(frames, ops, envelopes, now_us)
             passed = len(envelopes) != len(frames)  # records passed over (not change events)
             if self.transactions:
-                return self._with_transactions(frames, ops, envelopes, passed)
+                shown = [self._kind(f) for f in frames] if passed else None
+                return with_transactions(self.shard, frames, ops, envelopes, shown)
             if passed:
-                frames = [f for f in frames if self._shown(f)]
+                frames = [f for f in frames if self._kind(f)]
         return EventBatch(self.shard, frames, ops, envelopes)
 
-    def _shown(self, frame: Frame) -> bool:
-        """Whether ``frame``'s record has an event: not one of a disabled stream, and not a
-        message unless messages were asked for."""
-        if self.messages or frame.record_type not in MESSAGE_TYPES:
-            return not _stream_off(frame.record_type, frame.payload)
-        return False
+    def _kind(self, frame: Frame) -> bool | None:
+        """``True`` when ``frame``'s record has an event; ``False`` for a message left out
+        (messages were not asked for); ``None`` for a record of a disabled stream."""
+        if _stream_off(frame.record_type, frame.payload):
+            return None
+        return self.messages or frame.record_type not in MESSAGE_TYPES
 
     def encode_until_damage(
         self, frames: list[Frame]
@@ -204,51 +206,6 @@ class EnvelopeEncoder:
         are rare, and the frames do not carry their segment)."""
         path = segment_holding(self.path, lsn) if self.path else self.path
         return CorruptionError(message, path=path, offset=offset, lsn=lsn)
-
-    def _with_transactions(
-        self, frames: list[Frame], ops: list[str], envelopes: list[bytes], passed: bool
-    ) -> EventBatch:
-        """Debezium's transaction metadata inline: a BEGIN before an atomic batch's first
-        record and an END after its last (ops ``"BEGIN"``/``"END"``), also when that record
-        is a message left out (``passed``: some of ``frames`` have no envelope; a disabled
-        stream's batch has no BEGIN or END either)."""
-        out_frames: list[Frame] = []
-        out_ops: list[str] = []
-        out_envelopes: list[bytes] = []
-        collection = orjson.dumps(f"shard-{self.shard}").decode()
-        shown = 0
-        for frame in frames:
-            if passed and not self._shown(frame):
-                if _stream_off(frame.record_type, frame.payload):
-                    continue
-                op, envelope = "", b""  # a message left out: its batch's BEGIN/END stay
-            else:
-                op, envelope = ops[shown], envelopes[shown]
-                shown += 1
-            batched = frame.flags & FLAG_BATCH
-            txn_id = f'"{self.shard}:{frame.lsn - frame.batch_index}"'
-            ts_ms = frame.commit_us // 1000
-            if batched and frame.batch_index == 0:
-                out_frames.append(frame)
-                out_ops.append("BEGIN")
-                out_envelopes.append(
-                    f'{{"status":"BEGIN","id":{txn_id},"event_count":null,'
-                    f'"data_collections":null,"ts_ms":{ts_ms}}}'.encode()
-                )
-            if op:
-                out_frames.append(frame)
-                out_ops.append(op)
-                out_envelopes.append(envelope)
-            if batched and frame.batch_index == frame.batch_size - 1:
-                count = frame.batch_size
-                out_frames.append(frame)
-                out_ops.append("END")
-                out_envelopes.append(
-                    f'{{"status":"END","id":{txn_id},"event_count":{count},'
-                    f'"data_collections":[{{"data_collection":{collection},'
-                    f'"event_count":{count}}}],"ts_ms":{ts_ms}}}'.encode()
-                )
-        return EventBatch(self.shard, out_frames, out_ops, out_envelopes)
 
     def _constant_pieces(self) -> dict[str, str]:
         """The text between the fields of a fast-path envelope (ops ``u``, ``d``) that is the

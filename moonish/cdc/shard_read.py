@@ -242,7 +242,8 @@ class Tail(Following):
 
     @property
     def cursor(self) -> Cursor:
-        """Where to resume: the LSN after the last event this iterator returned."""
+        """Where to resume: the LSN after the last event this iterator returned, and after
+        the records passed over behind it (a disabled stream's, messages not asked for)."""
         return self._cursor
 
     def __iter__(self) -> Iterator[ChangeEvent]:

@@ -86,6 +86,11 @@ def transactions(help: str) -> Callable[[F], F]:
     return click.option("--transactions", is_flag=True, help=help)
 
 
+def messages(help: str) -> Callable[[F], F]:
+    """``--messages``: also print checkpoints and message records (``op: "m"``)."""
+    return click.option("--messages", is_flag=True, help=help)
+
+
 def from_lsn(help: str, default: int | None) -> Callable[[F], F]:
     """``--from-lsn LSN``: where one shard is read from (a default other than None is shown)."""
     shown: dict[str, Any] = {} if default is None else {"show_default": True}
@@ -183,7 +188,7 @@ def shard_options(command: F) -> F:
     )
     new_max_value_bytes = max_value_bytes(
         help="In shards this command creates, a value whose JSON is larger is left out of "
-        'images as {"_omitted_length": n}.',
+        'images: envelopes carry "value": null, "omitted_length": n.',
         default=DEFAULT_MAX_VALUE_BYTES,
     )
     return stack(command, [shards, new_view, new_max_value_bytes, segment_bytes])

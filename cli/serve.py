@@ -66,6 +66,7 @@ _DEFAULTS = Limits()
     help="While changes keep coming, read the log at most this often: fewer, fuller writes "
     "to each subscriber. The first change after a quiet spell goes out at once.",
 )
+@options.messages(help='Also serve checkpoints and message records (op "m") in every feed.')
 def serve(
     data_dir: str,
     host: str,
@@ -78,6 +79,7 @@ def serve(
     idle_timeout_ms: int,
     ring_bytes: int,
     linger_ms: float,
+    messages: bool,
 ) -> None:
     """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
     credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
@@ -107,6 +109,7 @@ def serve(
         tls_key=tls_key,
         limits=limits,
         linger_ms=linger_ms,
+        messages=messages,
     )
 
     def ready(server: Server) -> None:

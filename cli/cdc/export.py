@@ -35,6 +35,7 @@ from cli.params import OUTPUT_DIR, sink_name
     "retention keeps what is not yet in a file."
 )
 @options.no_consumer
+@options.messages(help='Also export checkpoints and message records (op "m").')
 def export(
     source: str,
     out_dir: str,
@@ -44,6 +45,7 @@ def export(
     name: str,
     consumer: str | None,
     no_consumer: bool,
+    messages: bool,
 ) -> None:
     """Write the envelopes of SOURCE (a data directory or a shard) as NDJSON files in OUT_DIR.
 
@@ -68,7 +70,9 @@ def export(
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     if not no_consumer and consumer is None:
         consumer = sink_name("export", out_dir)
-    options = ExportOptions(max_records_per_file, max_file_age_ms, name=name, consumer=consumer)
+    options = ExportOptions(
+        max_records_per_file, max_file_age_ms, name=name, consumer=consumer, messages=messages
+    )
     with Exporter(source, out_dir, options) as exporter:
 
         def stop(signum: int, frame: FrameType | None) -> None:

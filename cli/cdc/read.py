@@ -34,6 +34,10 @@ from moonish.cdc.cursor import Cursor
     "changes after it (POSITION omitted or 0)."
 )
 @options.transactions(help="Also print Debezium BEGIN/END records around atomic batches.")
+@options.messages(
+    help='Also print checkpoints and message records (op "m", which have no before or after); '
+    "without it they are passed over and the position still moves past them."
+)
 @options.remote_options
 def read(
     path: str,
@@ -45,6 +49,7 @@ def read(
     cursor_file: str | None,
     snapshot: bool,
     transactions: bool,
+    messages: bool,
     token_file: str | None,
     cacert: str | None,
 ) -> None:
@@ -78,7 +83,8 @@ def read(
         raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
     if position is None and not snapshot and consumer is None:
         raise click.UsageError("Missing argument 'POSITION'.")
-    client = remote.connect(path, token_file, cacert, ("name", "snapshot", "transactions"))
+    local_only = ("name", "snapshot", "transactions", "messages")
+    client = remote.connect(path, token_file, cacert, local_only)
     if client is not None:
         with client:
             got = client.read(position, limit, consumer=consumer)
@@ -96,6 +102,7 @@ def read(
         name=name,
         snapshot=snapshot,
         transactions=transactions,
+        messages=messages,
     )
     if isinstance(result, moonish.cdc.shard_read.ReadResult):
         _print(str(result.cursor), result.events.envelopes, cursor_file)

@@ -47,6 +47,7 @@ from moonish.cdc.merged_read import MergedTail
 )
 @options.snapshot(help='Start with the newest snapshot\'s keys (op "r").')
 @options.transactions(help="Also print BEGIN/END records.")
+@options.messages(help='Also print checkpoints and message records (op "m").')
 @options.remote_options
 def tail(
     path: str,
@@ -61,6 +62,7 @@ def tail(
     cursor_file: str | None,
     snapshot: bool,
     transactions: bool,
+    messages: bool,
     token_file: str | None,
     cacert: str | None,
 ) -> None:
@@ -90,7 +92,7 @@ def tail(
         raise click.UsageError("--ack confirms a consumer's position: give --consumer NAME.")
     if from_lsn is not None and (from_token is not None or consumer is not None):
         raise click.UsageError("--from-lsn reads one shard: not with --from or --consumer.")
-    local_only = ("from_lsn", "name", "poll_ms", "snapshot", "transactions")
+    local_only = ("from_lsn", "name", "poll_ms", "snapshot", "transactions", "messages")
     client = remote.connect(path, token_file, cacert, local_only)
     if client is not None:
         with (
@@ -117,6 +119,7 @@ def tail(
         snapshot=snapshot,
         transactions=transactions,
         resolved_ms=resolved_ms,
+        messages=messages,
     ) as stream:
         _print(
             stream,

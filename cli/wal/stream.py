@@ -17,7 +17,8 @@ from moonish.state.shard import ShardWriter
 @click.argument("path", type=click.Path(exists=True, file_okay=False))
 @options.view(help="New view type (OFF disables the stream).")
 @options.max_value_bytes(
-    help="Values whose JSON is larger are left out of images (a marker says so)."
+    help='Values whose JSON is larger are left out of images: envelopes carry "value": null, '
+    '"omitted_length": n.'
 )
 def stream(path: str, view: str | None, max_value_bytes: int | None) -> None:
     """Show, or with --view / --max-value-bytes change, the stream configuration of every

@@ -132,6 +132,13 @@ static char *put(char *at, const void *bytes, Py_ssize_t length) {
 
 #define PUT_TEXT(at, text) put((at), (text), (Py_ssize_t)sizeof(text) - 1)
 
+/* bytes with a-z as A-Z (Python's bytes.upper: ASCII letters only). */
+static char *put_upper(char *at, const unsigned char *bytes, Py_ssize_t length) {
+    for (Py_ssize_t i = 0; i < length; i++)
+        at[i] = (char)(bytes[i] >= 'a' && bytes[i] <= 'z' ? bytes[i] - ('a' - 'A') : bytes[i]);
+    return at + length;
+}
+
 static char *put_int(char *at, long long value) {
     return at + sprintf(at, "%lld", value);
 }
@@ -293,7 +300,7 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
         at = PUT_TEXT(at, ",\"command\":");
         if (c.command_len) {
             *at++ = '"';
-            at = put(at, c.command, c.command_len);
+            at = put_upper(at, c.command, c.command_len);
             *at++ = '"';
         } else {
             at = PUT_TEXT(at, "null");

@@ -74,6 +74,7 @@ def read(
     clock: Clock = SYSTEM_CLOCK,
     snapshot: bool = False,
     transactions: bool = False,
+    messages: bool = False,
 ) -> ReadResult | MergedResult:
     """One batch of events after ``position`` (see the module docstring for which read).
 
@@ -100,6 +101,7 @@ def read(
             name=name,
             clock=clock,
             transactions=transactions,
+            messages=messages,
         )
     return read_shard(
         path,
@@ -109,6 +111,7 @@ def read(
         clock=clock,
         snapshot=snapshot,
         transactions=transactions,
+        messages=messages,
     )
 
 
@@ -126,6 +129,7 @@ def tail(
     snapshot: bool = False,
     transactions: bool = False,
     resolved_ms: int | None = None,
+    messages: bool = False,
 ) -> Tail | MergedTail:
     """An iterator of events after ``position``: :class:`~moonish.cdc.shard_read.Tail` for a
     shard's cursor, :class:`~moonish.cdc.merged_read.MergedTail` for a merged read (which
@@ -164,6 +168,7 @@ def tail(
             watch=watch,
             transactions=transactions,
             resolved_ms=resolved_ms,
+            messages=messages,
         )
     return Tail(
         path,
@@ -175,6 +180,7 @@ def tail(
         watch=watch,
         snapshot=snapshot,
         transactions=transactions,
+        messages=messages,
     )
 
 

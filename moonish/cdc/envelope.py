@@ -9,17 +9,18 @@ included::
                 "ts_ms": <commit ms>, "ts_us": ..., "ts_ns": ...,
                 "snapshot": "false"|"first"|"true"|"last",
                 "db": <Redis db index>|null, "shard": <id>, "lsn": <lsn>
-                [, "command": <name>|null, "expired": <bool>]},
+                [, "command": <NAME>|null, "expired": <bool>]},
      "transaction": {"id": "<shard>:<first lsn>", "total_order": n,
                      "data_collection_order": n}|null,
      "op": "c"|"u"|"d"|"r"|"t", "ts_ms": <produced ms>, "ts_us": ..., "ts_ns": ...}
 
 A kv_change record (and a snapshot row, ``op: "r"``) carries its before/after images already
 as JSON (moonish.values.model); they are spliced in without parsing, and ``source`` gains
-``command`` and ``expired``. Plain kv, temporal and graph records get command-shaped images
-(docs/envelopes.md, "Plain kv records").
+``command`` (upper-cased here: the log keeps the client's case) and ``expired``. Plain kv,
+temporal and graph records get command-shaped images (docs/envelopes.md, "Plain kv records").
 
-A checkpoint or a message record is not a data change and is shaped like Debezium's
+A checkpoint or a message record is not a data change: it is left out unless the encoder is
+asked for messages (``messages=True``), and then shaped like Debezium's
 logical-decoding message (``op: "m"``; Debezium's PostgreSQL connector, "Message events"): no
 ``before``/``after`` at all, a ``message`` block with ``prefix`` and base64 ``content``, and
 ``source.db`` the message's db (``null`` for a checkpoint). Byte strings that are not valid
@@ -38,6 +39,7 @@ import orjson
 
 from moonish.cdc.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
 from moonish.cdc.images import command_image, omitted_out, text_or_b64
+from moonish.cdc.transactions import with_transactions
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import CorruptionError
 from moonish.gcpolicy import paused_gc
@@ -90,6 +92,11 @@ def _stream_off(record_type: int, payload: bytes) -> bool:
     return record_type == RecordType.KV_CHANGE and len(payload) > 2 and payload[2] == 0
 
 
+MESSAGE_TYPES = frozenset({RecordType.CHECKPOINT, RecordType.MESSAGE})
+"""The record types whose envelopes are ``op: "m"`` messages (not data changes), left out
+unless a reader asks for them (``messages=True``)."""
+
+
 class EnvelopeEncoder:
     """Decodes frames of one shard and encodes them as Debezium envelopes.
 
@@ -110,6 +117,9 @@ class EnvelopeEncoder:
         path: the shard directory; errors name the segment file in it that holds the record.
         transactions: also emit Debezium's BEGIN/END transaction records around atomic
             batches (ops ``"BEGIN"``/``"END"``; docs/envelopes.md, "Transactions").
+        messages: also emit checkpoints and message records (``op: "m"``); without it they
+            are passed over like records of a disabled stream (docs/envelopes.md,
+            "Messages: op m").
     """
 
     def __init__(
@@ -120,9 +130,11 @@ class EnvelopeEncoder:
         path: str = "",
         *,
         transactions: bool = False,
+        messages: bool = False,
     ) -> None:
         self.shard = shard
         self.transactions = transactions
+        self.messages = messages
         self.name = name
         self.clock = clock
         self.path = path
@@ -149,11 +161,20 @@ class EnvelopeEncoder:
         envelopes: list[bytes] = []
         with paused_gc():
             self._encode(frames, ops, envelopes, now_us)
-            if len(envelopes) != len(frames):  # records of a disabled stream were skipped
-                frames = [f for f in frames if not _stream_off(f.record_type, f.payload)]
+            passed = len(envelopes) != len(frames)  # records passed over (not change events)
             if self.transactions:
-                return self._with_transactions(frames, ops, envelopes)
+                shown = [self._kind(f) for f in frames] if passed else None
+                return with_transactions(self.shard, frames, ops, envelopes, shown)
+            if passed:
+                frames = [f for f in frames if self._kind(f)]
         return EventBatch(self.shard, frames, ops, envelopes)
+
+    def _kind(self, frame: Frame) -> bool | None:
+        """``True`` when ``frame``'s record has an event; ``False`` for a message left out
+        (messages were not asked for); ``None`` for a record of a disabled stream."""
+        if _stream_off(frame.record_type, frame.payload):
+            return None
+        return self.messages or frame.record_type not in MESSAGE_TYPES
 
     def encode_until_damage(
         self, frames: list[Frame]
@@ -185,40 +206,6 @@ class EnvelopeEncoder:
         are rare, and the frames do not carry their segment)."""
         path = segment_holding(self.path, lsn) if self.path else self.path
         return CorruptionError(message, path=path, offset=offset, lsn=lsn)
-
-    def _with_transactions(
-        self, frames: list[Frame], ops: list[str], envelopes: list[bytes]
-    ) -> EventBatch:
-        """Debezium's transaction metadata inline: a BEGIN before an atomic batch's first
-        record and an END after its last (ops ``"BEGIN"``/``"END"``)."""
-        out_frames: list[Frame] = []
-        out_ops: list[str] = []
-        out_envelopes: list[bytes] = []
-        collection = orjson.dumps(f"shard-{self.shard}").decode()
-        for frame, op, envelope in zip(frames, ops, envelopes, strict=True):
-            batched = frame.flags & FLAG_BATCH
-            txn_id = f'"{self.shard}:{frame.lsn - frame.batch_index}"'
-            ts_ms = frame.commit_us // 1000
-            if batched and frame.batch_index == 0:
-                out_frames.append(frame)
-                out_ops.append("BEGIN")
-                out_envelopes.append(
-                    f'{{"status":"BEGIN","id":{txn_id},"event_count":null,'
-                    f'"data_collections":null,"ts_ms":{ts_ms}}}'.encode()
-                )
-            out_frames.append(frame)
-            out_ops.append(op)
-            out_envelopes.append(envelope)
-            if batched and frame.batch_index == frame.batch_size - 1:
-                count = frame.batch_size
-                out_frames.append(frame)
-                out_ops.append("END")
-                out_envelopes.append(
-                    f'{{"status":"END","id":{txn_id},"event_count":{count},'
-                    f'"data_collections":[{{"data_collection":{collection},'
-                    f'"event_count":{count}}}],"ts_ms":{ts_ms}}}'.encode()
-                )
-        return EventBatch(self.shard, out_frames, out_ops, out_envelopes)
 
     def _constant_pieces(self) -> dict[str, str]:
         """The text between the fields of a fast-path envelope (ops ``u``, ``d``) that is the
@@ -267,6 +254,7 @@ class EnvelopeEncoder:
         last_commit_us, us, ms, ns = None, "", "", ""
         change_type, change = RecordType.KV_CHANGE, self._change
         change_tail = tail.encode()
+        skipped = frozenset() if self.messages else MESSAGE_TYPES
         encode_run, source_head, shard = _ENCODE_CHANGES, self._source_head, self.shard
         i, count = 0, len(frames)
         while i < count:
@@ -288,6 +276,9 @@ class EnvelopeEncoder:
                 add_op(op)
                 add_envelope(envelope)
                 continue
+            if rtype in skipped:
+                self._check_message(lsn, rtype, payload, offset)
+                continue  # not a change event, and not asked for
             if rtype == kv_type and len(payload) >= 8:
                 db, key_pos, argc = kv_head(payload, 0)
                 try:
@@ -363,6 +354,14 @@ class EnvelopeEncoder:
         except PayloadError as exc:
             raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
 
+    def _check_message(self, lsn: int, rtype: int, payload: bytes, offset: int) -> None:
+        """A message passed over is first checked against its grammar, as
+        :meth:`_check_skipped` checks a record of a disabled stream."""
+        try:
+            decode_payload(rtype, payload)
+        except PayloadError as exc:
+            raise self._damage(f"undecodable record payload: {exc}", lsn, offset) from None
+
     def _change(
         self,
         lsn: int,
@@ -404,7 +403,7 @@ class EnvelopeEncoder:
             transaction = b"null"
         if not command:
             command_json = b"null"  # a snapshot row
-        elif is_plain(command):
+        elif is_plain(command := command.upper()):  # one form, whatever case the client used
             command_json = b'"' + command + b'"'
         else:
             command_json = orjson.dumps(text_or_b64(command))

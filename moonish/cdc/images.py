@@ -48,7 +48,7 @@ def command_image(record: KvCommand | TemporalUpsert | GraphMutation) -> dict[st
     if isinstance(record, KvCommand):
         return {
             "record_type": "kv",
-            "command": record.command.decode(errors="replace"),
+            "command": record.command.upper().decode(errors="replace"),
             "db": record.db,
             "key": text_or_b64(record.argv[record.key_pos]) if record.key_pos else None,
             "args": [text_or_b64(arg) for arg in record.argv[1:]],

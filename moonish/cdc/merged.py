@@ -213,11 +213,12 @@ class ShardFeed:
         name: str,
         clock: Clock,
         transactions: bool,
+        messages: bool = False,
     ) -> None:
         self.index = index
         self.reader = ShardReader(shard_dir)
         self.position = position
-        self._settings = (name, clock, transactions)
+        self._settings = (name, clock, transactions, messages)
         self.encoder: EnvelopeEncoder | None = None
         self.frames: list[Frame] = []
         self.ops: list[str] = []
@@ -255,8 +256,8 @@ class ShardFeed:
         if not frames:
             return
         if self.encoder is None:
-            name, clock, transactions = self._settings
-            self.encoder = _encoder_for(self.reader, name, clock, transactions)
+            name, clock, transactions, messages = self._settings
+            self.encoder = _encoder_for(self.reader, name, clock, transactions, messages)
         with paused_gc():
             batch, kept, damage = self.encoder.encode_until_damage(frames)
         if damage is not None:

@@ -48,13 +48,18 @@ class MergedResult:
 
 
 def open_feeds(
-    shards: list[str], token: Token, name: str, clock: Clock, transactions: bool
+    shards: list[str],
+    token: Token,
+    name: str,
+    clock: Clock,
+    transactions: bool,
+    messages: bool = False,
 ) -> list[ShardFeed]:
     """One :class:`ShardFeed` per shard, positioned after ``token``'s component."""
     feeds: list[ShardFeed] = []
     try:
         for index, (shard, position) in enumerate(zip(shards, token.positions, strict=True)):
-            feeds.append(ShardFeed(index, shard, position, name, clock, transactions))
+            feeds.append(ShardFeed(index, shard, position, name, clock, transactions, messages))
     except BaseException:
         for feed in feeds:
             feed.close()
@@ -156,6 +161,7 @@ def read_merged(
     name: str = CONNECTOR,
     clock: Clock = SYSTEM_CLOCK,
     transactions: bool = False,
+    messages: bool = False,
 ) -> MergedResult:
     """Up to ``limit`` records after ``position`` from every shard of ``data_dir``, merged in
     commit-time order (``moonish.cdc.merged``), and the token to resume from.
@@ -170,7 +176,8 @@ def read_merged(
             acknowledge with ``moonish.datadir.consumers.ack`` once the events are processed).
         limit: most records returned, 1..10,000 (an atomic batch is never cut: the last one
             may take the count past it; BEGIN/END records are not counted).
-        name, clock, transactions: as :func:`moonish.cdc.shard_read.read`.
+        name, clock, transactions, messages: as :func:`moonish.cdc.shard_read.read`
+            (messages left out still move the token).
 
     Raises:
         InvalidArgumentError: bad limit or token, not a data directory, a position beyond a
@@ -186,7 +193,7 @@ def read_merged(
         raise InvalidArgumentError(f"limit must be between 1 and {MAX_LIMIT}, got {limit}")
     shards = data_shards(data_dir)
     owner, token = _position(data_dir, shards, position, consumer)
-    feeds = open_feeds(shards, token, name, clock, transactions)
+    feeds = open_feeds(shards, token, name, clock, transactions, messages)
     try:
         events, remaining = MergedBatch.empty(token), limit
         while remaining > 0:
@@ -227,7 +234,7 @@ class MergedTail(Following):
         position: a token, its text, ``earliest`` (the default) or ``now``.
         consumer: start from this named consumer's confirmed position instead (it is not
             moved: acknowledge the tokens processed with ``moonish.datadir.consumers.ack``).
-        follow, name, clock, fallback_poll_ms, watch, transactions: as
+        follow, name, clock, fallback_poll_ms, watch, transactions, messages: as
             :class:`moonish.cdc.shard_read.Tail`.
         resolved_ms: emit resolved markers this often (ms); ``None``: none.
 
@@ -252,12 +259,13 @@ class MergedTail(Following):
         watch: bool = True,
         transactions: bool = False,
         resolved_ms: int | None = None,
+        messages: bool = False,
     ) -> None:
         if resolved_ms is not None and resolved_ms <= 0:
             raise InvalidArgumentError(f"resolved_ms must be > 0, got {resolved_ms}")
         self._shards = data_shards(data_dir)
         self._consumer, self._token = _position(data_dir, self._shards, position, consumer)
-        self._feeds = open_feeds(self._shards, self._token, name, clock, transactions)
+        self._feeds = open_feeds(self._shards, self._token, name, clock, transactions, messages)
         self._resolved_ms = resolved_ms
         self._resolved_us = -1  # the last watermark emitted
         self._resolved_at = 0.0  # time.monotonic() of the last marker

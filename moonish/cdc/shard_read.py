@@ -81,10 +81,15 @@ def _start(path: str, position: int | Cursor, snapshot: bool) -> Cursor:
 
 
 def _encoder_for(
-    reader: ShardReader, name: str, clock: Clock, transactions: bool
+    reader: ShardReader, name: str, clock: Clock, transactions: bool, messages: bool
 ) -> EnvelopeEncoder:
     return EnvelopeEncoder(
-        _shard_id(reader), name, clock, reader.shard_dir, transactions=transactions
+        _shard_id(reader),
+        name,
+        clock,
+        reader.shard_dir,
+        transactions=transactions,
+        messages=messages,
     )
 
 
@@ -117,6 +122,7 @@ def read(
     clock: Clock = SYSTEM_CLOCK,
     snapshot: bool = False,
     transactions: bool = False,
+    messages: bool = False,
 ) -> ReadResult:
     """Up to ``limit`` events with LSN >= ``from_lsn`` from one shard, and the next cursor.
 
@@ -131,6 +137,8 @@ def read(
             ``op: "r"`` rows, then the changes after it (moonish.cdc.snapshot_rows).
         transactions: add Debezium's BEGIN/END records around atomic batches (not counted
             in ``limit``).
+        messages: include checkpoints and message records (``op: "m"``, counted in
+            ``limit``); without it they are passed over, and the cursor moves past them.
 
     Raises:
         InvalidArgumentError: bad ``limit``, missing or non-shard directory, ``from_lsn``
@@ -160,7 +168,7 @@ def read(
                 raise
             # snapshot rows first: the next read, from the cursor after them, meets it again
         with paused_gc():
-            encoder = _encoder_for(reader, name, clock, transactions)
+            encoder = _encoder_for(reader, name, clock, transactions, messages)
             events, kept, damage = encoder.encode_until_damage(frames)
         if damage is not None:
             if not kept:
@@ -189,7 +197,7 @@ class Tail(Following):
         clock: processing time for the envelopes' top-level ``ts_*``.
         fallback_poll_ms: with ``follow``, longest wait without a file-system event.
         watch: with ``follow``, use file-system events (watchdog); ``False`` polls only.
-        snapshot, transactions: as :func:`read`.
+        snapshot, transactions, messages: as :func:`read`.
 
     Raises:
         InvalidArgumentError, LsnNotRetainedError: as :func:`read`, at creation (starting
@@ -212,6 +220,7 @@ class Tail(Following):
         watch: bool = True,
         snapshot: bool = False,
         transactions: bool = False,
+        messages: bool = False,
     ) -> None:
         path = require_shard_dir(wal_dir)
         self._cursor = _start(path, from_lsn, snapshot)
@@ -223,6 +232,8 @@ class Tail(Following):
         else:
             self._resume_lsn = self._cursor.lsn  # after the rows: damage there costs none
         self._name, self._clock, self._transactions = name, clock, transactions
+        self._messages = messages
+        self._batch_end = self._cursor  # the cursor after the last batch's frames
         self._encoder: EnvelopeEncoder | None = None
         self._damage: MoonishError | None = None  # raised after the events before it
         self._pending: deque[tuple[ChangeEvent, Cursor]] = deque()
@@ -231,7 +242,8 @@ class Tail(Following):
 
     @property
     def cursor(self) -> Cursor:
-        """Where to resume: the LSN after the last event this iterator returned."""
+        """Where to resume: the LSN after the last event this iterator returned, and after
+        the records passed over behind it (a disabled stream's, messages not asked for)."""
         return self._cursor
 
     def __iter__(self) -> Iterator[ChangeEvent]:
@@ -263,16 +275,23 @@ class Tail(Following):
                     if frames:
                         if self._encoder is None:
                             self._encoder = _encoder_for(
-                                self._reader, self._name, self._clock, self._transactions
+                                self._reader,
+                                self._name,
+                                self._clock,
+                                self._transactions,
+                                self._messages,
                             )
                         batch, kept, damaged = self._encoder.encode_until_damage(frames)
                         if damaged is not None:
                             if from_log:
                                 self._resume_lsn = frames[kept].lsn
                             self._damage = damaged
+                        if kept:  # past the records passed over too
+                            self._batch_end = cursor_after(frames[kept - 1])
                         if batch:
                             return batch
-                        continue  # only records of a disabled stream (or damage): poll again
+                        self._cursor = self._batch_end  # only records passed over
+                        continue  # (records of a disabled stream, messages, or damage)
                     if self._snapshot is not None:
                         continue
             if self._signal is None:
@@ -284,7 +303,8 @@ class Tail(Following):
             batch = self._next_batch()
             if batch is None:
                 raise StopIteration
-            cursors = map(_event_cursor, batch.frames, batch.ops)
+            cursors = list(map(_event_cursor, batch.frames, batch.ops))
+            cursors[-1] = self._batch_end  # the last event's also passes what was skipped
             self._pending.extend(zip(batch, cursors, strict=True))
         event, self._cursor = self._pending.popleft()
         return event
@@ -297,7 +317,7 @@ class Tail(Following):
         ``next()`` on the same iterator.
         """
         while batch := self._next_batch():
-            self._cursor = _event_cursor(batch.frames[-1], batch.ops[-1])
+            self._cursor = self._batch_end
             yield batch
 
     def _release_files(self) -> None:

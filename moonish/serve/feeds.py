@@ -166,7 +166,9 @@ async def _normal(state: ServerState, params: FeedParams) -> web.Response:
         rows, scanned, limit = 0, 0, params.limit or DEFAULT_LIMIT
         where = params.where
         while rows < limit and scanned < MAX_SCAN_RECORDS:
-            result = read_merged(state.data_dir, token, limit - rows)
+            result = read_merged(
+                state.data_dir, token, limit - rows, messages=state.options.messages
+            )
             if not result.events and result.token == token:
                 break
             chunk = chunk_of(result.events, token)

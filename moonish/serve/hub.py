@@ -48,6 +48,7 @@ class ServerState:
         self.resyncs = 0  # times a subscriber fell behind the ring and read the log itself
         self.websockets: set[web.WebSocketResponse] = set()
         self.batch_bytes = options.limits.batch_bytes
+        self.messages = options.messages
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
         self.publisher = Publisher(
             data_dir,
@@ -56,6 +57,7 @@ class ServerState:
             options.resolved_ms,
             options.fallback_poll_ms,
             options.linger_ms,
+            options.messages,
         )
 
     @contextlib.contextmanager

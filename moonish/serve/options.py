@@ -78,6 +78,9 @@ class ServeOptions:
             (ms), so each round carries more changes to every subscriber in fewer writes;
             the first change after a quiet spell is read at once (docs/server.md,
             "Fan-out"). 0: read again as soon as a round is out.
+        messages: also serve checkpoints and message records (``op: "m"``) in every feed;
+            without it they are passed over (tokens still move past them), as every reader
+            leaves them out unless asked (docs/envelopes.md).
     """
 
     host: str = DEFAULT_HOST
@@ -89,6 +92,7 @@ class ServeOptions:
     resolved_ms: int = 100
     fallback_poll_ms: int = 1000
     linger_ms: float = DEFAULT_LINGER_MS
+    messages: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

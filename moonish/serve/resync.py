@@ -38,16 +38,24 @@ class LogReader:
 
     @classmethod
     async def open(
-        cls, data_dir: str, start: Token, framing: Framing, resolved_ms: int | None
+        cls,
+        data_dir: str,
+        start: Token,
+        framing: Framing,
+        resolved_ms: int | None,
+        messages: bool = False,
     ) -> LogReader:
         """Open the reader (in a thread: it opens every shard's segment); ``resolved_ms``:
-        resolved markers this often (empty chunks that carry them), or ``None``.
+        resolved markers this often (empty chunks that carry them), or ``None``;
+        ``messages``: checkpoints and message records too (``ServeOptions.messages``).
 
         Raises:
             InvalidArgumentError, PositionNotRetainedError: as
                 :class:`~moonish.cdc.merged_read.MergedTail`.
         """
-        tail = await asyncio.to_thread(MergedTail, data_dir, start, resolved_ms=resolved_ms)
+        tail = await asyncio.to_thread(
+            MergedTail, data_dir, start, resolved_ms=resolved_ms, messages=messages
+        )
         return cls(tail, start, framing)
 
     def _read(self) -> Chunk | None:

@@ -181,6 +181,7 @@ class Publisher:
         fallback_poll_ms: longest wait without a file-system event.
         linger_ms: least time between the starts of two rounds that both have changes
             (``ServeOptions.linger_ms``).
+        messages: read checkpoints and message records too (``ServeOptions.messages``).
     """
 
     def __init__(
@@ -191,10 +192,12 @@ class Publisher:
         resolved_ms: int,
         fallback_poll_ms: int,
         linger_ms: float = 0.0,
+        messages: bool = False,
     ) -> None:
         self._data_dir, self._ring, self._loop = data_dir, ring, loop
         self._resolved_ms, self._poll_ms = resolved_ms, fallback_poll_ms
         self._linger_s = linger_ms / 1000
+        self._messages = messages
         self._stop = threading.Event()
         self._room = threading.Semaphore(IN_FLIGHT)
         self._tail: MergedTail | None = None
@@ -226,6 +229,7 @@ class Publisher:
                         follow=True,
                         resolved_ms=self._resolved_ms,
                         fallback_poll_ms=self._poll_ms,
+                        messages=self._messages,
                     )
                 with self._tail as tail:
                     read_at = time.monotonic()  # when the round handed last was read

@@ -47,6 +47,8 @@ class Hub(Protocol):
     stopping: bool
     resyncs: int
     batch_bytes: int
+    messages: bool
+    """Whether feeds carry checkpoints and message records (``ServeOptions.messages``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,7 +426,11 @@ class Subscription:
     async def _open_log(self) -> None:
         self.hub.resyncs += 1
         self._log = await LogReader.open(
-            self.hub.data_dir, self.token, self.framing, self.resolved_ms
+            self.hub.data_dir,
+            self.token,
+            self.framing,
+            self.resolved_ms,
+            self.hub.messages,
         )
         self._chunk, self._offset, self._in_step = None, 0, True
 

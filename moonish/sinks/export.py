@@ -86,6 +86,8 @@ class ExportOptions:
         consumer: register the export as this named consumer of the source
             (``moonish.datadir.consumers``), moved to its committed cursor as each file is in
             place, so retention keeps what the export has not written; ``None``: none.
+        messages: also export checkpoints and message records (``op: "m"``); without it
+            they are passed over (the committed cursors still move past them).
     """
 
     max_records_per_file: int = 50_000
@@ -93,6 +95,7 @@ class ExportOptions:
     poll_ms: int = 1000
     name: str = CONNECTOR
     consumer: str | None = None
+    messages: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.max_records_per_file <= 10_000_000:
@@ -200,7 +203,13 @@ class Exporter:
         for path in shard_paths:
             shard = _shard_id(path)
             cursor = _continue(shard, committed.get(shard, 1), placed.get(shard, []), path)
-            tail = Tail(path, cursor, name=self.options.name, clock=self._clock)
+            tail = Tail(
+                path,
+                cursor,
+                name=self.options.name,
+                clock=self._clock,
+                messages=self.options.messages,
+            )
             self._shards.append(_Shard(shard, tail, cursor))
         for entry in os.listdir(self.out_dir):  # what a crash left half-written
             if entry.startswith(".shard-") and entry.endswith(".tmp"):

@@ -58,12 +58,16 @@ ARROW_SCHEMA = pa.schema(
 """``CHANGE_COLUMNS`` as an Arrow schema (commit_ts in microseconds, UTC)."""
 
 _KV_CHANGE = int(RecordType.KV_CHANGE)
+_MESSAGE_TYPES = frozenset({int(RecordType.CHECKPOINT), int(RecordType.MESSAGE)})
 _RECORD_TYPES = {int(t): t.name.lower() for t in RecordType}
 _OPS = {ord(op): op for op in "cudr"}
 
 
-def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBatch:
-    """The change rows of ``frames`` (one shard, LSN order) as one Arrow record batch.
+def change_batch(
+    shard: int, frames: Sequence[Frame], path: str, messages: bool = False
+) -> pa.RecordBatch:
+    """The change rows of ``frames`` (one shard, LSN order) as one Arrow record batch;
+    checkpoints and message records (``op: "m"``) only with ``messages``.
 
     Text columns are handed to Arrow as the stored UTF-8 bytes (Arrow checks them), so no
     Python ``str`` is made per row for them.
@@ -98,7 +102,7 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
                 if not view:
                     continue  # written with the stream off: not a change event
                 add_op(_OPS[op])
-                add_command(command)
+                add_command(command.upper())
                 add_db(db)
                 add_key(key)
                 add_expired((cflags & CHANGE_EXPIRED) != 0)
@@ -109,9 +113,10 @@ def change_batch(shard: int, frames: Sequence[Frame], path: str) -> pa.RecordBat
                 add_before(before or None)
                 add_after(after or None)
             else:
-                op_, command_, db_, key_, before_, after_ = _plain_row(
-                    decode_payload(rtype, payload)
-                )
+                record = decode_payload(rtype, payload)
+                if rtype in _MESSAGE_TYPES and not messages:
+                    continue  # not a change event, and not asked for
+                op_, command_, db_, key_, before_, after_ = _plain_row(record)
                 add_op(op_)
                 add_command(command_)
                 add_db(db_)

@@ -25,6 +25,8 @@ Options:
   acknowledged with each committed micro-batch's end offsets, so retention never removes what
   the query has not committed. A consumer marked ``lost`` fails the query
   (``ConsumerLostError``) until ``moonish consumer seek`` resets it.
+- ``messages``: ``true`` to include checkpoints and message records (``op: "m"`` rows);
+  by default they are left out, as every reader leaves them out (docs/envelopes.md).
 
 Example::
 
@@ -102,8 +104,9 @@ def _ranges(
     return ranges
 
 
-def read_range(part: ShardRange) -> Iterator[Any]:
-    """The rows of one range as Arrow record batches of up to 8192 records, LSN order.
+def read_range(part: ShardRange, messages: bool = False) -> Iterator[Any]:
+    """The rows of one range as Arrow record batches of up to 8192 records, LSN order
+    (checkpoints and message records only with ``messages``).
 
     Raises:
         LsnNotRetainedError: the range's first LSN was removed by retention.
@@ -122,11 +125,17 @@ def read_range(part: ShardRange) -> Iterator[Any]:
                     path=part.path,
                     lsn=reader.next_lsn,
                 )
-            batch = change_batch(part.shard, frames, part.path)
+            batch = change_batch(part.shard, frames, part.path, messages)
             if batch.num_rows:
                 yield batch
     finally:
         reader.close()
+
+
+def _flag(text: str, name: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise InvalidArgumentError(f"option {name} is true or false, got {text!r}")
+    return text.lower() == "true"
 
 
 def _parse_offsets(text: str) -> Offsets:
@@ -166,6 +175,7 @@ class _Options:
         self.per_partition = int(options.get("recordsPerPartition", DEFAULT_RECORDS_PER_PARTITION))
         self.starting = options.get("startingOffsets", "earliest")
         self.consumer = options.get("consumer") or None
+        self.messages = _flag(options.get("messages", "false"), "messages")
         if self.per_partition < 1 or (self.max_records is not None and self.max_records < 1):
             raise InvalidArgumentError("maxRecordsPerTrigger and recordsPerPartition must be >= 1")
 
@@ -190,7 +200,7 @@ class MoonishBatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ShardRange)
-        return read_range(partition)
+        return read_range(partition, self.options.messages)
 
 
 class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -242,7 +252,7 @@ class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         assert isinstance(partition, ShardRange)
-        return read_range(partition)
+        return read_range(partition, self.options.messages)
 
     def commit(self, end: Offsets) -> None:
         """Acknowledge ``end`` for the ``consumer`` option's named consumer (retention may

@@ -1,10 +1,12 @@
 """The records of expiry, and the active sweep (docs/images.md, "Expiry").
 
 A key removed because it expired is a ``d`` record, ``source.command: "DEL"``, marked
-``expired`` (Redis propagates ``DEL``). Hash fields removed because they expired (Redis 7.4)
-are one record per hash and occasion: ``u`` (``d`` when the hash lost its last field),
-``source.command: "HDEL"``, marked ``expired``, replayed as ``HDEL key field...`` (Redis
-propagates one ``HDEL key field`` per field; t_hash.c ``propagateHashFieldDeletion``).
+``expired`` (Redis propagates ``DEL``); so is a live capture's ``DEL``/``UNLINK`` from the
+master of a key whose time had passed (``ShardWriter.live_source``). Hash fields removed
+because they expired (Redis 7.4) are one record per hash and occasion: ``u`` (``d`` when the
+hash lost its last field), ``source.command: "HDEL"``, marked ``expired``, replayed as ``HDEL
+key field...`` (Redis propagates one ``HDEL key field`` per field; t_hash.c
+``propagateHashFieldDeletion``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,10 @@
 Commands never touch a :class:`Keyspace` directly: they run on an :class:`Access`, which
 
 - applies expiry lazily, as Redis does on access: a key whose ``expire_at_ms`` is at or before
-  the command's time is removed first and reported in :attr:`Access.expired`; a hash field
-  that a command looks up (:meth:`Access.hash_field`) and finds expired likewise, in
-  :attr:`Access.expired_fields` (moonish.state.fieldttl);
+  the command's time is removed first and reported in :attr:`Access.expired` (when loading,
+  as a replica or an AOF load, it stays and is noted in :attr:`Access.overdue` instead); a
+  hash field that a command looks up (:meth:`Access.hash_field`) and finds expired likewise,
+  in :attr:`Access.expired_fields` (moonish.state.fieldttl);
 - remembers, for every key the command looks at, whether it existed and (when asked) its image
   before the command, so the writer can say ``c``/``u``/``d`` and give before images;
 - records which keys the command wrote, in order.
@@ -138,6 +139,7 @@ class Access:
         "max_value_bytes",
         "messages",
         "now_ms",
+        "overdue",
         "resolve",
         "written",
     )
@@ -177,6 +179,10 @@ class Access:
         """Keys written, in order of first write."""
         self.expired: list[tuple[int, bytes, Entry]] = []
         """Keys removed by lazy expiry, with their last entry."""
+        self.overdue: set[Key] = set()
+        """Keys touched whose expiry time had passed, kept because ``expire`` is off (a
+        replica's or an AOF load's): a replica's writer marks the master's ``DEL`` or
+        ``UNLINK`` of one as an expiry (``ShardWriter.live_source``)."""
         self.expired_fields: list[tuple[int, bytes, list[bytes], bytes, bytes | None]] = []
         """Hash fields removed by lazy expiry: (db, key, fields, the hash's image before, its
         image after or ``None`` when that removed the key), images made with
@@ -200,6 +206,8 @@ class Access:
             self.messages.clear()
         if self.expired:
             self.expired.clear()
+        if self.overdue:
+            self.overdue.clear()
         if self.expired_fields:
             self.expired_fields.clear()
 
@@ -210,11 +218,14 @@ class Access:
         if entry is None:
             self.before[db, key] = _ABSENT
             return None
-        if self.expire and entry.expire_at_ms is not None and entry.expire_at_ms <= self.now_ms:
-            keyspace.remove(db, key)
-            self.expired.append((db, key, entry))
-            self.before[db, key] = _ABSENT
-            return None
+        at = entry.expire_at_ms
+        if at is not None and at <= self.now_ms:
+            if self.expire:
+                keyspace.remove(db, key)
+                self.expired.append((db, key, entry))
+                self.before[db, key] = _ABSENT
+                return None
+            self.overdue.add((db, key))
         image = None
         if self.images:
             image = entry.image  # usually the previous write's after image

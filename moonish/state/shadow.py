@@ -38,6 +38,7 @@ class KeyspaceShard(ShardWriter):
         self._resolve: Callable[[bytes], Keyspace] = lambda key: keyspace
         self.source = b""
         self.libraries = Libraries()
+        self.live_source = False
         self._lock = threading.RLock()
         self._broken: BaseException | None = None
         self._sweep_error: BaseException | None = None

@@ -153,6 +153,11 @@ class ShardWriter:
         by appends and recovery and stored in snapshots; ``b""`` when none did."""
         self.libraries = Libraries()
         """The function libraries (name -> code; moonish.state.libraries)."""
+        self.live_source = False
+        """Commands come from a live master as it runs them (a replica's stream), so a
+        command's time is when it ran there: a delete of a key whose expiry time had passed
+        is the master's expiry, and its record is marked so (:meth:`records`). Off for an
+        AOF, whose commands carry no time."""
         self._lock = threading.RLock()
         self._stop = threading.Event()
         try:
@@ -321,10 +326,14 @@ class ShardWriter:
         owns: Callable[[bytes], bool] | None = None,
     ) -> list[KvChange | Message]:
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
-        or value changed: ``c``/``u``/``d`` with images per the view type."""
+        or value changed: ``c``/``u``/``d`` with images per the view type. With
+        :attr:`live_source`, a ``d`` of a key whose expiry time had passed at the command's
+        time (``acc.overdue``: the master's ``DEL``/``UNLINK`` of a key it expired) is marked
+        as an expiry."""
         view, limit, old, new = self._facts
         off, loading = view is _OFF, not acc.expire
-        dbs, before_of = self.keyspace.dbs, acc.before
+        dbs, before_of, overdue = self.keyspace.dbs, acc.before, acc.overdue
+        lapses = self.live_source and bool(overdue)
         command = argv[0]
         out: list[KvChange | Message] = []
         for db, key in acc.written:
@@ -333,10 +342,12 @@ class ShardWriter:
             existed, before_image = before_of[db, key]
             keys = dbs.get(db)
             entry = None if keys is None else keys.get(key)
+            lapsed = False
             if entry is None:
                 if not existed:
                     continue
                 op = "d"
+                lapsed = lapses and (db, key) in overdue
             else:
                 op = "u" if existed else "c"
             before = after = b""
@@ -357,7 +368,7 @@ class ShardWriter:
                         before,
                         after,
                         view,
-                        False,
+                        lapsed,
                         _STATE,
                         state,
                         (),
@@ -376,7 +387,7 @@ class ShardWriter:
                         before,
                         after,
                         view,
-                        False,
+                        lapsed,
                         _NONE,
                         b"",
                         (),
@@ -395,7 +406,7 @@ class ShardWriter:
                         before,
                         after,
                         view,
-                        False,
+                        lapsed,
                         _COMMAND,
                         b"",
                         tuple(argv),

@@ -39,7 +39,8 @@ def envelope(record: Record, lsn: int = 5, batch: tuple[int, int] | None = None)
     rtype, payload = encode_payload(record)
     flags, (index, size) = (FLAG_BATCH, batch) if batch else (0, (0, 1))
     frame = Frame(lsn, rtype, flags, index, size, 1_795_000_000_000_001, payload, 40)
-    event = EnvelopeEncoder(2, "inventory", FixedClock(CLOCK_US)).encode([frame])[0]
+    encoder = EnvelopeEncoder(2, "inventory", FixedClock(CLOCK_US), messages=True)
+    event = encoder.encode([frame])[0]
     value: dict[str, Any] = orjson.loads(event.envelope)
     return value
 
@@ -201,7 +202,7 @@ def test_an_event_batch_is_a_sequence_of_events_over_its_envelopes() -> None:
     for lsn, record in enumerate([SET, DEL, Checkpoint(1, "c")], start=1):
         rtype, payload = encode_payload(record)
         frames.append(Frame(lsn, rtype, 0, 0, 1, 5_000, payload, 40))
-    batch = EnvelopeEncoder(0).encode(frames)
+    batch = EnvelopeEncoder(0, messages=True).encode(frames)
     assert len(batch) == 3 and [e.op for e in batch] == ["u", "d", "m"]
     assert [e.envelope for e in batch] == batch.envelopes == [e.envelope for e in batch[:]]
     assert batch[-1].record == Checkpoint(1, "c") and batch[1].lsn == 2

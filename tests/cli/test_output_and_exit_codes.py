@@ -95,6 +95,11 @@ def test_checkpoint_then_snapshot_read_then_stream_and_transactions(tmp_path: Pa
     rest = run("cdc", "read", str(shard), first[0].decode(), "--limit", "10000").stdout
     lines = rest.splitlines()
     ops = [orjson.loads(line)["op"] for line in lines[1:]]
+    assert ops == ["r"] * (keys - 3)  # the rows; the checkpoint record is passed over
+    assert lines[0] == str(checkpoint[1]["lsn"] + 2).encode()
+    args = ("cdc", "read", str(shard), first[0].decode(), "--limit", "10000", "--messages")
+    lines = run(*args).stdout.splitlines()
+    ops = [orjson.loads(line)["op"] for line in lines[1:]]
     assert ops == ["r"] * (keys - 3) + ["m"]  # the rows, then the checkpoint record
     assert lines[0] == str(checkpoint[1]["lsn"] + 2).encode()
 
@@ -110,6 +115,8 @@ def test_checkpoint_then_snapshot_read_then_stream_and_transactions(tmp_path: Pa
     ends = [e for e in events if e.get("status") == "END"]
     assert len(begins) == len(ends) >= 25
     tail = run("cdc", "tail", str(shard), "--snapshot").stdout.splitlines()
+    assert len(tail) == keys
+    tail = run("cdc", "tail", str(shard), "--snapshot", "--messages").stdout.splitlines()
     assert len(tail) == keys + 1
 
 

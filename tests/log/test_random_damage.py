@@ -105,7 +105,9 @@ def _build(path: Path) -> Template:
             if i == 45:
                 w.checkpoint()
     names = [os.path.basename(segment_path(str(path), b)) for b in list_segments(str(path))]
-    envelopes = {e.lsn: e.envelope for e in shard_read.tail(path, 0, clock=READ_CLOCK)}
+    envelopes = {
+        e.lsn: e.envelope for e in shard_read.tail(path, 0, clock=READ_CLOCK, messages=True)
+    }
     records: list[Stored] = []
     for name in names:
         data = (path / name).read_bytes()
@@ -197,7 +199,7 @@ def _damage(rng: random.Random, shard: Path, template: Template) -> Damage:
 def _read_all(shard: Path) -> tuple[list[tuple[int, bytes]], MoonishError | None]:
     got: list[tuple[int, bytes]] = []
     try:
-        with shard_read.tail(shard, 0, clock=READ_CLOCK) as stream:
+        with shard_read.tail(shard, 0, clock=READ_CLOCK, messages=True) as stream:
             for event in stream:
                 got.append((event.lsn, event.envelope))
     except MoonishError as error:
@@ -299,7 +301,7 @@ def _check_other(
 
 def _check_cli(shard: Path, got_before: int, expect_error: bool) -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "cli.main", "cdc", "tail", str(shard)],
+        [sys.executable, "-m", "cli.main", "cdc", "tail", str(shard), "--messages"],
         capture_output=True,
         timeout=120,
         check=False,

@@ -49,9 +49,10 @@ def test_rows_follow_the_records() -> None:
     assert rows[1]["commit_ts"].timestamp() == 3.0
 
 
-def test_messages_and_checkpoints_are_m_rows_without_images() -> None:
+def test_messages_and_checkpoints_are_m_rows_without_images_only_when_asked() -> None:
     frames = [frame(1, Message("moonish.function", b"{}", 4)), frame(2, Checkpoint(1, "c"))]
-    rows = change_batch(0, frames, "shard-0").to_pylist()
+    assert change_batch(0, frames, "shard-0").num_rows == 0
+    rows = change_batch(0, frames, "shard-0", messages=True).to_pylist()
     assert [(r["op"], r["record_type"], r["db"]) for r in rows] == [
         ("m", "message", 4),
         ("m", "checkpoint", None),

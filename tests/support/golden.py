@@ -4,8 +4,9 @@
 fixtures/golden/<scenario>.ndjson. Nothing else writes them; tests/log/test_golden_fixtures.py
 compares both byte for byte with what the current code produces.
 
-A golden file is what successive ``cdc read`` calls print, resuming from each cursor, with
-limit 7 and a fixed clock: for every batch, the cursor line and then its envelopes; the reading
+A golden file is what successive ``cdc read --messages`` calls print, resuming from each
+cursor, with limit 7 and a fixed clock: for every batch, the cursor line and then its
+envelopes (checkpoints and messages included); the reading
 ends at the first idle batch (its cursor line is the last line) or with one ``{"error": ...}``
 line naming the kind, the file (its name only), the byte offset and the LSN.
 
@@ -269,7 +270,7 @@ def read_golden(path: Path) -> bytes:
     clock = FixedClock(READ_CLOCK_US)
     while True:
         try:
-            result = shard_read.read(path, cursor, GOLDEN_LIMIT, clock=clock)
+            result = shard_read.read(path, cursor, GOLDEN_LIMIT, clock=clock, messages=True)
         except MoonishError as error:
             detail = {
                 "kind": error.kind,

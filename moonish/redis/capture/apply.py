@@ -29,6 +29,7 @@ from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.router import Entry, Exchange, Router, is_single, selected_db
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.slots import shard_of_key
+from moonish.state.expiry import sweep
 from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
 from moonish.state.shard import ShardWriter
 
@@ -112,6 +113,8 @@ class ShardApplier:
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
+        for writer in writers:  # a command's time is when the master ran it
+            writer.live_source = True
         self.router = Router(writers, clock, exchange=exchange)
         self.router.skip = list(self.foreign)
         self.counts = ApplierCounts(records=self.router.records)
@@ -282,12 +285,14 @@ class ShardApplier:
     # -- durability and markers ---------------------------------------------------------
 
     def tick(self) -> bool:
-        """Sync the written shards when ``sync_interval_ms`` has passed, and mark the shards
-        whose position lags every ``mark_interval_ms``; whether :attr:`durable` advanced."""
+        """Sync the written shards when ``sync_interval_ms`` has passed; every
+        ``mark_interval_ms``, expire overdue keys (:meth:`expire_overdue`) and mark the
+        shards whose position lags. Whether :attr:`durable` advanced."""
         now = self.clock.now_us()
         options = self.options
         if now - self.last_mark_us >= options.mark_interval_ms * 1000:
             self.last_mark_us = now
+            self.expire_overdue(now)
             self.mark_behind()
         if self.applied > self.durable and (
             now - self.last_sync_us >= options.sync_interval_ms * 1000
@@ -295,6 +300,20 @@ class ShardApplier:
             self.sync()
             return True
         return False
+
+    def expire_overdue(self, now_us: int) -> None:
+        """Expire, in every owned shard, the keys and hash fields whose expiry time is more
+        than ``overdue_expiry_ms`` before ``now_us`` (moonish.state.expiry ``sweep``: ``d``
+        records marked ``expired``, command ``DEL``; ``HDEL`` for fields). The master expires
+        such keys itself and sends a ``DEL``, but not for a key that expired while it
+        reloaded (``DEBUG RELOAD``), which would otherwise stay until the next full resync;
+        a ``DEL`` that comes after this sweep finds no key and writes nothing."""
+        before_ms = now_us // 1000 - self.options.overdue_expiry_ms
+        for shard in self.own:
+            writer = self.writers[shard]
+            records = sweep(writer.keyspace, writer.stream, before_ms)
+            if records:
+                self.router.append(shard, records, False, now_us, b"")
 
     def sync(self) -> None:
         """Sync the owned shards written since the last sync: everything up to

@@ -12,9 +12,11 @@ and runs until ``stop`` is set (docs/redis-source.md, "Live capture"):
    ``{"replid", "offset": <its end offset>, "db": <the db selected after it>}`` on its last
    record; ``MULTI``/``EXEC`` as one atomic batch per shard (buffered until ``EXEC``);
    ``SELECT`` tracked; ``PING``, ``PUBLISH``, ``SPUBLISH`` and ``REPLCONF`` change no key and
-   are not applied. Keys never expire on their own (no sweep, commands run as Redis loads
-   them): the master sends a ``DEL`` for each key it expires. The records' commit time is
-   when moonish applied the command: Redis sends no times.
+   are not applied. Keys do not expire on access (commands run as Redis loads them): the
+   master sends a ``DEL`` (or ``UNLINK``) for each key it expires, marked ``expired`` when
+   the key's time had passed; keys overdue by ``overdue_expiry_ms`` that it never deletes
+   (expired during ``DEBUG RELOAD``) are swept. The records' commit time is when moonish
+   applied the command: Redis sends no times.
 3. **Durability and ACK**: after a batch is appended the written shards are synced (at most
    every ``sync_interval_ms``), and only then is the offset acknowledged (``REPLCONF ACK``),
    so ``INFO replication`` and ``WAIT`` count only changes that are in the logs. Shards no

@@ -50,6 +50,11 @@ class CaptureOptions:
             (no command touched them) get a position marker, so a restart's ``PSYNC`` asks
             for an offset the master's backlog still holds.
         status_interval_ms: how often ``capture.json`` and the progress callback are updated.
+        overdue_expiry_ms: a key (or hash field) whose expiry time passed longer ago than
+            this without the master's ``DEL`` is expired by the capture itself (checked
+            every ``mark_interval_ms``): the master tells its replicas nothing of a key that
+            expired while it reloaded (``DEBUG RELOAD``). Up to then the master's own
+            ``DEL`` is awaited, as a replica does; the hosts' clocks must agree within it.
         backoff_min_ms, backoff_max_ms: the wait before reconnecting after a network error
             doubles from ``backoff_min_ms`` up to ``backoff_max_ms`` (reset once connected).
         max_reconnects: give up (raise the last network error) after this many consecutive
@@ -67,6 +72,7 @@ class CaptureOptions:
     batch_wait_ms: int = 100
     mark_interval_ms: int = 1_000
     status_interval_ms: int = 1_000
+    overdue_expiry_ms: int = 10_000
     backoff_min_ms: int = 100
     backoff_max_ms: int = 5_000
     max_reconnects: int | None = None

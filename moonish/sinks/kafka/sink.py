@@ -279,8 +279,13 @@ class KafkaSink:
         )
         for shard in self._shards:
             shard.position = stored.get(shard.index, 0)
-            shard.tail = Tail(
-                shard.path, shard.position + 1, name=opts.name, clock=self._clock, transactions=True
+            shard.tail = Tail(  # messages are read: they go to <prefix>.message (or nowhere)
+                shard.path,
+                shard.position + 1,
+                name=opts.name,
+                clock=self._clock,
+                transactions=True,
+                messages=True,
             )
         if opts.consumer is not None:  # the topic is the truth: the consumer follows it
             consumers.register_sink(
@@ -447,6 +452,7 @@ class KafkaSink:
                         name=self.options.name,
                         clock=self._clock,
                         transactions=True,
+                        messages=True,
                     )
                     return
                 if not error.retriable() or time.monotonic() > deadline:

@@ -209,7 +209,8 @@ def test_function_messages_and_a_version_1_snapshot(tmp_path: Path) -> None:
     (line,) = dump_lines(tmp_path / "shard", 3, 1)
     assert "type: message" in line
     assert 'prefix: \'moonish.function\', db: 2, content: {"command":"load"' in line
-    events = [e for e in moonish.read(tmp_path / "shard", 0, 100).events if e.op == "m"][1:]
+    read = moonish.read(tmp_path / "shard", 0, 100, messages=True)
+    events = [e for e in read.events if e.op == "m"][1:]
     contents = [
         orjson.loads(base64.b64decode(orjson.loads(e.envelope)["message"]["content"]))
         for e in events

@@ -39,8 +39,9 @@ def aof_commands(directory: Path) -> list[list[bytes]]:
 
 
 def all_envelopes(data_dir: Path, shards: int) -> list[list[dict]]:
+    """Every shard's envelopes, messages included."""
     return [
-        [orjson.loads(e.envelope) for e in shard_read.tail(data_dir / f"shard-{k}")]
+        [orjson.loads(e.envelope) for e in shard_read.tail(data_dir / f"shard-{k}", messages=True)]
         for k in range(shards)
     ]
 

@@ -50,7 +50,12 @@ class Running:
     """A capture in a thread, stopped on exit; ``report`` is the progress seen last."""
 
     def __init__(
-        self, client: redis.Redis, data_dir: Path, shards: int, processes: int = 1
+        self,
+        client: redis.Redis,
+        data_dir: Path,
+        shards: int,
+        processes: int = 1,
+        options: CaptureOptions = FAST,
     ) -> None:
         self.stop = threading.Event()
         self.result: list[Any] = []
@@ -65,7 +70,7 @@ class Running:
                         shards,
                         stop=self.stop,
                         progress=self._seen,
-                        options=FAST,
+                        options=options,
                         processes=processes,
                     )
                 )

@@ -64,7 +64,7 @@ def import_aof_command(
 
     Nothing is created when the import is refused: DATA_DIR must not be a file, a shard
     directory or the AOF directory, an existing DATA_DIR must hold the same number of shards,
-    and the open-file limit must allow 3 descriptors per shard (a soft limit is raised up to
+    and the open-file limit must allow 4 descriptors per shard (a soft limit is raised up to
     the hard limit when needed).
 
     Example:

@@ -95,6 +95,8 @@ class BackgroundSnapshot:
         reason: why it was taken (``"records"``, ``"bytes"``, ``"time"``, ``"asked"``).
         label: its checkpoint record's label (``auto:<reason>`` unless given).
         pause_s: how long the fork kept the writer (seconds).
+        finished: the writer is done with it: in place with its checkpoint record appended,
+            or failed or killed (then :attr:`error` says why).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class BackgroundSnapshot:
     ) -> None:
         self.lsn, self.reason = lsn, reason
         self.label = label or f"auto:{reason}"
+        self.finished = False
         self.path = snapshot_path(shard_dir, lsn)
         self.started = time.monotonic()
         self._error_read, error_write = os.pipe()
@@ -311,13 +314,16 @@ class AutoSnapshots:
     def _finish(self, host: SnapshotHost) -> None:
         snapshot, self.running = self.running, None
         assert snapshot is not None
-        if snapshot.error is not None:
-            self.error = snapshot.error
-            return
-        host.append_checkpoint(snapshot.lsn, snapshot.label)
-        drop_old_snapshots(host.shard_dir)
-        self.last, self.error = snapshot, None
-        self.taken += 1
+        try:
+            if snapshot.error is not None:
+                self.error = snapshot.error
+                return
+            host.append_checkpoint(snapshot.lsn, snapshot.label)
+            drop_old_snapshots(host.shard_dir)
+            self.last, self.error = snapshot, None
+            self.taken += 1
+        finally:
+            snapshot.finished = True
 
     def close(self, host: SnapshotHost | None) -> None:
         """Finish a child that has ended (its checkpoint appended to ``host``'s log; not
@@ -331,3 +337,5 @@ class AutoSnapshots:
             self._finish(host)
         else:
             running.kill()
+            running.error = running.error or "the writer closed before the snapshot was in place"
+            running.finished = True

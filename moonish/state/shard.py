@@ -49,6 +49,7 @@ from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.libraries import Libraries
 from moonish.state.rebuild import Progress, rebuild
+from moonish.state.requests import RequestServer
 from moonish.state.snapshot import list_snapshots, write_snapshot
 from moonish.values.model import Entry, full_image, key_image, state_image
 
@@ -75,6 +76,8 @@ class ShardOptions:
         rebuilt up to, the last LSN) after the snapshot and every batch of records replayed
         (moonish.state.rebuild); what it raises stops the opening (the log is closed) and
         goes to the caller.
+    requests: answer requests (``moonish wal checkpoint``) on the shard's socket
+        (moonish.state.requests).
     """
 
     log: WriterOptions = field(default_factory=WriterOptions)
@@ -82,6 +85,7 @@ class ShardOptions:
     expiry_sweep_ms: int = 100
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     on_recovery: Progress | None = None
+    requests: bool = True
 
 
 class ExecResult(NamedTuple):
@@ -177,6 +181,13 @@ class ShardWriter:
         except BaseException:
             self._log.close()
             raise
+        self._requests: RequestServer | None = None
+        if self.options.requests:
+            try:
+                self._requests = RequestServer(self)
+            except OSError:  # (the name is taken only by a writer of this shard: the lock)
+                self._log.close()
+                raise
         taken = [lsn for lsn in list_snapshots(self.shard_dir) if lsn < self._log.next_lsn]
         self.snapshots = AutoSnapshots(self.options.snapshots, taken[-1] if taken else 0)
         """Snapshots taken on their own, by ``options.snapshots``."""
@@ -597,6 +608,9 @@ class ShardWriter:
             self._sweeper.join()
         with self._lock:
             self.snapshots.close(self if self._broken is None else None)
+        if self._requests is not None:
+            self._requests.close()
+        with self._lock:
             self._log.close()
 
     def __enter__(self) -> ShardWriter:

@@ -27,8 +27,9 @@ from moonish.slots import SLOT_COUNT
 MAX_SHARDS = SLOT_COUNT
 """Every shard owns at least one hash slot."""
 
-DESCRIPTORS_PER_SHARD = 3
-"""Descriptors a shard's writer holds while the import runs: LOCK, the open segment, its index."""
+DESCRIPTORS_PER_SHARD = 4
+"""Descriptors a shard's writer holds while the import runs: LOCK, the open segment, its index,
+the socket it answers requests on (moonish.state.requests)."""
 
 DESCRIPTOR_MARGIN = 32
 """Descriptors needed beyond the writers' and those already open: the AOF file being read, the

@@ -54,7 +54,7 @@ def test_a_hard_descriptor_limit_too_low_refuses_before_creating_anything(
     assert len(lines) == 1, lines  # no progress bar before the refusal
     needed = re.fullmatch(
         r"moonish: invalid_argument: importing into 400 shards needs (\d+) open file "
-        r"descriptors \(3 per shard plus (\d+) for the process\), but this process may open "
+        r"descriptors \(4 per shard plus (\d+) for the process\), but this process may open "
         r"only 256 \(RLIMIT_NOFILE hard limit\); raise the limit to at least \1 "
         r"\(ulimit -n \1\) or import into at most (\d+) shards; nothing was created",
         lines[0],

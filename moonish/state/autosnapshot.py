@@ -332,10 +332,12 @@ class AutoSnapshots:
         running, self.running = self.running, None
         if running is None:
             return
-        if host is not None and running.poll():
-            self.running = running
-            self._finish(host)
-        else:
+        if host is None or not running.poll():
             running.kill()
-            running.error = running.error or "the writer closed before the snapshot was in place"
-            running.finished = True
+            if host is None or not os.path.exists(running.path):
+                running.error = running.error or "the writer closed before it was in place"
+                running.finished = True
+                return
+            running.error = None  # killed after its rename: the snapshot is whole and in place
+        self.running = running
+        self._finish(host)

@@ -19,6 +19,7 @@ import pytest
 import moonish.redis.routing.shards
 from moonish.errors import InvalidArgumentError, UnavailableError, UnsupportedFormatError
 from moonish.redis.aof.importer import import_aof
+from moonish.redis.routing.target import DESCRIPTORS_PER_SHARD
 from moonish.state.shard import ShardWriter
 from tests.support.cli import MOONISH
 from tests.support.paths import ROOT
@@ -61,7 +62,8 @@ def test_a_hard_descriptor_limit_too_low_refuses_before_creating_anything(
     )
     assert needed, lines[0]
     total, others, fit = map(int, needed.groups())
-    assert total == 3 * 400 + others and 3 * fit + others <= 256 < 3 * (fit + 1) + others
+    per = DESCRIPTORS_PER_SHARD
+    assert total == per * 400 + others and per * fit + others <= 256 < per * (fit + 1) + others
     assert not (tmp_path / "data").exists()
 
 

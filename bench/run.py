@@ -38,7 +38,8 @@ docs/benchmarks.md:
 13. families: one write command's cost per command family at 1,000 and 1,000,000 elements;
     import-benchmark: ``wal import-aof`` of the AOF of redis-benchmark's default run against
     redis-server's load of it (bench.families); snapshots: the writer's pause when it starts a
-    snapshot in the background, and command latency while the child writes (bench.snapshots).
+    snapshot in the background, and command latency while the child writes (bench.snapshots);
+    restart: a capture's restart to PSYNC after 20,000 and 2,000,000 commands (bench.restart).
 
 The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
@@ -68,6 +69,7 @@ from bench.kafka import bench_kafka
 from bench.merged import bench_merged
 from bench.paths import AOF, DATA, MOONISH, READ_RECORDS
 from bench.rdb_import import bench_import_rdb
+from bench.restart import bench_restart
 from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
 from bench.snapshots import bench_snapshots
@@ -430,6 +432,7 @@ def main() -> None:
         ("families", lambda: bench_families(DATA)),
         ("import-benchmark", lambda: bench_import_benchmark_aof(DATA)),
         ("snapshots", lambda: bench_snapshots(DATA)),
+        ("restart", lambda: bench_restart(DATA)),
     ]
     only = sys.argv[1:]
     for title, bench in sections:

@@ -78,6 +78,9 @@ class ShardOptions:
         goes to the caller.
     requests: answer requests (``moonish wal checkpoint``) on the shard's socket
         (moonish.state.requests).
+    rebuild: ``False`` opens the shard without rebuilding its keyspace, only to check or
+        create it (a caller whose worker processes open it again): such a writer refuses
+        every write (``UnavailableError``) and answers no request.
     """
 
     log: WriterOptions = field(default_factory=WriterOptions)
@@ -86,6 +89,7 @@ class ShardOptions:
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
     on_recovery: Progress | None = None
     requests: bool = True
+    rebuild: bool = True
 
 
 class ExecResult(NamedTuple):
@@ -171,18 +175,19 @@ class ShardWriter:
             else:
                 upgrade_config(self.shard_dir)  # an older file gets its checksum
             self._use(stored or self.options.stream)
-            self.source = rebuild(
-                self.shard_dir,
-                self._log.next_lsn - 1,
-                self.keyspace,
-                self.libraries,
-                self.options.on_recovery,
-            )
+            if self.options.rebuild:
+                self.source = rebuild(
+                    self.shard_dir,
+                    self._log.next_lsn - 1,
+                    self.keyspace,
+                    self.libraries,
+                    self.options.on_recovery,
+                )
         except BaseException:
             self._log.close()
             raise
         self._requests: RequestServer | None = None
-        if self.options.requests:
+        if self.options.requests and self.options.rebuild:
             try:
                 self._requests = RequestServer(self)
             except OSError:  # (the name is taken only by a writer of this shard: the lock)
@@ -194,7 +199,9 @@ class ShardWriter:
         self._sweeper: threading.Thread | None = None
         self._sweep_error: BaseException | None = None
         self._broken: BaseException | None = None
-        if self.options.expiry_sweep_ms > 0:
+        if not self.options.rebuild:
+            self._broken = UnavailableError("opened without its keyspace (rebuild=False)")
+        if self.options.expiry_sweep_ms > 0 and self.options.rebuild:
             self._sweeper = threading.Thread(target=self._sweep_loop, daemon=True)
             self._sweeper.start()
 
@@ -450,6 +457,8 @@ class ShardWriter:
         """
         if not records:
             return []
+        if self._broken is not None:
+            self._check_sweep()
         stored = source or None  # None: the last record keeps its own
         try:
             if atomic:

@@ -186,8 +186,18 @@ def _run(
 ) -> CaptureReport:
     """:func:`capture` once its arguments are checked."""
     address = parse_redis_url(url)
+    alone = min(processes, shards) == 1  # else the workers rebuild the keyspaces
     with source_shards(
-        out_dir, shards, "replica", location, log, stream, clock, options.snapshots, recovering
+        out_dir,
+        shards,
+        "replica",
+        location,
+        log,
+        stream,
+        clock,
+        options.snapshots,
+        recovering,
+        rebuild=alone,
     ) as opened:
         for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
             if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)
@@ -203,7 +213,10 @@ def _run(
         for writer in opened.writers:  # the workers open them again
             writer.close()
         with start_workers(out_dir, shards, processes, log, stream, options, clock) as workers:
-            positions = workers.positions()
+            found = workers.positions(stop)
+            if found is None:
+                raise _Stopped
+            positions = found
             session = _Capture(
                 url, out_dir, workers.channels, positions, options, clock, workers.route
             )

@@ -34,6 +34,7 @@ import os
 import pickle
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -287,8 +288,10 @@ class Workers:
         self.route = StreamRoute(owner, len(channels))
         """What each worker gets of the stream."""
 
-    def positions(self) -> list[dict[str, Any]]:
-        """Every shard's stored position, as its worker read it.
+    def positions(self, stop: threading.Event | None = None) -> list[dict[str, Any]] | None:
+        """Every shard's stored position, as its worker read it once it rebuilt its shards'
+        keyspaces; ``None`` when ``stop`` was set first (looked at every 0.1 s; the workers
+        are then killed: a rebuild writes nothing).
 
         Raises:
             CorruptionError: a position moonish did not write (from its worker).
@@ -297,6 +300,11 @@ class Workers:
         found: dict[int, dict[str, Any]] = {}
         for channel in self._remote:
             try:
+                while not channel.link.poll(0.1):
+                    if stop is not None and stop.is_set():
+                        for each in self._remote:
+                            each.process.kill()
+                        return None
                 kind, value = channel.link.recv()
             except (EOFError, OSError):
                 raise channel._died() from None

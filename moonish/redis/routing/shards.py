@@ -58,6 +58,7 @@ def source_shards(
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    rebuild: bool = True,
 ) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
@@ -75,7 +76,7 @@ def source_shards(
     """
     remembered = check_source(data_dir, kind, location)
     check_descriptors(shards, raise_soft=True)
-    opened = open_shards(data_dir, shards, log, stream, clock, snapshots, on_recovery)
+    opened = open_shards(data_dir, shards, log, stream, clock, snapshots, on_recovery, rebuild)
     try:
         if not remembered:
             if any(writer.next_lsn > 1 for writer in opened.writers):
@@ -114,11 +115,14 @@ def open_shard(
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    rebuild: bool = True,
 ) -> ShardWriter:
     """The writer of ``data_dir/shard-<shard>`` as imports and captures open it: ``log``'s
     options with its shard id, ``stream`` if it is new, no expiry sweep thread, snapshots by
     ``snapshots`` (``None``: the default policy); ``on_recovery`` is called with (the shard
-    directory, the LSN rebuilt up to, the last LSN) as ``ShardOptions.on_recovery`` is.
+    directory, the LSN rebuilt up to, the last LSN) as ``ShardOptions.on_recovery`` is;
+    ``rebuild`` as ``ShardOptions.rebuild`` (``False``: to check or create the shard for
+    worker processes that open it again).
 
     Raises:
         As :class:`ShardWriter`.
@@ -130,6 +134,7 @@ def open_shard(
         expiry_sweep_ms=0,
         snapshots=snapshots or SnapshotPolicy(),
         on_recovery=None if on_recovery is None else partial(on_recovery, shard_dir),
+        rebuild=rebuild,
     )
     return ShardWriter(shard_dir, options, clock)
 
@@ -142,6 +147,7 @@ def open_shards(
     clock: Clock,
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    rebuild: bool = True,
 ) -> OpenShards:
     """A writer per shard, with ``log``'s options and its shard id. If one cannot be opened,
     the others are closed, what this call created is removed again and the error is
@@ -158,7 +164,7 @@ def open_shards(
         for shard, shard_dir in enumerate(shard_dirs):
             try:
                 writers.append(
-                    open_shard(out_dir, shard, log, stream, clock, snapshots, on_recovery)
+                    open_shard(out_dir, shard, log, stream, clock, snapshots, on_recovery, rebuild)
                 )
             except OSError as exc:
                 raise _open_error(exc, shard, shards, shard_dir) from exc

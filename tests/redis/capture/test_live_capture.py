@@ -348,3 +348,35 @@ def test_a_stop_while_the_shards_rebuild_returns_before_connecting(
     for shard_dir, end in ends.items():
         with shard_writer(Path(shard_dir)) as writer:
             assert writer.next_lsn == end  # nothing written
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("processes", [1, 2])
+def test_a_stop_before_the_workers_are_ready_connects_to_no_one(
+    tmp_path: Path, workdir: Path, processes: int
+) -> None:
+    """With worker processes the keyspaces are rebuilt by the workers alone (the capture's
+    own process only checks the shards); a stop requested meanwhile kills them and returns."""
+    data_dir = tmp_path / "data"
+    with redis_server(workdir) as client:
+        with Running(client, data_dir, 2, processes=processes) as running:
+            running.caught_up(client)
+            client.mset({f"k{i}": i for i in range(1000)})
+            running.caught_up(client)
+            running.finish()
+        expected = redis_state(client, (0,))
+        stop = threading.Event()
+        stop.set()
+        rebuilt: list[str] = []
+        report = capture(
+            url_of(client),
+            data_dir,
+            2,
+            stop=stop,
+            processes=processes,
+            on_recovery=lambda shard_dir, *_: rebuilt.append(shard_dir),
+        )
+        assert int(client.info("replication")["connected_slaves"]) == 0
+    assert report.continues == report.full_resyncs == report.commands == 0
+    assert rebuilt == []  # the stop is seen before any shard's rebuild goes on
+    assert our_state(data_dir) == expected  # nothing lost or written by the stopped start

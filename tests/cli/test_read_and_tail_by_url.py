@@ -5,6 +5,7 @@ exit codes by kind."""
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -135,7 +136,9 @@ def test_token_file_tls_and_exit_codes(data: Path, tmp_path: Path) -> None:
             assert done.returncode == code and words in done.stderr, done.stderr
         assert run("cdc", "read", server.url, "m3.a0.a0.a0", *secure).returncode == 2
         url = server.url
-    gone = run("cdc", "read", url, "earliest", *secure)
+    with socket.socket() as held:  # bound, never listening: refused, and no one else's
+        held.bind(("127.0.0.1", 0))
+        gone = run("cdc", "read", f"https://127.0.0.1:{held.getsockname()[1]}", "earliest", *secure)
     assert gone.returncode == 6 and b"unavailable" in gone.stderr
     assert (
         run("cdc", "read", str(data), "earliest", "--token-file", str(token_file)).returncode == 2

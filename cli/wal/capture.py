@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 import threading
-import time
 from types import FrameType
 from typing import TYPE_CHECKING
 
@@ -104,6 +102,7 @@ def capture_command(
 
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
     """
+    from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.capture.runner import capture
     from moonish.redis.capture.status import CaptureOptions, CaptureReport
     from moonish.redis.replication.messages import ReplicaOptions
@@ -116,24 +115,6 @@ def capture_command(
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, request_stop)
-
-    shown: dict[str, float] = {}
-
-    def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
-        """A line per shard as its writer starts rebuilding, then at most one a second."""
-        now = time.monotonic()
-        if (
-            quiet
-            or now - shown.get(shard_dir, -1.0) < 1.0
-            or (lsn == last_lsn and shard_dir in shown)
-        ):
-            return
-        shown[shard_dir] = now
-        click.echo(
-            f"moonish: {os.path.basename(shard_dir)}: rebuilding the keyspace: "
-            f"LSN {lsn:,} of {last_lsn:,}",
-            err=True,
-        )
 
     def progress(report: CaptureReport) -> None:
         if not quiet:
@@ -160,7 +141,7 @@ def capture_command(
         stream=StreamConfig(parse_view(view), max_value_bytes),
         segment_bytes=segment_bytes,
         processes=processes,
-        on_recovery=recovering,
+        on_recovery=rebuild_lines(quiet),
     )
     if not quiet:
         click.echo(f"\r{report.line()}", file=sys.stderr)

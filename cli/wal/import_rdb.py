@@ -50,6 +50,7 @@ def import_rdb_command(
 
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4 --processes 2
     """
+    from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.rdbimport.importer import import_rdb
     from moonish.state.config import StreamConfig, parse_view
 
@@ -71,6 +72,7 @@ def import_rdb_command(
         progress=progress,
         processes=processes,
         snapshots=snapshots,
+        on_recovery=rebuild_lines(),
     )
     if written[1]:
         click.echo(file=sys.stderr)

@@ -99,3 +99,8 @@ def test_import_aof_takes_snapshots_by_the_snapshot_options(tmp_path: Path) -> N
         assert {mark.label for mark in marks} == {"auto:records"}
     for data in ("every", "never"):
         assert run("wal", "verify", str(tmp_path / data)).returncode == 0
+    again = run("wal", "import-aof", str(SLICE), str(tmp_path / "every"), "--shards", "2")
+    assert again.returncode == 0, again.stderr
+    for shard in ("shard-0", "shard-1"):  # the rebuild starts at the newest snapshot
+        newest = list_snapshots(str(tmp_path / "every" / shard))[-1]
+        assert f"{shard}: rebuilding the keyspace: LSN {newest:,} of ".encode() in again.stderr

@@ -73,6 +73,7 @@ def import_aof(
     skip_unsupported: bool = False,
     processes: int = 1,
     snapshots: SnapshotPolicy | None = None,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -100,6 +101,10 @@ def import_aof(
             (moonish.redis.aof.parallel); otherwise this process writes every shard.
         snapshots: when the shards' writers take snapshots on their own
             (moonish.state.autosnapshot); ``None``: the default policy.
+        on_recovery: called with (the shard directory, the LSN rebuilt up to, the last LSN)
+            while existing shards' writers rebuild their keyspaces as they open (after the
+            snapshot, then every batch of records replayed); what it raises stops the import
+            before anything is written.
 
     Returns:
         An :class:`ImportReport`.
@@ -134,7 +139,9 @@ def import_aof(
     paths = check_import(aof_dir, out_dir, shards)
     location = os.path.realpath(aof_dir)
     stream = stream or StreamConfig()
-    with source_shards(out_dir, shards, "aof", location, log, stream, clock, snapshots) as opened:
+    with source_shards(
+        out_dir, shards, "aof", location, log, stream, clock, snapshots, on_recovery
+    ) as opened:
         first = all(writer.next_lsn == 1 for writer in opened.writers)
         if processes > 1 and shards > 1 and first and not any(map(_has_sort, paths)):
             for writer in opened.writers:  # the workers open them again

@@ -71,6 +71,7 @@ def import_rdb(
     progress: Callable[[int], None] | None = None,
     processes: int = 1,
     snapshots: SnapshotPolicy | None = None,
+    on_recovery: Callable[[str, int, int], None] | None = None,
 ) -> RdbImportReport:
     """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
     module docstring).
@@ -88,6 +89,7 @@ def import_rdb(
             (moonish.redis.rdbimport.parallel); the logs are the same as with one.
         snapshots: when the shards' writers take snapshots on their own
             (moonish.state.autosnapshot); ``None``: the default policy.
+        on_recovery: as for ``import_aof``: progress of existing shards' rebuilds.
 
     Returns:
         An :class:`RdbImportReport`.
@@ -122,8 +124,9 @@ def import_rdb(
         per_shard=[0] * shards,
     )
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    new_stream = stream or StreamConfig()
     with source_shards(
-        out_dir, shards, "rdb", location, log, stream or StreamConfig(), clock, snapshots
+        out_dir, shards, "rdb", location, log, new_stream, clock, snapshots, on_recovery
     ) as opened:
         position = encode_position({"rdb": identity})
         report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]

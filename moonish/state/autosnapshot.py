@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from moonish.errors import InvalidArgumentError
+from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.state.config import (
     DEFAULT_SNAPSHOT_EVERY_BYTES,
     DEFAULT_SNAPSHOT_EVERY_RECORDS,
@@ -118,15 +118,17 @@ class BackgroundSnapshot:
         self.started = time.monotonic()
         self._error_read, error_write = os.pipe()
         began = time.perf_counter()
+        self.pid = -1
         try:
             self.pid = os.fork()
-            if self.pid == 0:  # the child: write, report, exit without running any cleanup
-                _child(
-                    error_write,
-                    (shard_dir, shard, lsn, keyspace, created_us, libraries, source),
-                )
+        except OSError:
+            os.close(self._error_read)
+            raise
         finally:
-            os.close(error_write)
+            if self.pid != 0:  # (the child closes it when it is done)
+                os.close(error_write)
+        if self.pid == 0:  # the child: write, report, exit without running any cleanup
+            _child(error_write, (shard_dir, shard, lsn, keyspace, created_us, libraries, source))
         self.pause_s = time.perf_counter() - began
         self._status: int | None = None
         self.error: str | None = None
@@ -266,7 +268,11 @@ class AutoSnapshots:
             len(host.keyspace),
         )
         if reason is not None:
-            self.start(host, reason)
+            try:
+                self.start(host, reason)
+            except (OSError, MoonishError) as exc:  # the records are appended: not a failure
+                # of this append (a log that failed to sync refuses the next one itself)
+                self.error = f"the snapshot could not start: {exc!r}"
 
     def start(self, host: SnapshotHost, reason: str, label: str = "") -> BackgroundSnapshot:
         """Sync the log and fork the child that writes the snapshot at the last LSN (a

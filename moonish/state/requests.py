@@ -160,17 +160,24 @@ class _Dispatcher:
                 if key.fileobj == self._wake[0]:
                     os.read(self._wake[0], 4096)
                     continue
-                with self._lock:
-                    listener = key.fileobj
-                    if not isinstance(listener, socket.socket) or listener not in self._servers:
-                        continue  # removed since the select
-                    server = self._servers[listener]
-                    try:
-                        connection, _ = listener.accept()
-                    except OSError:
-                        continue
-                with connection:
-                    server.answer(connection)
+                accepted = self._accept(key.fileobj)
+                if accepted is not None:
+                    server, connection = accepted
+                    with connection:
+                        server.answer(connection)
+
+    def _accept(self, listener: object) -> tuple[RequestServer, socket.socket] | None:
+        """The server and a connection of ``listener``; ``None`` if it was removed since
+        the select, or the client went away."""
+        with self._lock:
+            server = self._servers.get(listener) if isinstance(listener, socket.socket) else None
+            if server is None or not isinstance(listener, socket.socket):
+                return None
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return None
+            return server, connection
 
     def forget(self) -> None:
         """In a forked child: no thread runs there, and the sockets are the parent's."""

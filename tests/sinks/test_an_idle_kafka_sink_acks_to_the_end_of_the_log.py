@@ -20,7 +20,7 @@ from moonish.log.records import position_marker
 from moonish.log.verify import verify_shard
 from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink
 from moonish.state.shard import ShardWriter
-from tests.support.servers.kafka_broker import Broker, broker, read_topics
+from tests.support.servers.kafka_broker import Broker, broker
 
 pytestmark = pytest.mark.kafka
 

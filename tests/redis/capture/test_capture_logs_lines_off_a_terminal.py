@@ -22,6 +22,7 @@ from tests.support.paths import ROOT
 from tests.support.redis.capture import url_of, wait_for
 from tests.support.servers.redis_server import redis_server
 
+CLI = [sys.executable, "-m", "cli.main", "wal", "capture"]
 STAMP = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
 
 
@@ -71,8 +72,7 @@ def test_capture_into_a_file_logs_lines_for_psync_resync_and_reconnects(
             client.set(f"k{i}", i)
         with open(stderr_path, "wb") as stderr:
             process = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "wal", "capture", url_of(client)]
-                + [str(data_dir), "--shards", "2"],
+                [*CLI, url_of(client), str(data_dir), "--shards", "2"],
                 stdout=subprocess.PIPE,
                 stderr=stderr,
                 env=dict(os.environ, PYTHONPATH=str(ROOT)),
@@ -100,16 +100,14 @@ def test_capture_into_a_file_logs_lines_for_psync_resync_and_reconnects(
     assert all(re.match(rf"{STAMP} capture \w+: ", line) for line in lines), lines
     replid = orjson.loads(out)["replid"]
     assert any(
-        re.search(rf"psync: PSYNC \? -1: \+FULLRESYNC {replid} \d+ \(RDB: ", line)
-        for line in lines
+        re.search(rf"psync: PSYNC \? -1: \+FULLRESYNC {replid} \d+ \(RDB: ", line) for line in lines
     ), lines
     resync = [line for line in lines if " full_resync: " in line]
     assert len(resync) == 1 and "as rows" in resync[0] and "50 keys loaded" in resync[0]
     assert re.search(r"RDB of [\d,]+ bytes", resync[0])
     assert any(" reconnect: link lost: " in line for line in lines), lines
     assert any(
-        re.search(rf"psync: PSYNC {replid} \d+: \+CONTINUE {replid}", line)
-        for line in lines
+        re.search(rf"psync: PSYNC {replid} \d+: \+CONTINUE {replid}", line) for line in lines
     ), lines
     status = [line for line in lines if " status: " in line]
     assert status and all("behind the master" in line for line in status)

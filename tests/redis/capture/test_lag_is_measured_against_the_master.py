@@ -129,7 +129,10 @@ def test_a_capture_held_back_reports_the_bytes_and_seconds_it_is_behind(
             released.wait(30)
 
     data_dir = tmp_path / "data"
-    with redis_server(workdir) as client, Running(client, data_dir, 2, progress=progress) as running:
+    with (
+        redis_server(workdir) as client,
+        Running(client, data_dir, 2, progress=progress) as running,
+    ):
         running.caught_up(client)
         wait_for(lambda: running.report is not None and running.report.bytes_behind == 0, "0")
         hold.set()
@@ -152,9 +155,11 @@ def test_a_capture_held_back_reports_the_bytes_and_seconds_it_is_behind(
         assert first.seconds_behind is not None and first.seconds_behind >= 0.5
         assert first.pending_bytes >= 0
         wait_for(
-            lambda: running.report is not None
-            and running.report.bytes_behind == 0
-            and running.report.seconds_behind == 0,
+            lambda: (
+                running.report is not None
+                and running.report.bytes_behind == 0
+                and running.report.seconds_behind == 0
+            ),
             "the capture to say it caught up",
         )
         status = read_status(str(data_dir))

@@ -23,7 +23,10 @@ def info(wal_dir: str, token_file: str | None, cacert: str | None) -> None:
 
     Given a data directory (with shard-<k> subdirectories) it prints
     {"data_dir": ..., "shards": [...]} with one object per shard, and for a live capture's
-    data directory "capture": the offsets it received and made durable, and lag_bytes. A
+    data directory "capture" (its capture.json): the link's state, the offsets it received
+    and made durable (pending_bytes between them), the master's offset and how far the
+    durable offset is behind it (bytes_behind, seconds_behind; null while unknown),
+    reconnects and the last full resync. A
     shard of an import or capture also shows "source_position": the source position its log
     stores last ({"lsn", "position", "text"}; null when its last 10,000 records hold none).
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import sys
 import threading
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -60,7 +59,12 @@ if TYPE_CHECKING:
     help="Write the shards in up to this many worker processes, each its share, to use several "
     "cores (this process reads the stream and acknowledges); the logs are the same as with one."
 )
-@click.option("--quiet", is_flag=True, help="No progress line on stderr.")
+@click.option(
+    "--quiet",
+    is_flag=True,
+    help="No progress or status lines on stderr (PSYNC answers, full resyncs and "
+    "reconnects are still logged).",
+)
 def capture_command(
     redis_url: str,
     data_dir: str,
@@ -87,14 +91,24 @@ def capture_command(
     shard stored (PSYNC); when Redis can no longer continue (backlog overrun, failover) its
     full resync is written as differences only. Network errors reconnect with backoff.
     DATA_DIR remembers its master and refuses another source. Commit times are when moonish
-    received the changes (Redis sends none). Progress on stderr, a JSON summary at the end;
-    DATA_DIR/capture.json holds the offsets received and durable (moonish cdc info shows it).
+    received the changes (Redis sends none). A JSON summary at the end;
+    DATA_DIR/capture.json holds the link's state, the offsets received and durable, and how
+    far the durable offset is behind the master in bytes and seconds (asked with INFO
+    replication on a side connection every second; null while Redis does not answer;
+    moonish cdc info shows it).
+
+    On stderr: on a terminal, a progress line redrawn in place; otherwise (a file, a pipe)
+    a timestamped status line a second. Either way one line for each PSYNC answer
+    (+CONTINUE, or +FULLRESYNC with its replication ID and offset), each full resync applied
+    (the RDB's size, keys loaded, c/u/d of the differences) and each lost connection (with
+    its reason).
 
     Each shard's writer snapshots its keyspace in the background (--snapshot-every-*), so a
     restart rebuilds it from the newest snapshot and the records after it (a line a second
     on stderr while it does; SIGTERM or Ctrl-C then stops at once, before connecting).
 
-    The user needs the psync, replconf and ping commands (ACL +psync +replconf +ping).
+    The user needs the psync, replconf and ping commands, and info for the figures against
+    the master (ACL +psync +replconf +ping +info).
 
     Example:
 
@@ -102,9 +116,10 @@ def capture_command(
 
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
     """
+    from cli.logs import StderrLog
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.capture.runner import capture
-    from moonish.redis.capture.status import CaptureOptions, CaptureReport
+    from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
     from moonish.redis.replication.messages import ReplicaOptions
     from moonish.state.config import StreamConfig, parse_view
 
@@ -116,9 +131,14 @@ def capture_command(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, request_stop)
 
+    log = StderrLog("capture")
+
     def progress(report: CaptureReport) -> None:
         if not quiet:
-            click.echo(f"\r{report.line()}", file=sys.stderr, nl=False)
+            log.progress(report.line(), report.to_json())
+
+    def logged(event: CaptureEvent) -> None:
+        log.line(event.kind, event.text, event.fields, event.time_us)
 
     replica = ReplicaOptions(
         ack_interval_ms=ack_interval_ms,
@@ -141,19 +161,30 @@ def capture_command(
         stream=StreamConfig(parse_view(view), max_value_bytes),
         segment_bytes=segment_bytes,
         processes=processes,
-        on_recovery=rebuild_lines(quiet),
+        on_recovery=rebuild_lines(log, quiet),
+        on_event=logged,
     )
     if not quiet:
-        click.echo(f"\r{report.line()}", file=sys.stderr)
+        if log.tty:
+            log.progress(report.line())
+            log.end_progress()
+        else:
+            log.line("stopped", report.line(), report.to_json())
+    resync = report.last_full_resync
     summary = {
         "master": report.master,
         "replid": report.replid,
+        "received_offset": report.received_offset,
         "durable_offset": report.durable_offset,
+        "master_offset": report.master_offset,
+        "bytes_behind": report.bytes_behind,
+        "seconds_behind": report.seconds_behind,
         "commands": report.commands,
         "transactions": report.transactions,
         "records": report.records,
         "per_shard": report.per_shard,
         "full_resyncs": report.full_resyncs,
+        "last_full_resync": None if resync is None else resync.to_json(),
         "continues": report.continues,
         "rdb_keys": report.rdb_keys,
         "removed_keys": report.removed_keys,

@@ -77,6 +77,7 @@ def import_aof_command(
 
         moonish wal import-aof appendonlydir data --shards 4 --processes 2
     """
+    from cli.logs import StderrLog
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.aof.checks import check_import
     from moonish.redis.aof.importer import import_aof
@@ -97,7 +98,7 @@ def import_aof_command(
             skip_unsupported=skip_unsupported,
             processes=processes,
             snapshots=snapshots,
-            on_recovery=rebuild_lines(),
+            on_recovery=rebuild_lines(StderrLog("import-aof")),
         )
     if report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)

@@ -50,6 +50,7 @@ def import_rdb_command(
 
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4 --processes 2
     """
+    from cli.logs import StderrLog
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.rdbimport.importer import import_rdb
     from moonish.state.config import StreamConfig, parse_view
@@ -72,7 +73,7 @@ def import_rdb_command(
         progress=progress,
         processes=processes,
         snapshots=snapshots,
-        on_recovery=rebuild_lines(),
+        on_recovery=rebuild_lines(StderrLog("import-rdb")),
     )
     if written[1]:
         click.echo(file=sys.stderr)

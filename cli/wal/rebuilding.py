@@ -7,13 +7,13 @@ import os
 import time
 from collections.abc import Callable
 
-import click
+from cli.logs import StderrLog
 
 
-def rebuild_lines(quiet: bool = False) -> Callable[[str, int, int], None]:
-    """A callback for ``on_recovery``: a line on stderr when a shard's writer starts
-    rebuilding its keyspace, then at most one a second per shard. Being Python, it also lets
-    a pending Ctrl-C raise between two batches of records."""
+def rebuild_lines(log: StderrLog, quiet: bool = False) -> Callable[[str, int, int], None]:
+    """A callback for ``on_recovery``: a ``rebuild`` line on ``log`` when a shard's writer
+    starts rebuilding its keyspace, then at most one a second per shard. Being Python, it
+    also lets a pending Ctrl-C raise between two batches of records."""
     shown: dict[str, float] = {}
 
     def show(shard_dir: str, lsn: int, last_lsn: int) -> None:
@@ -23,10 +23,10 @@ def rebuild_lines(quiet: bool = False) -> Callable[[str, int, int], None]:
         if lsn == last_lsn and shard_dir in shown:  # done: the next line says what follows
             return
         shown[shard_dir] = now
-        click.echo(
-            f"moonish: {os.path.basename(shard_dir)}: rebuilding the keyspace: "
-            f"LSN {lsn:,} of {last_lsn:,}",
-            err=True,
+        log.line(
+            "rebuild",
+            f"{os.path.basename(shard_dir)}: rebuilding the keyspace: LSN {lsn:,} of {last_lsn:,}",
+            {"shard_dir": shard_dir, "lsn": lsn, "last_lsn": last_lsn},
         )
 
     return show

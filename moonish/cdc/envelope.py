@@ -97,6 +97,12 @@ MESSAGE_TYPES = frozenset({RecordType.CHECKPOINT, RecordType.MESSAGE})
 unless a reader asks for them (``messages=True``)."""
 
 
+def is_change(record_type: int, payload: bytes) -> bool:
+    """Whether a record is a change readers deliver: not a message or checkpoint (``op:
+    "m"``), not a kv_change written while the stream was off (position markers are such)."""
+    return record_type not in MESSAGE_TYPES and not _stream_off(record_type, payload)
+
+
 class EnvelopeEncoder:
     """Decodes frames of one shard and encodes them as Debezium envelopes.
 

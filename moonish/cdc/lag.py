@@ -2,19 +2,26 @@
 spirit of ``kafka-consumer-groups --describe`` and PostgreSQL's ``pg_replication_slots``).
 Reading from a consumer is moonish.cdc.merged_read (``moonish.read(data_dir, consumer=...)``).
 
-Per consumer and shard (``ShardLag``):
+Lag counts changes only: the records readers deliver as change events, not position markers
+(kv_change records written with the stream off), checkpoints or messages (``op: "m"``;
+moonish.cdc.envelope ``is_change``). A consumer that confirmed every change stands at lag 0,
+however many such records follow it. Per consumer and shard (``ShardLag``):
 
 - ``confirmed_lsn``: the last LSN it confirmed; ``latest_lsn``: the shard's last LSN;
-- ``lag_records``: LSNs after its position up to the latest (less any a repair discarded);
-- ``lag_bytes``: segment bytes from the frame of its next change to the end of the log;
+- ``lag_records``: changes after its position up to the latest, counted in the first
+  :data:`COUNT_RECORDS` records after it; past those every LSN counts (an upper bound), as
+  does every LSN no longer retained (less any a repair discarded);
+- ``lag_bytes``: segment bytes from the frame of its next change to the end of the log (0
+  when there is none);
 - ``oldest_unconfirmed_age_ms``: now minus the commit time of its next change (``None`` when
-  it has confirmed everything; for a consumer whose changes are gone, the oldest retained);
+  there is none; for a consumer whose changes are gone, the oldest retained);
 - ``status``: ``reserved`` (the policy keeps its changes anyway), ``extended`` (it is what
   holds segments the policy would remove), ``lost`` (marked so, with the reason, or its next
   change is no longer retained).
 
-Reading cost: per shard one end-of-log scan, one retention plan without consumers, and one
-seek per distinct position (cached), whatever the number of consumers.
+Reading cost: per shard one end-of-log scan, one retention plan without consumers, and per
+distinct position (cached) one seek and a read of up to :data:`COUNT_RECORDS` records (to the
+end of the log for a consumer close to it), whatever the number of consumers.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from moonish.cdc.envelope import is_change
 from moonish.cdc.positions import data_shards, latest_lsn
 from moonish.cdc.token import Token
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -32,16 +40,16 @@ from moonish.datadir.consumers import Consumer
 from moonish.datadir.layout import oldest_lsn
 from moonish.datadir.policy import RetentionPolicy
 from moonish.datadir.retention import plan
-from moonish.errors import InvalidArgumentError, LsnDiscardedError, MoonishError
+from moonish.errors import InvalidArgumentError, LsnDiscardedError
 from moonish.log.control import load_control
 from moonish.log.reader import ShardReader
 from moonish.log.segment import list_segments, segment_path
 from moonish.state.config import load_config
 
 RESERVED, EXTENDED, LOST = "reserved", "extended", "lost"
-WALK_RECORDS = 2048
-"""Up to this many records apart, the table reads on to the next position rather than
-seeking (a seek reads a whole read-ahead chunk and scans up to an index interval)."""
+COUNT_RECORDS = 100_000
+"""Changes are counted in this many records after a position; past them every LSN counts."""
+POLL_RECORDS = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,84 +121,80 @@ class _Shard:
             shard_dir, policy, now_ms=now_ms, with_consumers=False
         ).reserved_from
         self._reader = ShardReader(shard_dir)
-        self._seen: dict[int, tuple[int, int | None]] = {}
+        self._seen: dict[int, tuple[int, int | None, int]] = {}
 
     def close(self) -> None:
         self._reader.close()
 
     def measured(self, consumer: Consumer) -> int:
-        """The position whose next record gives the consumer's lag bytes and age: its own,
-        or before the oldest retained record when its next ones are gone."""
+        """The position whose next records give the consumer's lag: its own, or before the
+        oldest retained record when its next ones are gone."""
         position = consumer.positions[self.number]
         return self.oldest - 1 if position + 1 < self.oldest else position
 
-    def measure_all(self, positions: set[int]) -> None:
-        """Measure ``positions`` in ascending order with one reader that walks forward: it
-        polls over the records between two near positions (its read-ahead buffer serves them)
-        and seeks only to a far one."""
-        walking = False
-        for position in sorted(positions):
-            if position >= self.latest or not self.bases or position in self._seen:
-                continue
-            gap = position + 1 - self._reader.next_lsn
-            try:
-                if not (walking and 0 <= gap <= WALK_RECORDS):
-                    self._reader.seek(position + 1)
-                while gap := position + 1 - self._reader.next_lsn:
-                    if not self._reader.poll(gap):
-                        break
-                self._seen[position] = self._measured_next()
-                walking = True
-            except MoonishError:  # a discarded range, a removal meanwhile: seek on its own
-                self._seen[position] = self._measure(position + 1)
-                walking = False
-
     def lag(self, consumer: Consumer) -> ShardLag:
         position = consumer.positions[self.number]
-        records = max(0, self.latest - position) - self._discarded_between(position)
-        gone = position < self.latest and position + 1 < self.oldest
-        size, age = self._after(self.measured(consumer))
+        measured = self.measured(consumer)
+        size, age, changes = self._after(measured)
+        gone = max(0, min(measured, self.latest) - position)  # LSNs no longer retained
+        records = changes + gone - self._discarded_between(position, position + gone)
         if consumer.lost:
             status, reason = LOST, consumer.lost_reason
-        elif gone:
+        elif position < self.latest and position + 1 < self.oldest:
             status = LOST
             reason = f"LSNs {position + 1}..{self.oldest - 1} are no longer retained"
         else:
             status, reason = (RESERVED if position + 1 >= self.reserved_from else EXTENDED), None
         return ShardLag(self.number, position, self.latest, records, size, age, status, reason)
 
-    def _discarded_between(self, position: int) -> int:
-        """LSNs in ``(position, latest]`` that a repair discarded."""
+    def _discarded_between(self, position: int, last: int) -> int:
+        """LSNs in ``(position, last]`` that a repair discarded."""
         return sum(
-            max(0, min(last, self.latest) - max(first, position + 1) + 1)
-            for first, last in self.discarded
+            max(0, min(end, last) - max(first, position + 1) + 1) for first, end in self.discarded
         )
 
-    def _after(self, position: int) -> tuple[int, int | None]:
-        """(bytes from the next record's frame to the end of the log, its age in ms)."""
+    def _after(self, position: int) -> tuple[int, int | None, int]:
+        """(bytes from the frame of the next change after ``position`` to the end of the log,
+        its age in ms, changes after ``position``), cached per position."""
         if position >= self.latest or not self.bases:
-            return 0, None
+            return 0, None, 0
         if position not in self._seen:
-            self._seen[position] = self._measure(position + 1)
+            self._seen[position] = self._measure(position)
         return self._seen[position]
 
-    def _measure(self, lsn: int) -> tuple[int, int | None]:
+    def _measure(self, position: int) -> tuple[int, int | None, int]:
+        reader = self._reader
         try:
-            self._reader.seek(lsn)
+            reader.seek(position + 1)
         except LsnDiscardedError as error:
             if error.oldest_lsn > self.latest:
-                return 0, None
-            self._reader.seek(error.oldest_lsn)
-        return self._measured_next()
-
-    def _measured_next(self) -> tuple[int, int | None]:
-        frames = self._reader.poll(1)
-        if not frames:
-            return 0, None
-        frame = frames[0]
-        i = bisect.bisect_right(self.bases, frame.lsn) - 1
-        size = self.sizes[i] - frame.offset + self.after[i]
-        return max(size, 0), max(0, self.now_ms - frame.commit_us // 1000)
+                return 0, None, 0
+            reader.seek(error.oldest_lsn)
+        first = None
+        changes = read = 0
+        counted = position  # changes are counted up to here, each LSN after it
+        while read < COUNT_RECORDS or first is None:  # (past them, only the next change)
+            frames = reader.poll(POLL_RECORDS)
+            for frame in frames:
+                if frame.lsn > self.latest:  # (written since the table began)
+                    frames = []
+                    break
+                change = is_change(frame.record_type, frame.payload)
+                if change and first is None:
+                    first = frame
+                if read < COUNT_RECORDS:
+                    changes += change
+                    counted = frame.lsn
+                read += 1
+            if not frames:
+                break
+        if counted < self.latest:
+            changes += self.latest - counted - self._discarded_between(counted, self.latest)
+        if first is None:
+            return 0, None, changes
+        i = bisect.bisect_right(self.bases, first.lsn) - 1
+        size = self.sizes[i] - first.offset + self.after[i]
+        return max(size, 0), max(0, self.now_ms - first.commit_us // 1000), changes
 
 
 def lag_table(
@@ -221,8 +225,6 @@ def lag_table(
     now_ms = clock.now_us() // 1000
     shards = [_Shard(path, k, now_ms) for k, path in enumerate(shard_dirs)]
     try:
-        for shard in shards:
-            shard.measure_all({shard.measured(c) for c in found if c.shards == len(shards)})
         table = []
         for consumer in found:
             if consumer.shards != len(shards):

@@ -2,7 +2,7 @@
 
 | method and path | what | body in | answer |
 |---|---|---|---|
-| ``GET /v1/info`` | ``cdc info`` of every shard, the tokens ``earliest`` and ``now``, the lag table, the server's own figures | | 200 |
+| ``GET /v1/info`` | ``cdc info`` of every shard, the tokens ``earliest`` and ``now``, the lag table, the live capture writing the data directory (``capture.json``, or ``null``), the server's own figures | | 200 |
 | ``GET /v1/consumers`` | the lag table (``consumer list --json``) | | 200 ``{"consumers":[...]}`` |
 | ``POST /v1/consumers`` | create | ``{"name", "from"?, "owner"?, "replace"?}`` | 201 the consumer's lag |
 | ``GET /v1/consumers/<name>`` | one consumer's lag | | 200 |
@@ -23,7 +23,8 @@ from moonish.cdc import lag, shard_read
 from moonish.cdc.positions import earliest, now, resolve
 from moonish.cdc.token import EARLIEST, NOW, Token
 from moonish.datadir import consumers
-from moonish.errors import ConsumerNotFoundError, InvalidArgumentError
+from moonish.errors import ConsumerNotFoundError, InvalidArgumentError, MoonishError
+from moonish.redis.capture.status import read_status
 from moonish.serve.errors import ConflictError, RequestTooLargeError
 from moonish.serve.hub import ServerState
 from moonish.version import __version__
@@ -43,6 +44,7 @@ async def info(request: web.Request, state: ServerState) -> web.Response:
             "earliest": str(earliest(state.shards)),
             "now": str(now(state.shards)),
             "consumers": [entry.to_json() for entry in lag.lag_table(state.data_dir)],
+            "capture": capture_status(state.data_dir),
         }
 
     document = await asyncio.to_thread(run)
@@ -64,6 +66,16 @@ async def info(request: web.Request, state: ServerState) -> web.Response:
         },
     }
     return json_response(document)
+
+
+def capture_status(data_dir: str) -> dict[str, Any] | None:
+    """The live capture that writes ``data_dir``, as ``moonish cdc info`` shows it (its
+    ``capture.json``; moonish.redis.capture.status), ``None`` without one, or ``{"error":
+    ...}`` for a file that cannot be read (the rest of the answer stands)."""
+    try:
+        return read_status(data_dir)
+    except MoonishError as error:
+        return {"error": str(error)}
 
 
 async def body_of(request: web.Request, state: ServerState) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""The consumers' lag table (moonish.cdc.lag) checked against the log: records, bytes and ages
-behind, statuses (reserved, extended, lost), and reading on between positions as a seek would."""
+"""The consumers' lag table (moonish.cdc.lag) checked against the log: changes, bytes and ages
+behind (position markers, checkpoints and messages are no lag), statuses (reserved, extended,
+lost)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from moonish.datadir import consumers
 from moonish.datadir.policy import RetentionPolicy
 from moonish.datadir.retention import prune
 from moonish.log.reader import ShardReader
+from moonish.log.records import Checkpoint, Message, position_marker
 from moonish.log.segment import list_segments, segment_path
 from moonish.log.verify import verify_shard
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
@@ -58,24 +60,74 @@ def test_lag_numbers_are_those_of_the_log(tmp_path: Path) -> None:
     assert lag.describe(root, "c", clock=FixedClock(now_us)) == entry
 
 
-def test_the_table_reads_on_between_positions_as_a_seek_would(
+def commit_ms(shard: Path, lsn: int) -> int:
+    with ShardReader(shard) as reader:
+        reader.seek(lsn)
+        return reader.poll(1)[0].commit_us // 1000
+
+
+def not_changes(writer: WalWriter, count: int, source: bytes) -> None:
+    """``count`` records that are no changes: position markers, a checkpoint, a message."""
+    for i in range(count):
+        if i % 3 == 0:
+            writer.append(Checkpoint(writer.next_lsn - 1, f"cp{i}"))
+        elif i % 3 == 1:
+            writer.append(Message("moonish.test", b"m", 0))
+        else:
+            writer.append(position_marker(source))
+
+
+def test_lag_counts_changes_only_not_markers_checkpoints_or_messages(tmp_path: Path) -> None:
+    """A consumer that confirmed every change is at lag 0 with no oldest age, however many
+    position markers, checkpoints and messages follow; one behind counts its changes, and its
+    age and bytes are those of its next change, not of the records before it."""
+    shard = tmp_path / "data" / "shard-0"
+    with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER), FixedClock(START_US, 1000)) as w:
+        for i in range(10):
+            w.append(kv(b"k%d" % i))  # LSNs 1..10
+        not_changes(w, 6, b"pos-a")  # 11..16
+        w.append(kv(b"late"))  # 17
+        not_changes(w, 58, b"pos-b")  # 18..75
+    consumers.create(shard.parent, "caught-up", (17,))
+    consumers.create(shard.parent, "before-markers", (10,))
+    consumers.create(shard.parent, "behind", (4,))
+    now_us = START_US + 10**9
+    table = {
+        e.consumer.name: e.shards[0] for e in lag.lag_table(shard.parent, clock=FixedClock(now_us))
+    }
+    caught_up = table["caught-up"]
+    assert (caught_up.lag_records, caught_up.lag_bytes) == (0, 0)
+    assert caught_up.oldest_unconfirmed_age_ms is None and caught_up.latest_lsn == 75
+    before = table["before-markers"]
+    assert before.lag_records == 1  # LSN 17 alone
+    assert before.oldest_unconfirmed_age_ms == now_us // 1000 - commit_ms(shard, 17)
+    assert before.lag_bytes == frames_after(shard, 16)[0]  # from LSN 17's frame
+    behind = table["behind"]
+    assert behind.lag_records == 7  # LSNs 5..10 and 17
+    assert behind.oldest_unconfirmed_age_ms == now_us // 1000 - commit_ms(shard, 5)
+    assert lag.describe(shard.parent, "caught-up").to_json()["lag_records"] == 0
+
+
+def test_past_count_records_every_lsn_counts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Changes are counted in the first COUNT_RECORDS records after a position; the LSNs
+    after those count whatever they hold (an upper bound), and the next change is still
+    found past a run of records that are not changes."""
     shard = tmp_path / "data" / "shard-0"
-    options = WriterOptions(fsync=FsyncPolicy.NEVER, segment_bytes=700, heartbeat_ms=None)
-    with WalWriter(shard, options, FixedClock(START_US, 1000)) as writer:
-        for i in range(40):  # batches of 1 to 3 records: positions inside a batch too
-            writer.append_batch([kv(b"k%d.%d" % (i, j)) for j in range(i % 3 + 1)])
-    latest = verify_shard(shard).last_lsn
-    assert latest is not None
-    for position in range(latest + 1):
-        consumers.create(shard.parent, f"c{position:03d}", (position,))
-    clock = FixedClock(START_US + 10**9)
-    walked = lag.lag_table(shard.parent, clock=clock)
-    monkeypatch.setattr(lag, "WALK_RECORDS", -1)  # a seek for every position
-    assert lag.lag_table(shard.parent, clock=clock) == walked
-    for entry in walked[:-1]:
-        assert entry.shards[0].lag_bytes == frames_after(shard, entry.shards[0].confirmed_lsn)[0]
+    with WalWriter(shard, WriterOptions(fsync=FsyncPolicy.NEVER), FixedClock(START_US, 1000)) as w:
+        not_changes(w, 10, b"pos")  # 1..10
+        w.append(kv(b"k"))  # 11
+        not_changes(w, 9, b"pos2")  # 12..20
+    consumers.create(shard.parent, "c", (0,))
+    monkeypatch.setattr(lag, "COUNT_RECORDS", 5)
+    monkeypatch.setattr(lag, "POLL_RECORDS", 2)
+    (entry,) = lag.lag_table(shard.parent, clock=FixedClock(START_US + 10**9))
+    assert entry.shards[0].lag_records == 15  # none in 1..5, then 6..20 each
+    assert entry.shards[0].lag_bytes == frames_after(shard, 10)[0]  # LSN 11 is the next change
+    monkeypatch.setattr(lag, "COUNT_RECORDS", 100)
+    (entry,) = lag.lag_table(shard.parent, clock=FixedClock(START_US + 10**9))
+    assert entry.shards[0].lag_records == 1
 
 
 def test_lag_statuses(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """The status page at ``/`` in a real browser (Debian's chromium, headless, over CDP): it shows
-shards and consumers, changes written after it loaded appear in its live view, a screenshot
+shards, consumers and the capture (or says a table is empty), changes written after it loaded
+appear in its live view, a screenshot
 is a real PNG, it passes its own Content-Security-Policy, and a token-protected server shows
 nothing without the token. A browser ``EventSource`` that reconnects resumes with
 Last-Event-ID: no gap, no duplicate."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import struct
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -128,3 +130,53 @@ async def _resume(url: str, data: Path, tmp_path: Path) -> None:
             assert lsns == [lsn for k, lsn in written_after(data, "earliest") if k == shard]
         assert len(got) == 18
         assert [token for _, _, token in got] == sorted(token for _, _, token in got)
+
+
+def test_the_page_shows_the_capture_and_says_when_a_table_is_empty(tmp_path: Path) -> None:
+    """No consumers: the table says so; a capture's row (master, link, bytes and seconds
+    behind, offsets, last full resync, reconnects), and once its file is gone, a row saying
+    no capture writes the data directory."""
+    from moonish.redis.capture.status import CaptureReport, write_status
+
+    data = tmp_path / "data"
+    write_steps(data, 2, [(n % 2, 1, 1) for n in range(4)])
+    report = CaptureReport(
+        master="redis://127.0.0.1:6379",
+        replid="a" * 40,
+        link="connected",
+        received_offset=2_000,
+        durable_offset=1_500,
+        master_offset=21_500,
+        bytes_behind=20_000,
+        seconds_behind=3.0,
+        reconnects=4,
+    )
+    write_status(str(data), report, time.time_ns() // 1000, running=True)
+    with Running(data, ServeOptions(port=0)) as server:
+        asyncio.run(_capture_view(server.url, data, tmp_path))
+
+
+async def _capture_view(url: str, data: Path, tmp_path: Path) -> None:
+    from moonish.redis.capture.status import STATUS_NAME
+
+    cells = "[...document.querySelectorAll('#%s td')].map((td) => td.textContent)"
+    async with Browser(tmp_path) as browser:
+        await browser.navigate(f"{url}/")
+        await browser.until("document.querySelectorAll('#shards tr').length === 2")
+        assert await browser.until(cells % "consumers") == ["no consumers"]
+        capture = await browser.until(cells % "capture")
+        assert capture == [
+            "redis://127.0.0.1:6379",
+            "connected",
+            "20,000",
+            "3.0 s",
+            "1,500 / 2,000",
+            "none",
+            "4",
+        ]
+        (data / STATUS_NAME).unlink()
+        await browser.until(
+            f"JSON.stringify({cells % 'capture'})"
+            " === JSON.stringify(['no live capture writes this data directory'])"
+        )
+        assert browser.errors() == []

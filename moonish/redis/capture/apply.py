@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, NamedTuple
 
 from moonish.clock import Clock
 from moonish.errors import UnsupportedFormatError
+from moonish.log.records import KvChange
 from moonish.redis.capture.status import CaptureOptions
 from moonish.redis.rdb.contents import read_contents
 from moonish.redis.replication.resp import ReplCommand
@@ -76,6 +77,8 @@ class ApplierCounts:
             (every applier sees all of them).
         records: per shard, records appended (0 for shards it does not own).
         rdb_keys, removed_keys: keys of full resyncs written, and found gone.
+        created, updated: of ``rdb_keys``, the ``c`` and ``u`` records of resyncs written as
+            differences (the rest are ``r`` rows).
     """
 
     commands: int = 0
@@ -83,10 +86,12 @@ class ApplierCounts:
     records: list[int] = field(default_factory=list)
     rdb_keys: int = 0
     removed_keys: int = 0
+    created: int = 0
+    updated: int = 0
 
     def __reduce__(self) -> tuple[Any, ...]:  # (compiled by mypyc: pickled explicitly)
         fields = (self.commands, self.transactions, self.records, self.rdb_keys)
-        return ApplierCounts, (*fields, self.removed_keys)
+        return ApplierCounts, (*fields, self.removed_keys, self.created, self.updated)
 
 
 class ShardApplier:
@@ -177,7 +182,7 @@ class ShardApplier:
             loader = loader_for(writer, b"PSYNC")
             keys = contents.keys[shard]
             present = {(db, key) for db, key, _ in keys}
-            append = self.router.appender(shard)
+            append = self._counted(self.router.appender(shard))
             self.counts.removed_keys += remove_missing(loader, _member(present), append)
             self.counts.rdb_keys += load_entries(loader, keys, append, rows=rows, source=position)
             self.router.mark(shard, position)
@@ -186,6 +191,22 @@ class ShardApplier:
         self.skip_below = offset
         self.stream_db, self.transaction = 0, None
         self.sync()
+
+    def _counted(
+        self, append: Callable[[list[KvChange], bytes], None]
+    ) -> Callable[[list[KvChange], bytes], None]:
+        """``append`` counting the ``c`` and ``u`` records of a resync's differences."""
+        counts = self.counts
+
+        def counted(records: list[KvChange], source: bytes) -> None:
+            for record in records:
+                if record.op == "c":
+                    counts.created += 1
+                elif record.op == "u":
+                    counts.updated += 1
+            append(records, source)
+
+        return counted
 
     def continued(self, replid: str, previous_replid: str | None) -> None:
         """``+CONTINUE``; after a failover (``previous_replid``) the stream goes on under

@@ -31,11 +31,16 @@ and runs until ``stop`` is set (docs/redis-source.md, "Live capture"):
    while storing a new one), resynchronise the same way with ``PSYNC ? -1``.
 5. **Network errors** (the master's address in the error): reconnect after a backoff
    (``backoff_min_ms`` doubling to ``backoff_max_ms``) and ``PSYNC`` from the applied offset.
-   An unfinished ``MULTI`` is dropped and received again.
+   An unfinished ``MULTI`` is dropped and received again. Each ``PSYNC`` answer, full resync
+   and lost connection is an ``on_event`` (:class:`CaptureEvent`); ``capture.json`` says
+   ``reconnecting`` meanwhile.
 6. **Processes**: the shards are written by a :class:`~moonish.redis.capture.apply.ShardApplier`
    in this process, or with ``processes > 1`` by worker processes, each its share of them
    (moonish.redis.capture.workers); this process reads the stream, acknowledges the offset
    every worker has synced and writes ``capture.json``.
+7. **Behind the master**: a side connection asks the master ``INFO replication`` every
+   ``status_interval_ms`` (moonish.redis.capture.behind); the report, the progress callback
+   and ``capture.json`` carry the bytes and seconds the durable offset is behind it.
 
 Example::
 
@@ -57,7 +62,22 @@ from moonish.errors import InvalidArgumentError, UnavailableError
 from moonish.gcpolicy import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture.apply import ShardApplier, StreamRoute, resume_point
-from moonish.redis.capture.status import CaptureOptions, CaptureReport, write_status
+from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.capture.status import (
+    CONNECTED,
+    RECONNECTING,
+    STATUS_NAME,
+    STOPPED,
+    CaptureEvent,
+    CaptureOptions,
+    CaptureReport,
+    FullResyncOutcome,
+    full_resync_event,
+    psync_event,
+    reconnect_event,
+    remove_status,
+    write_status,
+)
 from moonish.redis.capture.workers import Batch, Channel, LocalChannel, start_workers
 from moonish.redis.replication.connection import (
     Continue,
@@ -71,6 +91,7 @@ from moonish.redis.routing.target import check_target
 from moonish.state.config import StreamConfig
 
 Progress = Callable[[CaptureReport], None]
+OnEvent = Callable[[CaptureEvent], None]
 
 
 def capture(
@@ -86,6 +107,7 @@ def capture(
     segment_bytes: int = DEFAULT_SEGMENT_BYTES,
     processes: int = 1,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    on_event: OnEvent | None = None,
 ) -> CaptureReport:
     """Follow the Redis master at ``url`` into ``shards`` shards under ``data_dir`` until
     ``stop`` is set (see the module docstring); then sync, acknowledge and return.
@@ -110,6 +132,8 @@ def capture(
             snapshot and every batch of records replayed. ``stop`` is looked at there too:
             set during the rebuild, the capture returns without connecting (a rebuild writes
             nothing, so nothing is lost).
+        on_event: called with each :class:`CaptureEvent` (``PSYNC`` answers, full resyncs,
+            lost connections) as it happens, from the capture's thread.
 
     Returns:
         A :class:`CaptureReport`.
@@ -159,6 +183,7 @@ def capture(
             stop,
             progress,
             recovering,
+            on_event,
         )
     except _Stopped:  # while the shards were opened: nothing connected, nothing written
         report = CaptureReport(per_shard=[0] * shards)
@@ -183,6 +208,7 @@ def _run(
     stop: threading.Event | None,
     progress: Progress | None,
     recovering: Callable[[str, int, int], None],
+    on_event: OnEvent | None,
 ) -> CaptureReport:
     """:func:`capture` once its arguments are checked."""
     address = parse_redis_url(url)
@@ -207,6 +233,7 @@ def _run(
             applier = ShardApplier(opened.writers, None, options, clock)
             positions = list(applier.positions().values())
             session = _Capture(url, out_dir, [LocalChannel(applier)], positions, options, clock)
+            session.on_event = on_event
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
             return session.report
@@ -220,6 +247,7 @@ def _run(
             session = _Capture(
                 url, out_dir, workers.channels, positions, options, clock, workers.route
             )
+            session.on_event = on_event
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
     return session.report
@@ -250,14 +278,31 @@ class _Capture:
         now = clock.now_us()
         self.last_status_us = now
         self.last_commands = 0
+        self.on_event: OnEvent | None = None
+        self.watch: MasterWatch | None = None
 
     # -- connections ------------------------------------------------------------------
 
     def run(self, stop: threading.Event, progress: Progress | None) -> None:
         """Connect, sync and apply until ``stop``; reconnect after network errors."""
+        options = self.options
+        had_status = os.path.exists(os.path.join(self.data_dir, STATUS_NAME))
+        self.watch = MasterWatch(self.url, options.replica, self.clock, options.status_interval_ms)
+        try:
+            self._run(stop, progress)
+        except BaseException:
+            if not (had_status or self.report.full_resyncs or self.report.continues):
+                remove_status(self.data_dir)  # never synced: a first start leaves nothing
+            raise
+        finally:
+            self.watch.close()
+
+    def _run(self, stop: threading.Event, progress: Progress | None) -> None:
         self.report.resumed_from = [describe(position) for position in self.positions]
         point = resume_point(self.positions)
         self.replid, self.applied, self.db = point.replid, point.applied, point.db
+        self.report.replid = self.replid
+        self.report.received_offset = self.report.durable_offset = self.applied
         self._settle(lambda channel: channel.start(point))
         options = self.options
         backoff_ms, failures = options.backoff_min_ms, 0
@@ -268,6 +313,7 @@ class _Capture:
                 if options.settle_gc:
                     settle_gc()  # (the loaded keyspace lives on; moonish.gcpolicy)
                 backoff_ms, failures = options.backoff_min_ms, 0
+                self.report.link = CONNECTED
                 while not stop.is_set():
                     batch = Batch(link.read_batch(options.batch_wait_ms), self.route)
                     for channel in self.channels:
@@ -282,15 +328,33 @@ class _Capture:
                 failures += 1
                 self.report.reconnects += 1
                 self.report.last_error = str(exc)
+                self.report.link = RECONNECTING
                 if options.max_reconnects is not None and failures > options.max_reconnects:
                     raise
                 self._settle(lambda channel: channel.disconnected())
+                self.report.received_offset = self.report.durable_offset = self.applied
+                self._event(reconnect_event(self.clock.now_us(), str(exc), failures, backoff_ms))
             finally:
                 link.close()
-            if stop.wait(backoff_ms / 1000):
+            if self._backoff(stop, backoff_ms, progress):
                 break
             backoff_ms = min(backoff_ms * 2, options.backoff_max_ms)
         self._finish(None)
+
+    def _backoff(self, stop: threading.Event, backoff_ms: int, progress: Progress | None) -> bool:
+        """Wait ``backoff_ms`` (or until ``stop``: then ``True``), the status kept current."""
+        left_ms = backoff_ms
+        while left_ms > 0:
+            self._status(progress, force=True)
+            step_ms = min(left_ms, self.options.status_interval_ms)
+            if stop.wait(step_ms / 1000):
+                return True
+            left_ms -= step_ms
+        return stop.is_set()
+
+    def _event(self, event: CaptureEvent) -> None:
+        if self.on_event is not None:
+            self.on_event(event)
 
     def _each(self, call: Callable[[Channel], None]) -> None:
         for channel in self.channels:
@@ -305,11 +369,14 @@ class _Capture:
 
     def _sync(self, link: ReplicaConnection) -> None:
         """``PSYNC`` from the applied offset (or ``? -1``) and apply the answer."""
+        asked = f"PSYNC {self.replid} {self.applied + 1}" if self.replid else "PSYNC ? -1"
         answer = link.psync(self.replid, self.applied) if self.replid else link.psync()
+        self._event(psync_event(self.clock.now_us(), asked, answer))
         if isinstance(answer, FullResync):
             self._full_resync(link, answer)
         else:
             self._continue(answer)
+        self.report.received_offset = link.offset
         if self.route is not None:
             self.route.reset(self.db)
 
@@ -324,6 +391,9 @@ class _Capture:
         in several processes each read a copy spooled to the data directory."""
         self.report.full_resyncs += 1
         replid, offset = answer.replid, answer.offset
+        started_us = self.clock.now_us()
+        self._count()
+        before = self._resync_counts()
         if len(self.channels) == 1:
             self._settle(
                 lambda channel: channel.full_resync(replid, offset, answer.payload, link.path)
@@ -340,6 +410,24 @@ class _Capture:
         self.report.replid = answer.replid
         link.ack(answer.offset)
         self.report.durable_offset = answer.offset
+        self._count()
+        diff = [
+            after - earlier for after, earlier in zip(self._resync_counts(), before, strict=True)
+        ]
+        now = self.clock.now_us()
+        outcome = FullResyncOutcome(
+            now, replid, offset, link.rdb_bytes, (now - started_us) / 1e6, *diff
+        )
+        self.report.last_full_resync = outcome
+        self._event(full_resync_event(outcome))
+
+    def _resync_counts(self) -> tuple[int, int, int, int]:
+        """Keys full resyncs wrote so far: (``r`` rows, ``c``, ``u``, ``d``)."""
+        counts = [channel.counts() for channel in self.channels]
+        created = sum(c.created for c in counts)
+        updated = sum(c.updated for c in counts)
+        rows = sum(c.rdb_keys for c in counts) - created - updated
+        return rows, created, updated, sum(c.removed_keys for c in counts)
 
     def _finish(self, link: ReplicaConnection | None) -> None:
         """Stopping: every shard stores the applied position, all synced and acknowledged."""
@@ -349,7 +437,9 @@ class _Capture:
             with contextlib.suppress(UnavailableError):  # the next PSYNC tells the master
                 link.send_ack()
         self.report.durable_offset = self.applied
+        self.report.link = STOPPED
         self._count()
+        self._measure()
         write_status(self.data_dir, self.report, self.clock.now_us(), running=False)
 
     # -- durability, status -------------------------------------------------------------
@@ -359,15 +449,33 @@ class _Capture:
         if durable > link.durable_offset:
             link.ack(durable)
             self.report.durable_offset = durable
+        self._status(progress)
+
+    def _status(self, progress: Progress | None, force: bool = False) -> None:
+        """Every ``status_interval_ms`` (or now, ``force``): the counts, how far behind the
+        master, ``capture.json`` and the progress callback."""
         now = self.clock.now_us()
-        if now - self.last_status_us >= self.options.status_interval_ms * 1000:
-            self._count()
-            elapsed_s = (now - self.last_status_us) / 1e6
-            self.report.commands_per_s = (self.report.commands - self.last_commands) / elapsed_s
-            self.last_commands, self.last_status_us = self.report.commands, now
-            write_status(self.data_dir, self.report, now, running=True)
-            if progress is not None:
-                progress(self.report)
+        elapsed_us = now - self.last_status_us
+        if not force and elapsed_us < self.options.status_interval_ms * 1000:
+            return
+        self._count()
+        self._measure()
+        if elapsed_us > 0:
+            rate = (self.report.commands - self.last_commands) / (elapsed_us / 1e6)
+            self.report.commands_per_s = rate
+        self.last_commands, self.last_status_us = self.report.commands, now
+        write_status(self.data_dir, self.report, now, running=True)
+        if progress is not None:
+            progress(self.report)
+
+    def _measure(self) -> None:
+        """The report's figures against the master (moonish.redis.capture.behind)."""
+        if self.watch is None:
+            return
+        report = self.report
+        lag = self.watch.behind.measure(report.replid, report.durable_offset, self.clock.now_us())
+        report.master_offset, report.bytes_behind = lag.master_offset, lag.bytes_behind
+        report.seconds_behind, report.master_error = lag.seconds_behind, lag.error
 
     def _count(self) -> None:
         counts = [channel.counts() for channel in self.channels]

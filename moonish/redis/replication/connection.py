@@ -37,14 +37,12 @@ Example::
 
 from __future__ import annotations
 
-import socket
-import ssl
 from collections.abc import Iterator
 from types import TracebackType
 from typing import BinaryIO
 
 from moonish.clock import SYSTEM_CLOCK, Clock
-from moonish.errors import InvalidArgumentError, UnavailableError
+from moonish.errors import InvalidArgumentError
 from moonish.redis.replication.messages import (
     AUTH_CODES,
     REPLID,
@@ -71,6 +69,7 @@ from moonish.redis.replication.wire import (
     SizedPayload,
     Wire,
     buffered,
+    dial,
 )
 
 RESTART_ACK_MS = 100
@@ -191,41 +190,9 @@ class ReplicaConnection:
         return self._full_resync(wire, offset)
 
     def _connect(self) -> Wire:
-        address, options = self.address, self._options
-        context = self._tls_context() if address.tls else None
-        try:
-            sock = socket.create_connection(
-                (address.host, address.port), timeout=options.connect_timeout_ms / 1000
-            )
-        except OSError as exc:
-            raise UnavailableError(f"cannot connect to Redis: {exc}", path=self.path) from None
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if context is not None:
-            try:
-                sock = context.wrap_socket(sock, server_hostname=address.host)
-            except ssl.SSLCertVerificationError as exc:
-                sock.close()
-                raise InvalidArgumentError(
-                    f"the master's TLS certificate is not trusted: {exc.verify_message}",
-                    path=self.path,
-                ) from None
-            except OSError as exc:
-                sock.close()
-                raise UnavailableError(f"TLS handshake failed: {exc}", path=self.path) from None
+        sock = dial(self.address, self._options)
         self._last_io_us = self._clock.now_us()
-        return Wire(sock, self.path, options.timeout_ms)
-
-    def _tls_context(self) -> ssl.SSLContext:
-        options = self._options
-        try:
-            context = ssl.create_default_context(cafile=options.tls_ca_file)
-            if options.tls_cert_file is not None:
-                context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
-        except (OSError, ValueError) as exc:
-            raise InvalidArgumentError(
-                f"cannot load the TLS certificates: {exc}", path=self.path
-            ) from None
-        return context
+        return Wire(sock, self.path, self._options.timeout_ms)
 
     def _handshake(self, wire: Wire) -> None:
         """PING, then AUTH and both REPLCONFs in one write, replies read in order (as
@@ -324,6 +291,11 @@ class ReplicaConnection:
         """The replication offset after the last command returned (after :meth:`psync`: the
         offset it named)."""
         return self._offset
+
+    @property
+    def rdb_bytes(self) -> int:
+        """Bytes of the full resync's RDB read so far (0 after a ``+CONTINUE``)."""
+        return 0 if self._payload is None else self._payload.delivered_bytes
 
     @property
     def durable_offset(self) -> int:

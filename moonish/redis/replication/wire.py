@@ -29,7 +29,8 @@ import ssl
 import threading
 from collections.abc import Callable
 
-from moonish.errors import UnavailableError
+from moonish.errors import InvalidArgumentError, UnavailableError
+from moonish.redis.replication.messages import RedisAddress, ReplicaOptions
 from moonish.redis.replication.resp import ReplicationProtocolError
 
 READ_BYTES = 1 << 18
@@ -40,6 +41,48 @@ MARK_BYTES = 40
 """``CONFIG_RUN_ID_SIZE``: the diskless EOF mark's length."""
 MAX_LINE_BYTES = 1 << 16
 """A handshake reply or payload header longer than this is not Redis's."""
+
+
+def dial(address: RedisAddress, options: ReplicaOptions) -> socket.socket:
+    """A connected socket to ``address`` (TCP_NODELAY; over TLS for ``rediss://``, with
+    ``options``' files), within ``connect_timeout_ms``.
+
+    Raises:
+        UnavailableError: the connection or the TLS handshake failed (``path``: the address).
+        InvalidArgumentError: the master's certificate is not trusted, or the TLS files
+            cannot be loaded.
+    """
+    path = address.path
+    context = _tls_context(options, path) if address.tls else None
+    try:
+        sock = socket.create_connection(
+            (address.host, address.port), timeout=options.connect_timeout_ms / 1000
+        )
+    except OSError as exc:
+        raise UnavailableError(f"cannot connect to Redis: {exc}", path=path) from None
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if context is None:
+        return sock
+    try:
+        return context.wrap_socket(sock, server_hostname=address.host)
+    except ssl.SSLCertVerificationError as exc:
+        sock.close()
+        raise InvalidArgumentError(
+            f"the master's TLS certificate is not trusted: {exc.verify_message}", path=path
+        ) from None
+    except OSError as exc:
+        sock.close()
+        raise UnavailableError(f"TLS handshake failed: {exc}", path=path) from None
+
+
+def _tls_context(options: ReplicaOptions, path: str) -> ssl.SSLContext:
+    try:
+        context = ssl.create_default_context(cafile=options.tls_ca_file)
+        if options.tls_cert_file is not None:
+            context.load_cert_chain(options.tls_cert_file, options.tls_key_file)
+    except (OSError, ValueError) as exc:
+        raise InvalidArgumentError(f"cannot load the TLS certificates: {exc}", path=path) from None
+    return context
 
 
 class Wire:

@@ -28,8 +28,15 @@ Delivery:
   ``(source.shard, source.lsn)``.
 
 Either way the sink can be a named consumer of the data directory, moved to its stored
-positions at start and as they advance, so retention never removes what it has not delivered.
+positions at start and as they advance (at most once a second, and once more when it goes
+idle), so retention never removes what it has not delivered. Records that send nothing
+(position markers, and checkpoints and messages when ``messages`` is off) move the position
+too: a shard whose log holds no more changes has its position stored up to the end of its
+log (at most every :data:`PASS_OVER_MS`), so an idle sink that delivered everything holds no
+segment and shows no lag.
 docs/kafka.md has the details, the guarantees and what they rest on.
+
+Options and stats are moonish.sinks.kafka.options (re-exported here).
 
 Example::
 
@@ -43,23 +50,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, Producer
 
-from moonish.cdc.envelope import CONNECTOR
 from moonish.cdc.events import EventBatch
 from moonish.cdc.follow import ChangeSignal
 from moonish.cdc.positions import data_shards
 from moonish.cdc.shard_read import Tail
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir import consumers
-from moonish.errors import InvalidArgumentError, MoonishError
+from moonish.errors import MoonishError
 from moonish.sinks.kafka.offsets import (
     BrokerUnavailableError,
     DeliveryError,
@@ -70,108 +73,21 @@ from moonish.sinks.kafka.offsets import (
     offset_value,
     read_positions,
 )
+from moonish.sinks.kafka.options import (
+    AT_LEAST_ONCE,
+    EXACTLY_ONCE,
+    TOPIC_PREFIX,
+    KafkaOptions,
+    KafkaStats,
+)
 from moonish.sinks.kafka.records import RecordMaker, Topics
+from moonish.sinks.kafka.shards import Pending, SinkShard
 
-EXACTLY_ONCE, AT_LEAST_ONCE = "exactly-once", "at-least-once"
-TOPIC_PREFIX = re.compile(r"[A-Za-z0-9._-]{1,200}")
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaOptions:
-    """What the sink writes where, and how.
-
-    Attributes:
-        bootstrap_servers: ``host:port[,host:port...]`` of the Kafka cluster.
-        topic_prefix: the topics' prefix (``None``: ``name``).
-        name: ``source.name`` in the envelopes.
-        sink: the sink's name: the connector name of its stored positions and the base of its
-            transactional ids (``None``: ``kafka-<topic prefix>``).
-        delivery: ``"exactly-once"`` or ``"at-least-once"``.
-        schemas: Connect's ``schemas.enable=true`` form for keys and values.
-        tombstones: a tombstone after every ``d`` (Debezium's ``tombstones.on.delete``).
-        messages: write ``op: "m"`` records to ``<prefix>.message`` (else leave them out).
-        consumer: register as this named consumer of the data directory; ``None``: none.
-        max_transaction_records: a transaction (or position step) takes polls of the log (up
-            to 1024 records each, never part of an atomic batch) while it holds fewer records.
-        replication_factor: of the topics the sink creates (-1: the broker's default).
-        poll_ms: with ``follow``, longest wait without a file-system event.
-        timeout_ms: longest wait for the broker in one step (connect, commit, flush).
-        client_config: further librdkafka settings (security, ``linger.ms``, ...).
-    """
-
-    bootstrap_servers: str
-    topic_prefix: str | None = None
-    name: str = CONNECTOR
-    sink: str | None = None
-    delivery: str = EXACTLY_ONCE
-    schemas: bool = False
-    tombstones: bool = True
-    messages: bool = True
-    consumer: str | None = None
-    max_transaction_records: int = 10_000
-    replication_factor: int = -1
-    poll_ms: int = 1000
-    timeout_ms: int = 30_000
-    client_config: dict[str, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.delivery not in (EXACTLY_ONCE, AT_LEAST_ONCE):
-            raise InvalidArgumentError(
-                f"delivery must be {EXACTLY_ONCE} or {AT_LEAST_ONCE}, got {self.delivery!r}"
-            )
-        if not TOPIC_PREFIX.fullmatch(self.prefix):
-            raise InvalidArgumentError(
-                f"topic prefix must be 1..200 of A-Z a-z 0-9 . _ -, got {self.prefix!r}"
-            )
-        if not 1 <= self.max_transaction_records <= 1_000_000 or self.poll_ms < 1:
-            raise InvalidArgumentError("max_transaction_records must be 1..1000000, poll_ms >= 1")
-        consumers.validate_name(self.sink_name)
-
-    @property
-    def prefix(self) -> str:
-        """The topic prefix in force."""
-        return self.topic_prefix if self.topic_prefix is not None else self.name
-
-    @property
-    def sink_name(self) -> str:
-        """The sink's name in force."""
-        return self.sink if self.sink is not None else f"kafka-{self.prefix}"[:64]
-
-
-@dataclass(slots=True)
-class KafkaStats:
-    """What the sink did: events sent (changes, BEGIN/END and messages, as read), Kafka
-    records written (tombstones included), transactions committed, and each shard's position
-    (the last LSN whose records are stored for good: committed, or acknowledged)."""
-
-    events: int = 0
-    messages: int = 0
-    transactions: int = 0
-    positions: dict[int, int] = field(default_factory=dict)
-
-
-class _Pending:
-    """At-least-once: the delivery reports still due for the records up to ``lsn``."""
-
-    __slots__ = ("error", "lsn", "remaining")
-
-    def __init__(self, lsn: int) -> None:
-        self.lsn, self.remaining, self.error = lsn, 0, ""
-
-    def __call__(self, error: KafkaError | None, message: object) -> None:
-        self.remaining -= 1
-        if error is not None and not self.error:
-            self.error = str(error)
-
-
-class _Shard:
-    """One shard's producer, log iterator and position."""
-
-    def __init__(self, index: int, path: str, producer: Producer, txn_id: str) -> None:
-        self.index, self.path, self.producer, self.txn_id = index, path, producer, txn_id
-        self.tail: Tail | None = None
-        self.position = 0  # last LSN stored for good
-        self.pending: deque[_Pending] = deque()
+PASS_OVER_MS = 1000
+"""A shard whose log has only records that send nothing after its position stores the
+position past them at most this often (a transaction of only its offset, exactly-once)."""
+ACK_MS = 1000
+"""The named consumer is moved to the stored positions at most this often (and at the end)."""
 
 
 class KafkaSink:
@@ -214,12 +130,14 @@ class KafkaSink:
             "log_level": 3,
             **options.client_config,
         }
-        self._shards: list[_Shard] = []
+        self._shards: list[SinkShard] = []
         self._signal: ChangeSignal | None = None
         self._stop = threading.Event()
         self._started = False
         self._acked_at = 0.0
+        self._acked: list[int] | None = None  # the positions the consumer was moved to
         self._reported_at = 0.0
+        self._reported: tuple[int, int, dict[int, int]] | None = None  # what was reported
         self.stats = KafkaStats()
         prefix = options.prefix
         self.topics = Topics(
@@ -254,7 +172,7 @@ class KafkaSink:
             if opts.delivery == EXACTLY_ONCE:
                 config["transactional.id"] = txn_id
             producer = Producer(config)
-            self._shards.append(_Shard(index, path, producer, txn_id))
+            self._shards.append(SinkShard(index, path, producer, txn_id))
             if opts.delivery == EXACTLY_ONCE:
                 self._broker_call(producer.init_transactions, opts.timeout_ms / 1000)
         marker = new_marker()
@@ -346,19 +264,32 @@ class KafkaSink:
             if self._signal is not None:
                 self._signal.clear()
             sent = [self._pump(shard) for shard in self._shards]
+            self._ack()
+            self._report()
             if all(at_end for _, at_end in sent):
                 if not follow:
                     break
                 if not any(count for count, _ in sent) and self._signal is not None:
-                    self._signal.wait(self.options.poll_ms if self._waiting() else None)
+                    self._signal.wait(self.options.poll_ms if self._unsettled() else None)
         for shard in self._shards:
             self._flush(shard)
+            self._pass_over(shard, force=True)
         self._ack(force=True)
 
-    def _waiting(self) -> bool:
-        return any(shard.pending for shard in self._shards)
+    def _unsettled(self) -> bool:
+        """Whether something is still to do without a new record: deliveries to await, a
+        position to store past records that send nothing, a consumer to move, a report."""
+        return (
+            any(shard.pending or shard.read_to > shard.position for shard in self._shards)
+            or (self.options.consumer is not None and self._acked != self.positions)
+            or (
+                self._progress is not None
+                and self._reported
+                != (self.stats.events, self.stats.messages, dict(enumerate(self.positions)))
+            )
+        )
 
-    def _pump(self, shard: _Shard) -> tuple[int, bool]:
+    def _pump(self, shard: SinkShard) -> tuple[int, bool]:
         """Read up to a transaction's worth of the shard's log and send it; returns how many
         log records were sent and whether the end of the log was reached."""
         assert shard.tail is not None
@@ -375,17 +306,20 @@ class KafkaSink:
             damage = error  # what came before it is sent first
         if batches:
             self._send(shard, batches, shard.tail.cursor.lsn - 1)
-        elif self.options.delivery == AT_LEAST_ONCE:
-            shard.producer.poll(0)
-            self._advance(shard)
+        else:
+            if self.options.delivery == AT_LEAST_ONCE:
+                shard.producer.poll(0)
+                self._advance(shard)
+            if damage is None:
+                self._pass_over(shard)
         if damage is not None:
             raise damage
         return records, at_end
 
-    def _send(self, shard: _Shard, batches: list[EventBatch], last_lsn: int) -> None:
+    def _send(self, shard: SinkShard, batches: list[EventBatch], last_lsn: int) -> None:
         producer, opts = shard.producer, self.options
         exactly_once = opts.delivery == EXACTLY_ONCE
-        tracker = None if exactly_once else _Pending(last_lsn)
+        tracker = None if exactly_once else Pending(last_lsn)
         position = offset_value(last_lsn, self.source, len(self._shards))
         key = offset_key(opts.sink_name, opts.prefix, shard.index)
         count = 0
@@ -412,7 +346,34 @@ class KafkaSink:
         self._ack()
         self._report()
 
-    def _advance(self, shard: _Shard) -> None:
+    def _pass_over(self, shard: SinkShard, force: bool = False) -> None:
+        """Store the position past records that sent nothing (the log's end holds no
+        change), at most every :data:`PASS_OVER_MS` unless ``force``; at-least-once, once
+        every delivery before them is reported."""
+        last = shard.read_to
+        now = time.monotonic()
+        if last <= shard.position or shard.pending:
+            return
+        if not force and now - shard.passed_at < PASS_OVER_MS / 1000:
+            return
+        opts = self.options
+        position = offset_value(last, self.source, len(self._shards))
+        key = offset_key(opts.sink_name, opts.prefix, shard.index)
+        producer = shard.producer
+        try:
+            if opts.delivery == EXACTLY_ONCE:
+                producer.begin_transaction()
+            producer.produce(self.topics.offsets, position, key, partition=0)
+        except KafkaException as exc:
+            raise self._failure(shard, exc.args[0]) from None
+        if opts.delivery == EXACTLY_ONCE:
+            self._commit(shard)
+            self.stats.transactions += 1
+        else:
+            producer.poll(0)
+        shard.position, shard.passed_at = last, now
+
+    def _advance(self, shard: SinkShard) -> None:
         """At-least-once: move the position past every step whose reports all came back, and
         store it in the offsets topic (a hint for the next start: idempotent, not awaited)."""
         moved = False
@@ -430,7 +391,7 @@ class KafkaSink:
                 partition=0,
             )
 
-    def _commit(self, shard: _Shard) -> None:
+    def _commit(self, shard: SinkShard) -> None:
         """Commit the shard's transaction: retried while retriable; aborted (and the log read
         again from the stored position) when Kafka says so; fencing stops the sink."""
         deadline = time.monotonic() + self.options.timeout_ms / 1000
@@ -460,7 +421,7 @@ class KafkaSink:
                         str(error), self.options.bootstrap_servers
                     ) from None
 
-    def _failure(self, shard: _Shard, error: KafkaError) -> MoonishError:
+    def _failure(self, shard: SinkShard, error: KafkaError) -> MoonishError:
         """The error that stops the sink for a producer's failure: fencing, or the broker."""
         if error.code() == KafkaError._FATAL:  # produce() says only "fatal": ask for which
             try:
@@ -472,7 +433,7 @@ class KafkaSink:
             return SinkFencedError(shard.index, shard.txn_id)
         return BrokerUnavailableError(str(error), self.options.bootstrap_servers)
 
-    def _flush(self, shard: _Shard) -> None:
+    def _flush(self, shard: SinkShard) -> None:
         """At-least-once: wait for every delivery report, then move the position."""
         if self.options.delivery == EXACTLY_ONCE:
             return
@@ -486,22 +447,30 @@ class KafkaSink:
             )
 
     def _ack(self, force: bool = False) -> None:
-        """Move the named consumer to the stored positions (at most once a second)."""
+        """Move the named consumer to the stored positions when they moved (at most every
+        :data:`ACK_MS` unless ``force``)."""
         now = time.monotonic()
         if self.options.consumer is None or not self._started:
             return
-        if force or now - self._acked_at >= 1.0:
-            consumers.ack(self.data_dir, self.options.consumer, self.positions)
-            self._acked_at = now
+        positions = self.positions
+        if positions == self._acked:
+            return
+        if force or now - self._acked_at >= ACK_MS / 1000:
+            consumers.ack(self.data_dir, self.options.consumer, positions)
+            self._acked_at, self._acked = now, positions
 
     def _report(self, force: bool = False) -> None:
-        self.stats.positions = dict(enumerate(self.positions))
+        """Call ``progress`` when the stats changed (at most every ``progress_ms`` unless
+        ``force``)."""
+        stats = self.stats
+        stats.positions = dict(enumerate(self.positions))
         now = time.monotonic()
-        if self._progress is not None and (
-            force or now - self._reported_at >= self._progress_ms / 1000
-        ):
-            self._progress(self.stats)
-            self._reported_at = now
+        seen = (stats.events, stats.messages, stats.positions)
+        if self._progress is None or (not force and seen == self._reported):
+            return
+        if force or now - self._reported_at >= self._progress_ms / 1000:
+            self._progress(stats)
+            self._reported_at, self._reported = now, seen
 
     # -- stop ------------------------------------------------------------------------------
 
@@ -531,3 +500,13 @@ class KafkaSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+__all__ = [
+    "AT_LEAST_ONCE",
+    "EXACTLY_ONCE",
+    "TOPIC_PREFIX",
+    "KafkaOptions",
+    "KafkaSink",
+    "KafkaStats",
+]

@@ -229,6 +229,11 @@ def test_a_backlog_overrun_resyncs_as_a_diff(tmp_path: Path, workdir: Path, proc
             report = running.finish()
     assert report.full_resyncs == 1 and report.continues == 0
     assert report.removed_keys == 2
+    resync = report.last_full_resync
+    assert resync is not None and resync.rdb_bytes > 0
+    assert (resync.rows, resync.created, resync.updated, resync.deleted) == (0, 1, 2, 2)
+    (logged,) = [event for event in running.events if event.kind == "full_resync"]
+    assert "as differences" in logged.text and "c 1, u 2, d 2" in logged.text
     assert our_state(data_dir) == expected
     changes = events(data_dir, before)
     summary = sorted((e["op"], (e["after"] or e["before"])["key"]) for e in changes)

@@ -16,7 +16,7 @@ import redis
 import moonish
 from moonish.cdc import shard_read
 from moonish.redis.capture.runner import capture
-from moonish.redis.capture.status import CaptureOptions, CaptureReport
+from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
 from tests.support.redis.aof import workload
 from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
@@ -56,10 +56,13 @@ class Running:
         shards: int,
         processes: int = 1,
         options: CaptureOptions = FAST,
+        progress: Callable[[CaptureReport], None] | None = None,
     ) -> None:
         self.stop = threading.Event()
         self.result: list[Any] = []
         self.report: CaptureReport | None = None
+        self.events: list[CaptureEvent] = []  # what on_event was given, in order
+        self._progress = progress
 
         def run() -> None:
             try:
@@ -72,6 +75,7 @@ class Running:
                         progress=self._seen,
                         options=options,
                         processes=processes,
+                        on_event=self.events.append,
                     )
                 )
             except BaseException as exc:  # reported by finish()
@@ -82,6 +86,8 @@ class Running:
 
     def _seen(self, report: CaptureReport) -> None:
         self.report = report
+        if self._progress is not None:
+            self._progress(report)
 
     def durable(self) -> int:
         return -1 if self.report is None else self.report.durable_offset

@@ -1,0 +1,85 @@
+"""What long-running commands write on stderr: log lines, and a progress line on a terminal.
+
+On a terminal the progress line is redrawn in place (``\\r``) and a log line clears it first;
+anywhere else (a file, a pipe, journald) there is no ``\\r``: progress is a log line too.
+Every line goes through :meth:`StderrLog.line`, so another format of log lines (JSON) is one
+change there. A log line::
+
+    2025-05-01T12:00:00.123Z capture psync: PSYNC ? -1: +FULLRESYNC <replid> 0 (RDB: 175 bytes)
+
+(the UTC time to the millisecond, the command, the kind of line, its text).
+"""
+
+from __future__ import annotations
+
+import datetime
+import sys
+from collections.abc import Mapping
+from typing import TextIO
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+
+_CLEAR_LINE = "\r\x1b[K"
+
+
+class StderrLog:
+    """Lines of one command on ``stream`` (stderr by default).
+
+    Args:
+        command: named in every line (``capture``).
+        stream: where to write; ``None``: ``sys.stderr``.
+        tty: whether ``stream`` is a terminal; ``None``: ask it (``isatty``).
+        clock: the lines' times.
+    """
+
+    def __init__(
+        self,
+        command: str,
+        stream: TextIO | None = None,
+        *,
+        tty: bool | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.command = command
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = self.stream.isatty() if tty is None else tty
+        self.clock = clock
+        self._drawn = False  # a progress line is on the terminal's last line
+
+    def line(
+        self,
+        kind: str,
+        text: str,
+        fields: Mapping[str, object] | None = None,
+        time_us: int | None = None,
+    ) -> None:
+        """Write one log line: ``kind`` (``psync``, ``status``, ...) and ``text``; ``fields``
+        are the same as values (for a structured format) and ``time_us`` when it happened
+        (``None``: now)."""
+        when = self.clock.now_us() if time_us is None else time_us
+        stamp = datetime.datetime.fromtimestamp(when / 1e6, datetime.UTC)
+        prefix = _CLEAR_LINE if self._drawn else ""
+        self._drawn = False
+        self._write(
+            f"{prefix}{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z {self.command} {kind}: "
+            f"{text}\n"
+        )
+
+    def progress(self, text: str, fields: Mapping[str, object] | None = None) -> None:
+        """On a terminal, redraw the progress line with ``text``; elsewhere a ``status`` log
+        line."""
+        if not self.tty:
+            self.line("status", text, fields)
+            return
+        self._drawn = True
+        self._write(f"{_CLEAR_LINE}{text}")
+
+    def end_progress(self) -> None:
+        """Leave the progress line drawn (a newline after it), so what follows is below it."""
+        if self._drawn:
+            self._drawn = False
+            self._write("\n")
+
+    def _write(self, text: str) -> None:
+        self.stream.write(text)
+        self.stream.flush()

@@ -160,17 +160,25 @@ class _Dispatcher:
                 if key.fileobj == self._wake[0]:
                     os.read(self._wake[0], 4096)
                     continue
-                with self._lock:
-                    listener = key.fileobj
-                    if not isinstance(listener, socket.socket) or listener not in self._servers:
-                        continue  # removed since the select
-                    server = self._servers[listener]
-                    try:
-                        connection, _ = listener.accept()
-                    except OSError:
-                        continue
-                with connection:
-                    server.answer(connection)
+                accepted = self._accept(key.fileobj)
+                if accepted is not None:
+                    connection, server = accepted
+                    with connection:
+                        server.answer(connection)
+
+    def _accept(self, listener: object) -> tuple[socket.socket, RequestServer] | None:
+        """A connection on ``listener`` and its server; ``None`` when the listener was removed
+        since the select, or the client has gone. (A separate function: mypyc does not
+        compile ``continue`` inside ``with``.)"""
+        with self._lock:
+            if not isinstance(listener, socket.socket) or listener not in self._servers:
+                return None
+            server = self._servers[listener]
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return None
+        return connection, server
 
     def forget(self) -> None:
         """In a forked child: no thread runs there, and the sockets are the parent's."""

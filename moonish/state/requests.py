@@ -127,20 +127,21 @@ class _Dispatcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._servers: dict[socket.socket, RequestServer] = {}
-        self._thread: threading.Thread | None = None
+        self._serving: threading.Thread | None = None  # not _thread: mypyc would name the C
+        # field __thread, a C keyword
         self._selector: selectors.BaseSelector | None = None
         self._wake = (-1, -1)
 
     def add(self, listener: socket.socket, server: RequestServer) -> None:
         with self._lock:
-            if self._thread is None:
+            if self._serving is None:
                 self._selector = selectors.DefaultSelector()
                 self._wake = os.pipe2(os.O_CLOEXEC)
                 self._selector.register(self._wake[0], selectors.EVENT_READ)
-                self._thread = threading.Thread(
+                self._serving = threading.Thread(
                     target=self._serve, name="moonish-writer-requests", daemon=True
                 )
-                self._thread.start()
+                self._serving.start()
             assert self._selector is not None
             self._servers[listener] = server
             self._selector.register(listener, selectors.EVENT_READ)
@@ -184,7 +185,7 @@ class _Dispatcher:
         """In a forked child: no thread runs there, and the sockets are the parent's."""
         self._lock = threading.Lock()
         self._servers = {}
-        self._thread = None
+        self._serving = None
         self._selector = None
         self._wake = (-1, -1)
 

@@ -48,9 +48,12 @@ class RequestHost(Protocol):
 
     shard_dir: str
 
-    def snapshot_in_background(self, reason: str = ..., label: str = ...) -> BackgroundSnapshot: ...
+    # The defaults are ShardWriter's: a compiled module evaluates them (``...`` is no str).
+    def snapshot_in_background(
+        self, reason: str = "asked", label: str = ""
+    ) -> BackgroundSnapshot: ...
 
-    def wait_snapshot(self, poll_s: float = ...) -> BackgroundSnapshot | None: ...
+    def wait_snapshot(self, poll_s: float = 0.01) -> BackgroundSnapshot | None: ...
 
 
 class RequestServer:

@@ -1,13 +1,24 @@
 """moonish's build (the metadata is in pyproject.toml): the modules listed in its
 ``[tool.moonish] mypyc`` compiled to C extensions with mypyc, beside their sources, which stay
 the same Python (docs/build.md), and the hand-written C extensions of ``NATIVE``.
-``MOONISH_PURE=1`` builds neither: pure Python."""
+``MOONISH_PURE=1`` builds neither: pure Python. The repository's ``cli/`` folder is installed
+as the package ``moonish_cli`` (``PACKAGES``), so an install adds no top-level ``cli``."""
 
 import glob
 import os
 import tomllib
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
+
+CLI_NAME = "moonish_cli"
+"""The name the ``cli/`` folder is installed under: one of moonish's own, so a folder named
+``cli`` elsewhere on ``sys.path`` (or another distribution's ``cli``) neither shadows it nor is
+shadowed by it."""
+PACKAGES = [
+    *find_packages(include=["moonish", "moonish.*"]),
+    *(CLI_NAME + name[len("cli") :] for name in find_packages(include=["cli", "cli.*"])),
+]
+PACKAGE_DIR = {CLI_NAME: "cli"}
 
 # Hand-written C extensions (docs/build.md): kept to the few pure byte transforms that the write
 # path spends its time in, each with the Python it replaces kept for a pure build and compared
@@ -28,11 +39,15 @@ def compiled() -> list[str]:
 
 
 if os.environ.get("MOONISH_PURE"):
-    setup()
+    setup(packages=PACKAGES, package_dir=PACKAGE_DIR)
 else:
     from mypyc.build import mypycify
 
     # One shared library (the top-level module moonish__mypyc: mypyc expects it above the
     # packages) holds the code of all, so calls between the modules are C calls; each module
     # is a small extension beside its source that loads it.
-    setup(ext_modules=[*mypycify(compiled(), opt_level="3", group_name="moonish"), *NATIVE])
+    setup(
+        packages=PACKAGES,
+        package_dir=PACKAGE_DIR,
+        ext_modules=[*mypycify(compiled(), opt_level="3", group_name="moonish"), *NATIVE],
+    )

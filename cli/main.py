@@ -13,9 +13,10 @@ from typing import Any
 
 import click
 
-from cli.errors import CliError
 from moonish.errors import MoonishError
 from moonish.version import __version__
+
+from .errors import CliError
 
 
 class StdoutClosed(Exception):
@@ -24,9 +25,11 @@ class StdoutClosed(Exception):
 
 class LazyGroup(click.Group):
     """A group whose commands are imported when one is run or listed, from ``commands``
-    (name -> ``"module:attribute"``): click's lazy-loading pattern ("Advanced Groups" in
-    click's docs), so that starting ``moonish cdc read`` imports the read command and what it
-    uses, not every command's libraries (the server's aiohttp, the Kafka client, Spark)."""
+    (name -> ``"module:attribute"``, the module relative to this package, ``".cdc.read"``:
+    the package is ``moonish_cli`` when installed, ``cli`` in the repository): click's
+    lazy-loading pattern ("Advanced Groups" in click's docs), so that starting ``moonish cdc
+    read`` imports the read command and what it uses, not every command's libraries (the
+    server's aiohttp, the Kafka client, Spark)."""
 
     def __init__(self, *args: Any, commands: dict[str, str] | None = None, **kwargs: Any):
         super().__init__(*args, **kwargs)
@@ -40,7 +43,7 @@ class LazyGroup(click.Group):
         if target is None:
             return super().get_command(ctx, cmd_name)
         module, attribute = target.split(":")
-        command = getattr(importlib.import_module(module), attribute)
+        command = getattr(importlib.import_module(module, __package__), attribute)
         if not isinstance(command, click.Command):
             raise TypeError(f"{target} is not a click command")
         return command
@@ -90,7 +93,7 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
-@click.group(cls=_Root, commands={"serve": "cli.serve:serve"})
+@click.group(cls=_Root, commands={"serve": ".serve:serve"})
 @click.version_option(__version__, prog_name="moonish")
 def moonish() -> None:
     """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
@@ -104,11 +107,11 @@ def moonish() -> None:
 @moonish.group(
     cls=LazyGroup,
     commands={
-        "read": "cli.cdc.read:read",
-        "tail": "cli.cdc.tail:tail",
-        "info": "cli.cdc.info:info",
-        "export": "cli.cdc.export:export",
-        "kafka": "cli.cdc.kafka:kafka",
+        "read": ".cdc.read:read",
+        "tail": ".cdc.tail:tail",
+        "info": ".cdc.info:info",
+        "export": ".cdc.export:export",
+        "kafka": ".cdc.kafka:kafka",
     },
 )
 def cdc() -> None:
@@ -124,16 +127,16 @@ def cdc() -> None:
 @moonish.group(
     cls=LazyGroup,
     commands={
-        "import-aof": "cli.wal.import_aof:import_aof_command",
-        "import-rdb": "cli.wal.import_rdb:import_rdb_command",
-        "capture": "cli.wal.capture:capture_command",
-        "verify": "cli.wal.verify:verify",
-        "dump": "cli.wal.dump:dump",
-        "checkpoint": "cli.wal.checkpoint:checkpoint",
-        "stream": "cli.wal.stream:stream",
-        "repair": "cli.wal.repair:repair",
-        "retention": "cli.wal.retention:retention",
-        "prune": "cli.wal.prune:prune",
+        "import-aof": ".wal.import_aof:import_aof_command",
+        "import-rdb": ".wal.import_rdb:import_rdb_command",
+        "capture": ".wal.capture:capture_command",
+        "verify": ".wal.verify:verify",
+        "dump": ".wal.dump:dump",
+        "checkpoint": ".wal.checkpoint:checkpoint",
+        "stream": ".wal.stream:stream",
+        "repair": ".wal.repair:repair",
+        "retention": ".wal.retention:retention",
+        "prune": ".wal.prune:prune",
     },
 )
 def wal() -> None:
@@ -147,7 +150,7 @@ def wal() -> None:
 
 @moonish.group(
     cls=LazyGroup,
-    commands={"materialize": "cli.spark.materialize:materialize", "show": "cli.spark.show:show"},
+    commands={"materialize": ".spark.materialize:materialize", "show": ".spark.show:show"},
 )
 def spark() -> None:
     """Run the Spark pipeline: a table of the latest state per key (needs moonish[spark]).
@@ -161,12 +164,12 @@ def spark() -> None:
 @moonish.group(
     cls=LazyGroup,
     commands={
-        "create": "cli.consumer.create:create",
-        "list": "cli.consumer.list:list_command",
-        "show": "cli.consumer.show:show",
-        "ack": "cli.consumer.ack:ack",
-        "seek": "cli.consumer.seek:seek",
-        "drop": "cli.consumer.drop:drop",
+        "create": ".consumer.create:create",
+        "list": ".consumer.list:list_command",
+        "show": ".consumer.show:show",
+        "ack": ".consumer.ack:ack",
+        "seek": ".consumer.seek:seek",
+        "drop": ".consumer.drop:drop",
     },
 )
 def consumer() -> None:

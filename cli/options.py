@@ -14,7 +14,6 @@ from typing import Any, TypeVar, cast
 
 import click
 
-from cli.params import LSN, VIEW
 from moonish.log.format import SEGMENT_HEADER_BYTES
 from moonish.log.options import DEFAULT_SEGMENT_BYTES
 from moonish.slots import SLOT_COUNT  # every shard owns at least one slot
@@ -24,6 +23,8 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_EVERY_RECORDS,
     DEFAULT_SNAPSHOT_EVERY_S,
 )
+
+from .params import LSN, VIEW
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -7,9 +7,10 @@ import sys
 import click
 import orjson
 
-from cli import options
 from moonish.serve import Limits, ServeOptions, Server, load_token, run
 from moonish.serve.options import DEFAULT_HOST, DEFAULT_LINGER_MS, DEFAULT_PORT
+
+from . import options
 
 _DEFAULTS = Limits()
 

@@ -7,8 +7,8 @@ from types import FrameType
 
 import click
 
-from cli import options
-from cli.params import OUTPUT_DIR, sink_name
+from .. import options
+from ..params import OUTPUT_DIR, sink_name
 
 
 @click.command("export")

@@ -8,11 +8,12 @@ from typing import Any
 import click
 import orjson
 
-from cli import options
-from cli.remote import DATA_PATH, connect
 from moonish.cdc import shard_read
 from moonish.redis.capture.status import read_status
 from moonish.redis.routing.sources import describe, load_source, stored_position
+
+from .. import options
+from ..remote import DATA_PATH, connect
 
 
 @click.command("info")

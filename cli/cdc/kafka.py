@@ -8,7 +8,7 @@ from types import FrameType
 
 import click
 
-from cli import options
+from .. import options
 
 
 def _client_setting(

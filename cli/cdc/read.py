@@ -8,9 +8,10 @@ import click
 
 import moonish.cdc.api
 import moonish.cdc.shard_read
-from cli import options, remote
-from cli.params import write_position
 from moonish.cdc.cursor import Cursor
+
+from .. import options, remote
+from ..params import write_position
 
 
 # A negative POSITION ("-1") must reach the cursor check and get its message, not "no such option".

@@ -9,11 +9,12 @@ from typing import Any
 import click
 
 import moonish.cdc.api
-from cli import options, remote
-from cli.params import write_position
 from moonish.cdc.cursor import Cursor
 from moonish.cdc.merged import Resolved
 from moonish.cdc.merged_read import MergedTail
+
+from .. import options, remote
+from ..params import write_position
 
 
 @click.command("tail")

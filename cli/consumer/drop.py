@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import click
 
-from cli import options
-from cli.consumer.output import print_json
-from cli.remote import DATA_PATH, connect
 from moonish.datadir import consumers
+
+from .. import options
+from ..remote import DATA_PATH, connect
+from .output import print_json
 
 
 @click.command("drop")

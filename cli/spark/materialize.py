@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
-from cli import options
 from moonish.errors import InvalidArgumentError
+
+from .. import options
 
 
 def source_kind(source: str) -> str:
@@ -99,9 +100,10 @@ def materialize(
         moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
-    from cli.params import sink_name
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
     from moonish.spark.table import current_version
+
+    from ..params import sink_name
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")

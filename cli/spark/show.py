@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from cli import options
+from .. import options
 
 
 @click.command("show")

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from cli import options
+from .. import options
 
 if TYPE_CHECKING:
     from moonish.state.autosnapshot import SnapshotPolicy

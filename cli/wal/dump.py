@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import click
 
-from cli import options
 from moonish.cdc.cursor import Cursor
+
+from .. import options
 
 
 @click.command("dump")

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import click
 import orjson
 
-from cli import options
-from cli.params import OUTPUT_DIR
+from .. import options
+from ..params import OUTPUT_DIR
 
 if TYPE_CHECKING:
     from moonish.state.autosnapshot import SnapshotPolicy

@@ -5,11 +5,12 @@ from __future__ import annotations
 import click
 import orjson
 
-from cli import options
 from moonish.cdc.positions import data_shards, resolve
 from moonish.datadir.policy import RetentionPolicy
 from moonish.datadir.retention import prune_shards
 from moonish.state.config import load_config
+
+from .. import options
 
 
 @click.command("prune")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import click
 import orjson
 
-from cli import options
 from moonish.log.format import parse_segment_name
+
+from .. import options
 
 
 @click.command("repair")

@@ -7,10 +7,11 @@ import dataclasses
 import click
 import orjson
 
-from cli import options
 from moonish.cdc import shard_read
 from moonish.state.config import load_config, parse_view
 from moonish.state.shard import ShardWriter
+
+from .. import options
 
 
 @click.command("stream")

@@ -11,12 +11,13 @@
  *              argc:u32 bytes(arg)*argc [bytes(source) if change_flags & CHANGE_SOURCE]
  *   bytes(x) := len:u32 x
  *
- * encode_changes(frames, start, ops, envelopes, source_head, tail, shard) -> int
+ * encode_changes(frames, start, ops, envelopes, source_head, tail, shard, merged) -> int
  *   frames: a list of moonish.log.frames.Frame; start: the first to encode; ops, envelopes:
  *   lists the op (str) and the envelope (bytes) of each encoded frame are appended to;
  *   source_head: the envelope's bytes from ',"source":{' up to the value of source.ts_ms;
  *   tail: its last bytes, from '"ts_ms":' of the processing time to the closing brace;
- *   shard: source.shard. Encodes frames[start], frames[start + 1], ... while each is a
+ *   shard: source.shard; merged: true in a merged read over every shard, which marks an RDB
+ *   load's rows by the load's first and last rows (docs/envelopes.md). Encodes frames[start], frames[start + 1], ... while each is a
  *   kv_change record it encodes exactly as the Python encoder would, and returns the index of
  *   the first it leaves to Python: another record type, a record of a disabled stream, a
  *   payload that does not follow the grammar (Python names the damage), an image that holds
@@ -44,7 +45,10 @@
 #define CHANGE_SOURCE 4
 #define CHANGE_FIRST_ROW 8
 #define CHANGE_LAST_ROW 16
-#define KNOWN_CHANGE_FLAGS 31
+#define CHANGE_LOAD_FIRST 32
+#define CHANGE_LOAD_LAST 64
+#define ROW_BITS (CHANGE_FIRST_ROW | CHANGE_LAST_ROW | CHANGE_LOAD_FIRST | CHANGE_LOAD_LAST)
+#define KNOWN_CHANGE_FLAGS 127
 #define MAX_VIEW 4 /* ViewType.NEW_AND_OLD_IMAGES */
 #define REPLAY_COMMAND 1 /* Replay */
 #define REPLAY_STATE 2
@@ -182,7 +186,9 @@ static int read_change(const unsigned char *p, Py_ssize_t size, Change *c) {
         view > MAX_VIEW || replay > REPLAY_STATE || reserved ||
         (state_len && replay != REPLAY_STATE) || (argc && replay != REPLAY_COMMAND) ||
         (!argc && replay == REPLAY_COMMAND) ||
-        ((flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)) && op != 'r'))
+        ((flags & ROW_BITS) && op != 'r') ||
+        ((flags & CHANGE_LOAD_FIRST) && !(flags & CHANGE_FIRST_ROW)) ||
+        ((flags & CHANGE_LOAD_LAST) && !(flags & CHANGE_LAST_ROW)))
         return 0;
     if (c->command_len && !is_plain(c->command, c->command_len)) return 0;
     c->before_omitted = has_omitted(c->before, c->before_len);
@@ -212,14 +218,30 @@ static char *put_image(char *at, const unsigned char *image, Py_ssize_t size, in
 
 static PyObject *ops_by_code[256];
 
+/* source.snapshot of an RDB load's row (moonish.cdc.envelope's row marks): in a shard's own
+ * read, its shard's first and last rows are "first" and "last"; in a merged read, only the
+ * load's are, and its shard's are Debezium's "first_in_data_collection" and
+ * "last_in_data_collection". A last mark wins over a first (a row alone). */
+static const char *row_mark(unsigned change_flags, int merged) {
+    if (!merged)
+        return change_flags & CHANGE_LAST_ROW ? "last"
+               : change_flags & CHANGE_FIRST_ROW ? "first"
+                                                 : "true";
+    return change_flags & CHANGE_LOAD_LAST    ? "last"
+           : change_flags & CHANGE_LOAD_FIRST ? "first"
+           : change_flags & CHANGE_LAST_ROW   ? "last_in_data_collection"
+           : change_flags & CHANGE_FIRST_ROW  ? "first_in_data_collection"
+                                              : "true";
+}
+
 static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     (void)module;
-    if (nargs != 7 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[2]) ||
+    if (nargs != 8 || !PyList_CheckExact(args[0]) || !PyList_CheckExact(args[2]) ||
         !PyList_CheckExact(args[3]) || !PyBytes_CheckExact(args[4]) ||
         !PyBytes_CheckExact(args[5])) {
         PyErr_SetString(PyExc_TypeError,
                         "encode_changes(frames: list, start, ops: list, envelopes: list, "
-                        "source_head: bytes, tail: bytes, shard)");
+                        "source_head: bytes, tail: bytes, shard, merged)");
         return NULL;
     }
     PyObject *frames = args[0], *ops = args[2], *envelopes = args[3];
@@ -227,6 +249,8 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
     if (i == -1 && PyErr_Occurred()) return NULL;
     long long shard = PyLong_AsLongLong(args[6]);
     if (shard == -1 && PyErr_Occurred()) return NULL;
+    int merged = PyObject_IsTrue(args[7]);
+    if (merged < 0) return NULL;
     const char *source_head = PyBytes_AS_STRING(args[4]), *tail = PyBytes_AS_STRING(args[5]);
     Py_ssize_t head_len = PyBytes_GET_SIZE(args[4]), tail_len = PyBytes_GET_SIZE(args[5]);
     for (; i >= 0 && i < PyList_GET_SIZE(frames); i++) {
@@ -264,8 +288,7 @@ static PyObject *encode_changes(PyObject *module, PyObject *const *args, Py_ssiz
             int mark = (bidx == bsize - 1) - (bidx == 0 && bsize > 1);
             snapshot = mark < 0 ? "first" : mark == 0 ? "true" : "last";
         } else if (c.op == 'r') {
-            unsigned rows = c.change_flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW);
-            snapshot = rows == 0 ? "true" : rows == CHANGE_FIRST_ROW ? "first" : "last";
+            snapshot = row_mark(c.change_flags, merged);
         } else if (flags & FLAG_BATCH) {
             snprintf(txn, sizeof(txn),
                      "{\"id\":\"%lld:%lld\",\"total_order\":%lld,\"data_collection_order\":%lld}",
@@ -419,7 +442,7 @@ fail:
 
 static PyMethodDef methods[] = {
     {"encode_changes", (PyCFunction)(void (*)(void))encode_changes, METH_FASTCALL,
-     "encode_changes(frames, start, ops, envelopes, source_head, tail, shard) -> int"},
+     "encode_changes(frames, start, ops, envelopes, source_head, tail, shard, merged) -> int"},
     {"token_lines", (PyCFunction)(void (*)(void))token_lines, METH_FASTCALL,
      "token_lines(head, mid, tail, with_envelopes, positions, indexes, frames, envelopes) "
      "-> list[bytes]"},

@@ -7,7 +7,8 @@ included::
     {"before": {...}|null, "after": {...}|null,
      "source": {"version": "moonish-<v>", "connector": "moonish", "name": <name>,
                 "ts_ms": <commit ms>, "ts_us": ..., "ts_ns": ...,
-                "snapshot": "false"|"first"|"true"|"last",
+                "snapshot": "false"|"first"|"first_in_data_collection"|"true"|
+                            "last_in_data_collection"|"last",
                 "db": <Redis db index>|null, "shard": <id>, "lsn": <lsn>
                 [, "command": <NAME>|null, "expired": <bool>]},
      "transaction": {"id": "<shard>:<first lsn>", "total_order": n,
@@ -37,7 +38,14 @@ from collections.abc import Callable
 
 import orjson
 
-from moonish.cdc.events import SPECIAL_COMMANDS, EventBatch, kv_op, op_of, source_db_of
+from moonish.cdc.events import (
+    ROW_MARKS,
+    SPECIAL_COMMANDS,
+    EventBatch,
+    kv_op,
+    op_of,
+    source_db_of,
+)
 from moonish.cdc.images import command_image, omitted_out, text_or_b64
 from moonish.cdc.transactions import with_transactions
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -48,10 +56,9 @@ from moonish.log.frames import Frame
 from moonish.log.payloads import change_fields, decode_payload
 from moonish.log.records import (
     CHANGE_EXPIRED,
-    CHANGE_FIRST_ROW,
-    CHANGE_LAST_ROW,
     KV_HEAD,
     LENGTHS_STRUCTS,
+    ROW_BITS,
     Checkpoint,
     KvChange,
     KvCommand,
@@ -79,12 +86,6 @@ _b64encode = base64.b64encode
 _U32 = struct.Struct("<I")
 _SNAPSHOT_MARK = {-1: b"first", 0: b"true", 1: b"last"}
 _OP_ROW = ord("r")
-_ROW_MARK = {
-    0: b"true",
-    CHANGE_FIRST_ROW: b"first",
-    CHANGE_LAST_ROW: b"last",
-    CHANGE_FIRST_ROW | CHANGE_LAST_ROW: b"last",
-}
 
 
 def _stream_off(record_type: int, payload: bytes) -> bool:
@@ -126,6 +127,9 @@ class EnvelopeEncoder:
         messages: also emit checkpoints and message records (``op: "m"``); without it they
             are passed over like records of a disabled stream (docs/envelopes.md,
             "Messages: op m").
+        merged: the shard's part of a merged read over every shard: the rows of an RDB load
+            are marked by the whole load's first and last rows, not the shard's
+            (docs/envelopes.md, "Snapshot rows").
     """
 
     def __init__(
@@ -137,10 +141,13 @@ class EnvelopeEncoder:
         *,
         transactions: bool = False,
         messages: bool = False,
+        merged: bool = False,
     ) -> None:
         self.shard = shard
         self.transactions = transactions
         self.messages = messages
+        self.merged = merged
+        self._row_marks = ROW_MARKS[merged]
         self.name = name
         self.clock = clock
         self.path = path
@@ -262,11 +269,12 @@ class EnvelopeEncoder:
         change_tail = tail.encode()
         skipped = frozenset() if self.messages else MESSAGE_TYPES
         encode_run, source_head, shard = _ENCODE_CHANGES, self._source_head, self.shard
+        merged = self.merged
         i, count = 0, len(frames)
         while i < count:
             lsn, rtype, flags, bidx, bsize, commit_us, payload, offset = frames[i]
             if rtype == change_type and encode_run is not None:  # a run in one C call
-                ran = encode_run(frames, i, ops, envelopes, source_head, change_tail, shard)
+                ran = encode_run(frames, i, ops, envelopes, source_head, change_tail, shard, merged)
                 if ran > i:
                     i = ran
                     continue
@@ -396,7 +404,7 @@ class EnvelopeEncoder:
             snapshot = _SNAPSHOT_MARK[(bidx == bsize - 1) - (bidx == 0 and bsize > 1)]
             transaction = b"null"
         elif op_code == _OP_ROW:  # a key an RDB load wrote to the log
-            snapshot = _ROW_MARK[change_flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)]
+            snapshot = self._row_marks[change_flags & ROW_BITS]
             transaction = b"null"
         elif flags & FLAG_BATCH:
             transaction = b'{"id":"%d:%d","total_order":%d,"data_collection_order":%d}' % (

@@ -20,7 +20,18 @@ from typing import NamedTuple, overload
 
 from moonish.log.frames import Frame
 from moonish.log.payloads import decode_payload
-from moonish.log.records import Checkpoint, KvChange, KvCommand, Message, Record
+from moonish.log.records import (
+    _ROW_FLAGS,
+    CHANGE_FIRST_ROW,
+    CHANGE_LAST_ROW,
+    CHANGE_LOAD_FIRST,
+    CHANGE_LOAD_LAST,
+    Checkpoint,
+    KvChange,
+    KvCommand,
+    Message,
+    Record,
+)
 
 DELETE_COMMANDS = frozenset({"DEL", "UNLINK", "GETDEL"})
 """Commands that remove the key they name."""
@@ -30,6 +41,32 @@ TRUNCATE_COMMANDS = frozenset({"FLUSHDB", "FLUSHALL"})
 """Commands that empty a whole database (or all of them)."""
 SPECIAL_COMMANDS = DELETE_COMMANDS | SOURCE_DELETE_COMMANDS | TRUNCATE_COMMANDS
 """Every command whose op (or ``source.db``) is not the default for some key position."""
+
+
+def row_mark(change_flags: int, merged: bool) -> bytes:
+    """``source.snapshot`` of an RDB load's row: in a shard's own read, its shard's first and
+    last rows are ``first`` and ``last``; in a merged read only the whole load's are, and its
+    shard's are Debezium's ``first_in_data_collection`` and ``last_in_data_collection`` (a
+    table's, in Debezium's snapshots). A last mark wins over a first (a row alone)."""
+    if not merged:
+        last, first = CHANGE_LAST_ROW, CHANGE_FIRST_ROW
+        return b"last" if change_flags & last else b"first" if change_flags & first else b"true"
+    for bit, mark in (
+        (CHANGE_LOAD_LAST, b"last"),
+        (CHANGE_LOAD_FIRST, b"first"),
+        (CHANGE_LAST_ROW, b"last_in_data_collection"),
+        (CHANGE_FIRST_ROW, b"first_in_data_collection"),
+    ):
+        if change_flags & bit:
+            return mark
+    return b"true"
+
+
+ROW_MARKS = {
+    merged: {bits: row_mark(bits, merged) for bits in _ROW_FLAGS.values()}
+    for merged in (False, True)
+}
+"""``source.snapshot`` by the row bits of ``change_flags``, for shard reads and merged reads."""
 
 
 class ChangeEvent(NamedTuple):

@@ -257,7 +257,9 @@ class ShardFeed:
             return
         if self.encoder is None:
             name, clock, transactions, messages = self._settings
-            self.encoder = _encoder_for(self.reader, name, clock, transactions, messages)
+            self.encoder = _encoder_for(
+                self.reader, name, clock, transactions, messages, merged=True
+            )
         with paused_gc():
             batch, kept, damage = self.encoder.encode_until_damage(frames)
         if damage is not None:

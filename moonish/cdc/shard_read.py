@@ -81,7 +81,12 @@ def _start(path: str, position: int | Cursor, snapshot: bool) -> Cursor:
 
 
 def _encoder_for(
-    reader: ShardReader, name: str, clock: Clock, transactions: bool, messages: bool
+    reader: ShardReader,
+    name: str,
+    clock: Clock,
+    transactions: bool,
+    messages: bool,
+    merged: bool = False,
 ) -> EnvelopeEncoder:
     return EnvelopeEncoder(
         _shard_id(reader),
@@ -90,6 +95,7 @@ def _encoder_for(
         reader.shard_dir,
         transactions=transactions,
         messages=messages,
+        merged=merged,
     )
 
 

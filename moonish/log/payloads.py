@@ -20,8 +20,9 @@ is ``c``, ``u``, ``d``, or ``r`` for a key loaded from an RDB file (ASCII); ``ch
 bit 0 marks a delete by expiry, bit 1 a record of an AOF import (replayed with Redis's loading
 semantics), bit 2 a source position after argv (the import's or capture's position in its
 source once this record is written: moonish.redis.routing.sources), bits 3 and 4 the first
-and the last row of an RDB load; ``view`` is the stream view type in force (``ViewType``; 0:
-the stream was off, readers skip the record);
+and the last row of a shard in an RDB load, bits 5 and 6 the first and the last row of the
+whole load over every shard (only with bit 3, bit 4 respectively); ``view`` is the stream
+view type in force (``ViewType``; 0: the stream was off, readers skip the record);
 ``before``/``after`` are the images readers put in the envelope as they are (UTF-8 JSON,
 empty for null); ``replay`` says how the writer rebuilds its keyspace from the log: ``1``
 run ``argv`` (the whole command, once per command and shard), ``2`` set the key to ``state``
@@ -60,6 +61,8 @@ from moonish.log.records import (
     CHANGE_EXPIRED,
     CHANGE_FIRST_ROW,
     CHANGE_LAST_ROW,
+    CHANGE_LOAD_FIRST,
+    CHANGE_LOAD_LAST,
     CHANGE_LOADING,
     CHANGE_SOURCE,
     KV_CHANGE_HEAD,
@@ -67,6 +70,7 @@ from moonish.log.records import (
     LENGTHS_STRUCTS,
     MAX_DB,
     MESSAGE_SOURCE,
+    ROW_BITS,
     Checkpoint,
     EntityKind,
     GraphMutation,
@@ -86,6 +90,8 @@ __all__ = [  # the record types are defined in moonish.log.records, re-exported 
     "CHANGE_EXPIRED",
     "CHANGE_FIRST_ROW",
     "CHANGE_LAST_ROW",
+    "CHANGE_LOAD_FIRST",
+    "CHANGE_LOAD_LAST",
     "CHANGE_LOADING",
     "CHANGE_SOURCE",
     "Checkpoint",
@@ -310,9 +316,7 @@ def _decode_other(record_type: int, payload: bytes) -> Record:
     return record
 
 
-KNOWN_CHANGE_FLAGS: Final = (
-    CHANGE_EXPIRED | CHANGE_LOADING | CHANGE_SOURCE | CHANGE_FIRST_ROW | CHANGE_LAST_ROW
-)
+KNOWN_CHANGE_FLAGS: Final = CHANGE_EXPIRED | CHANGE_LOADING | CHANGE_SOURCE | ROW_BITS
 
 
 def change_fields(payload: bytes) -> tuple[int, int, int, int, bytes, bytes, bytes, bytes]:
@@ -407,7 +411,9 @@ def _change_parts(
         or (argc and replay != Replay.COMMAND)
         or (not argc and replay == Replay.COMMAND)
         or (flags & CHANGE_SOURCE and not source)
-        or (flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW) and op != _OP_ROW)
+        or (flags & ROW_BITS and op != _OP_ROW)
+        or (flags & CHANGE_LOAD_FIRST and not flags & CHANGE_FIRST_ROW)
+        or (flags & CHANGE_LOAD_LAST and not flags & CHANGE_LAST_ROW)
     ):
         raise PayloadError(
             f"bad kv_change header (op {op}, flags {flags}, view {view}, replay {replay}, "
@@ -438,7 +444,7 @@ def _decode_change(payload: bytes) -> tuple[KvChange, int]:
         tuple(argv),
         bool(flags & CHANGE_LOADING),
         source,
-        _ROW_NAMES[flags & (CHANGE_FIRST_ROW | CHANGE_LAST_ROW)],
+        _ROW_NAMES[flags & ROW_BITS],
     )
     return record, len(payload)
 

@@ -57,6 +57,15 @@ CHANGE_FIRST_ROW: Final = 8
 """``change_flags`` bit: the first ``r`` row of an RDB load (Debezium ``snapshot: "first"``)."""
 CHANGE_LAST_ROW: Final = 16
 """``change_flags`` bit: the last ``r`` row of an RDB load (Debezium ``snapshot: "last"``)."""
+CHANGE_LOAD_FIRST: Final = 32
+"""``change_flags`` bit: the first ``r`` row of the whole load, over every shard it wrote
+(with ``CHANGE_FIRST_ROW``: it is its shard's first too); a merged read marks only this row
+``snapshot: "first"``."""
+CHANGE_LOAD_LAST: Final = 64
+"""``change_flags`` bit: the last ``r`` row of the whole load, over every shard it wrote
+(with ``CHANGE_LAST_ROW``); a merged read marks only this row ``snapshot: "last"``."""
+ROW_BITS: Final = CHANGE_FIRST_ROW | CHANGE_LAST_ROW | CHANGE_LOAD_FIRST | CHANGE_LOAD_LAST
+"""The ``change_flags`` bits that only an ``r`` row may carry."""
 _CHECKPOINT_HEAD: Final = struct.Struct(
     "<Q"  # checkpoint_lsn: last LSN the checkpoint covers
 )
@@ -210,7 +219,9 @@ class KvChange(NamedTuple):
         source: the source position once this record is written (``b""``: none; see
             moonish.redis.routing.sources for its text form).
         row: with op ``r``, ``"first"``/``"last"``/``"only"`` for the first/last/only row of
-            an RDB load, else ``""``.
+            its shard in an RDB load, followed by ``"+load_first"``, ``"+load_last"`` or
+            ``"+load_only"`` when it is also the first/last/only row of the whole load over
+            every shard (:func:`row_name`); else ``""``.
     """
 
     op: str
@@ -229,12 +240,33 @@ class KvChange(NamedTuple):
     row: str = ""
 
 
+def row_name(first: bool, last: bool, load_first: bool = False, load_last: bool = False) -> str:
+    """``KvChange.row`` of an ``r`` row: ``first``/``last`` of its shard's rows, and
+    ``load_first``/``load_last`` of the whole load's (which imply the shard's); ``""`` when
+    it is none of these."""
+    shard = "only" if first and last else "first" if first else "last" if last else ""
+    if not shard:
+        return ""
+    load_first, load_last = load_first and first, load_last and last
+    load = "only" if load_first and load_last else "first" if load_first else ""
+    load = load or ("last" if load_last else "")
+    return f"{shard}+load_{load}" if load else shard
+
+
 _ROW_FLAGS: Final = {
-    "": 0,
-    "first": CHANGE_FIRST_ROW,
-    "last": CHANGE_LAST_ROW,
-    "only": CHANGE_FIRST_ROW | CHANGE_LAST_ROW,
+    row_name(first, last, load_first, load_last): (
+        (CHANGE_FIRST_ROW if first else 0)
+        | (CHANGE_LAST_ROW if last else 0)
+        | (CHANGE_LOAD_FIRST if load_first else 0)
+        | (CHANGE_LOAD_LAST if load_last else 0)
+    )
+    for first in (False, True)
+    for last in (False, True)
+    for load_first in (False, first)
+    for load_last in (False, last)
 }
+"""``KvChange.row`` -> its ``change_flags`` bits: every valid combination (a load's first row
+is its shard's first, a load's last its shard's last)."""
 _ROW_NAMES: Final = {flags: name for name, flags in _ROW_FLAGS.items()}
 
 

@@ -58,9 +58,17 @@ def envelope_schema() -> Any:
 
 
 def register(spark: SparkSession) -> None:
-    """Register the ``moonish`` data source with ``spark`` (once per session is enough)."""
-    from moonish.spark.datasource import MoonishDataSource
+    """Register the ``moonish`` data source with ``spark`` (once per session is enough).
 
+    Raises:
+        InvalidArgumentError: the current directory holds a ``moonish`` that Spark's Python
+            workers, started there, would import instead of this package
+            (``moonish.spark.workers``).
+    """
+    from moonish.spark.datasource import MoonishDataSource
+    from moonish.spark.workers import check_workers_import
+
+    check_workers_import()
     spark.dataSource.register(MoonishDataSource)
 
 
@@ -75,10 +83,19 @@ def session(master: str = "local[*]", app_name: str = "moonish", **conf: str) ->
     Ctrl-C at a terminal goes to the foreground process group, and PySpark's Python workers
     (children of the JVM) would die of it in the middle of a task, printing tracebacks, while
     the command stops its query cleanly (moonish.spark.progress). The JVM still exits with
-    this process (it watches its stdin pipe)."""
+    this process (it watches its stdin pipe).
+
+    Raises:
+        InvalidArgumentError: the current directory holds a ``moonish`` that Spark's Python
+            workers, started there, would import instead of this package (checked before the
+            JVM starts; ``moonish.spark.workers``).
+    """
     import os
     import sys
 
+    from moonish.spark.workers import check_workers_import
+
+    check_workers_import()
     from pyspark import SparkConf, SparkContext
     from pyspark.java_gateway import launch_gateway
     from pyspark.sql import SparkSession

@@ -5,7 +5,8 @@ the payload of a replica's full resync) says what every key *is*; moonish turns 
 records by comparing it with the shard's keyspace, key by key:
 
 - ``rows=True`` (the shard's first load): every key the source has is written as an ``r`` row
-  (Debezium's snapshot read), first and last rows marked;
+  (Debezium's snapshot read), first and last rows marked; and the first and last rows of the
+  whole load over every shard, when the caller knows them (:func:`load_order`);
 - ``rows=False`` (a resync of a shard that already follows the source): only differences, as
   changes: ``c`` for a key the shard lacks, ``u`` for one whose type, value or expiry differs,
   and (:func:`remove_missing`) ``d`` for a key the source no longer has.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from moonish.log.records import KvChange, Replay, ViewType
+from moonish.log.records import KvChange, Replay, ViewType, row_name
 from moonish.state.keyspace import Keyspace
 from moonish.state.shard import ShardWriter
 from moonish.values.model import Entry, full_image, key_image, state_image
@@ -101,10 +102,14 @@ def load_entries(
     *,
     rows: bool,
     source: bytes = b"",
+    load_first: bool = False,
+    load_last: bool = False,
 ) -> int:
     """Set every ``(db, key, entry)`` of ``entries`` (keys not repeated) and append the
     records in batches of up to :data:`BATCH_RECORDS`; with ``rows`` the first and last
-    ``r`` rows are marked (a load cut short and run again marks its first row again).
+    ``r`` rows are marked (a load cut short and run again marks its first row again), and
+    with ``load_first``/``load_last`` also as the first/last row of the whole load (its other
+    shards' rows all come after/before these in commit-time order: :func:`load_order`).
     Returns how many records were appended. ``source`` rides on the last record, so a load
     cut short carries no position and runs again."""
     pending: list[KvChange] = []
@@ -114,7 +119,7 @@ def load_entries(
         if change is None:
             continue
         if rows and count == 0 and not pending:
-            change = change._replace(row="first")
+            change = change._replace(row=row_name(True, False, load_first))
         pending.append(change)
         if len(pending) > BATCH_RECORDS:
             append(pending[:-1], b"")
@@ -122,10 +127,26 @@ def load_entries(
             pending = pending[-1:]
     if pending:
         if rows:
-            pending[-1] = pending[-1]._replace(row="only" if pending[-1].row else "last")
+            alone = bool(pending[-1].row)  # also the first row
+            row = row_name(alone, True, load_first and alone, load_last)
+            pending[-1] = pending[-1]._replace(row=row)
         append(pending, source)
         count += len(pending)
     return count
+
+
+def load_order(loads_rows: list[bool]) -> tuple[int | None, int | None]:
+    """The shards that hold the first and the last row of a load whose shards are written
+    one after another, in shard order, by one process; ``loads_rows[shard]``: the load writes
+    ``r`` rows to that shard (it has keys, and has not finished a load). ``None`` when no
+    shard does.
+
+    A merged read orders records by commit time, then by shard: such a load's rows come in
+    shard order, so its first row is the first shard's first and its last the last shard's
+    last. (Shards loaded at once by several processes interleave by commit time: no shard's
+    rows are known to come first or last.)"""
+    shards = [shard for shard, loads in enumerate(loads_rows) if loads]
+    return (shards[0], shards[-1]) if shards else (None, None)
 
 
 def remove_missing(loader: Loader, keep: Callable[[int, bytes], bool], append: Append) -> int:

@@ -48,9 +48,12 @@ class RequestHost(Protocol):
 
     shard_dir: str
 
-    def snapshot_in_background(self, reason: str = ..., label: str = ...) -> BackgroundSnapshot: ...
+    # The defaults are ShardWriter's: a compiled module evaluates them (``...`` is no str).
+    def snapshot_in_background(
+        self, reason: str = "asked", label: str = ""
+    ) -> BackgroundSnapshot: ...
 
-    def wait_snapshot(self, poll_s: float = ...) -> BackgroundSnapshot | None: ...
+    def wait_snapshot(self, poll_s: float = 0.01) -> BackgroundSnapshot | None: ...
 
 
 class RequestServer:
@@ -127,7 +130,8 @@ class _Dispatcher:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._servers: dict[socket.socket, RequestServer] = {}
-        self._serving: threading.Thread | None = None
+        self._serving: threading.Thread | None = None  # not _thread: mypyc would name the C
+        # field __thread, a C keyword
         self._selector: selectors.BaseSelector | None = None
         self._wake = (-1, -1)
 
@@ -162,22 +166,23 @@ class _Dispatcher:
                     continue
                 accepted = self._accept(key.fileobj)
                 if accepted is not None:
-                    server, connection = accepted
+                    connection, server = accepted
                     with connection:
                         server.answer(connection)
 
-    def _accept(self, listener: object) -> tuple[RequestServer, socket.socket] | None:
-        """The server and a connection of ``listener``; ``None`` if it was removed since
-        the select, or the client went away."""
+    def _accept(self, listener: object) -> tuple[socket.socket, RequestServer] | None:
+        """A connection on ``listener`` and its server; ``None`` when the listener was removed
+        since the select, or the client has gone. (A separate function: mypyc does not
+        compile ``continue`` inside ``with``.)"""
         with self._lock:
-            server = self._servers.get(listener) if isinstance(listener, socket.socket) else None
-            if server is None or not isinstance(listener, socket.socket):
+            if not isinstance(listener, socket.socket) or listener not in self._servers:
                 return None
+            server = self._servers[listener]
             try:
                 connection, _ = listener.accept()
             except OSError:
                 return None
-            return server, connection
+        return connection, server
 
     def forget(self) -> None:
         """In a forked child: no thread runs there, and the sockets are the parent's."""

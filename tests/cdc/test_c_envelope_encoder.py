@@ -1,8 +1,10 @@
 """The C encoder of kv_change envelopes (moonish/cdc/_cenvelope.c) against the Python encoder
 (moonish.cdc.envelope with the C one switched off): for runs of any kv_change records, snapshot
-rows, batches, records of a disabled stream, images with omitted values, commands that need
-escaping, damaged payloads and other record types among them, the same ops, the same envelope
-bytes and the same errors. A pure build has no C extension: the module is skipped there."""
+rows, an RDB load's rows (with its shard's and the whole load's first and last marks, in a
+shard's read and in a merged read), batches, records of a disabled stream, images with omitted
+values, commands that need escaping, damaged payloads and other record types among them, the
+same ops, the same envelope bytes and the same errors. A pure build has no C extension: the
+module is skipped there."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from moonish.errors import CorruptionError
 from moonish.log.format import FLAG_BATCH
 from moonish.log.frames import Frame
 from moonish.log.payloads import encode_payload
-from moonish.log.records import KvChange, KvCommand, Message, Replay, ViewType
+from moonish.log.records import _ROW_FLAGS, KvChange, KvCommand, Message, Replay, ViewType
 from tests.support.scale import scaled
 
 pytestmark = pytest.mark.skipif(
@@ -75,7 +77,7 @@ changes = st.builds(
     argv=st.lists(_blobs, max_size=3).map(tuple),
     loading=st.booleans(),
     source=st.binary(max_size=10),
-    row=st.sampled_from(["", "first", "last", "only"]),
+    row=st.sampled_from(sorted(_ROW_FLAGS)),
 ).map(_valid)
 others = st.one_of(
     st.builds(KvCommand, st.integers(0, 15), st.just((b"SET", b"k", b"v")), st.just(1)),
@@ -112,8 +114,12 @@ def _frames(
     return frames
 
 
-def _encode(frames: list[Frame], transactions: bool) -> tuple[list[str], list[bytes]] | str:
-    encoder = EnvelopeEncoder(7, "srv", FixedClock(NOW_US), transactions=transactions)
+def _encode(
+    frames: list[Frame], transactions: bool, merged: bool = False
+) -> tuple[list[str], list[bytes]] | str:
+    encoder = EnvelopeEncoder(
+        7, "srv", FixedClock(NOW_US), transactions=transactions, merged=merged
+    )
     try:
         batch = encoder.encode(frames)
     except CorruptionError as error:
@@ -133,6 +139,7 @@ def _encode(frames: list[Frame], transactions: bool) -> tuple[list[str], list[by
     first_lsn=st.integers(1, 2**62),
     commit_us=st.one_of(st.integers(-(2**40), 2**53), st.sampled_from([0, 999, 1000])),
     transactions=st.booleans(),
+    merged=st.booleans(),
 )
 def test_the_c_encoder_gives_the_python_encoders_envelopes(
     records: list[KvChange | KvCommand | Message],
@@ -141,13 +148,58 @@ def test_the_c_encoder_gives_the_python_encoders_envelopes(
     first_lsn: int,
     commit_us: int,
     transactions: bool,
+    merged: bool,
 ) -> None:
     frames = _frames(records, shape, seed, first_lsn, commit_us)
-    got = _encode(frames, transactions)
+    got = _encode(frames, transactions, merged)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(envelope, "_ENCODE_CHANGES", None)
-        expected = _encode(frames, transactions)
+        expected = _encode(frames, transactions, merged)
     assert got == expected
+
+
+@pytest.mark.parametrize("merged", [False, True])
+def test_the_c_encoder_marks_every_row_of_a_load_as_the_python_encoder(merged: bool) -> None:
+    """Each row name (its shard's and the whole load's place) once, C and Python."""
+    rows = [
+        KvChange("r", 0, b"RDB", b"k", b"", b'{"v":1}', ViewType.NEW_IMAGE, row=row)
+        for row in sorted(_ROW_FLAGS)
+    ]
+    frames = [
+        Frame(i + 1, 5, 0, 0, 1, 10, encode_payload(row)[1], 40 * i) for i, row in enumerate(rows)
+    ]
+    got = _encode(frames, False, merged)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(envelope, "_ENCODE_CHANGES", None)
+        expected = _encode(frames, False, merged)
+    assert got == expected
+    assert not isinstance(got, str)
+    marks = [envelope.split(b'"snapshot":"')[1].split(b'"')[0] for envelope in got[1]]
+    names = sorted(_ROW_FLAGS)  # "", first, first+load_first, last, last+load_last, only, ...
+    if merged:
+        assert dict(zip(names, marks, strict=True)) == {
+            "": b"true",
+            "first": b"first_in_data_collection",
+            "first+load_first": b"first",
+            "last": b"last_in_data_collection",
+            "last+load_last": b"last",
+            "only": b"last_in_data_collection",
+            "only+load_first": b"first",
+            "only+load_last": b"last",
+            "only+load_only": b"last",
+        }
+    else:  # a shard's own read: its shard's first and last, whatever the load's
+        assert dict(zip(names, marks, strict=True)) == {
+            "": b"true",
+            "first": b"first",
+            "first+load_first": b"first",
+            "last": b"last",
+            "last+load_last": b"last",
+            "only": b"last",
+            "only+load_first": b"last",
+            "only+load_last": b"last",
+            "only+load_only": b"last",
+        }
 
 
 def test_the_c_encoder_takes_the_usual_records_and_leaves_the_rest() -> None:
@@ -176,9 +228,11 @@ def test_the_c_encoder_takes_the_usual_records_and_leaves_the_rest() -> None:
     ]
     ops: list[str] = []
     envelopes: list[bytes] = []
-    stop = envelope._ENCODE_CHANGES(frames, 0, ops, envelopes, b',"source":{"ts_ms":', b"}", 7)
+    stop = envelope._ENCODE_CHANGES(
+        frames, 0, ops, envelopes, b',"source":{"ts_ms":', b"}", 7, False
+    )
     assert (stop, ops, len(envelopes)) == (2, ["u", "u"], 2)  # the kv record is Python's
-    assert envelope._ENCODE_CHANGES(frames, 3, ops, envelopes, b"", b"}", 7) == 4
+    assert envelope._ENCODE_CHANGES(frames, 3, ops, envelopes, b"", b"}", 7, False) == 4
     assert ops == ["u", "u", "u"] and envelopes[0].startswith(b'{"before":{"v":1},"after":{"v":2}')
 
 

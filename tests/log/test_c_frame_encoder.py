@@ -14,7 +14,7 @@ from moonish.extensions import is_compiled
 from moonish.log import frames
 from moonish.log.frames import encode_records, encode_records_py, scan_frames
 from moonish.log.payloads import decode_payload
-from moonish.log.records import Checkpoint, KvChange, Replay, ViewType
+from moonish.log.records import _ROW_FLAGS, Checkpoint, KvChange, Replay, ViewType
 
 pytestmark = pytest.mark.skipif(not is_compiled(frames), reason="a pure build has no C extension")
 _cframes = frames._cframes
@@ -46,7 +46,7 @@ changes = st.builds(
     argv=st.lists(_blobs, max_size=6).map(tuple),
     loading=st.booleans(),
     source=st.binary(max_size=30),
-    row=st.sampled_from(["", "first", "last", "only"]),
+    row=st.sampled_from(sorted(_ROW_FLAGS)),
 ).map(_valid)
 
 

@@ -30,7 +30,13 @@ from moonish.redis.routing.sources import decode_position, describe, encode_posi
 from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 from moonish.state.keyspace import Keyspace
-from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
+from moonish.state.load import (
+    load_entries,
+    load_order,
+    loader_for,
+    remove_missing,
+    set_libraries,
+)
 from moonish.state.shard import ShardWriter
 
 
@@ -216,11 +222,20 @@ def _load_rdb_base(
     contents = read_file_contents(
         path, len(router.writers), now_ms=clock.now_us() // 1000, drop_expired=False
     )
+    first, last = load_order(
+        [shard in todo and bool(keys) for shard, keys in enumerate(contents.keys)]
+    )  # one process, shards in order
     for shard in todo:
         set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")
         count = load_entries(
-            loader, contents.keys[shard], router.appender(shard), rows=True, source=position
+            loader,
+            contents.keys[shard],
+            router.appender(shard),
+            rows=True,
+            source=position,
+            load_first=shard == first,
+            load_last=shard == last,
         )
         report.rdb_keys += count
 

@@ -31,7 +31,13 @@ from moonish.redis.routing.router import Entry, Exchange, Router, is_single, sel
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.slots import shard_of_key
 from moonish.state.expiry import sweep
-from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
+from moonish.state.load import (
+    load_entries,
+    load_order,
+    loader_for,
+    remove_missing,
+    set_libraries,
+)
 from moonish.state.shard import ShardWriter
 
 IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF"})
@@ -175,6 +181,12 @@ class ShardApplier:
             shards_kept=set(self.own),
         )
         position = encode_position({"replid": replid, "offset": offset, "db": 0})
+        first: int | None = None
+        last: int | None = None
+        if len(self.own) == len(self.writers):  # one process, every shard in order
+            first, last = load_order(
+                [bool(contents.keys[k]) and not w.source for k, w in enumerate(self.writers)]
+            )
         for shard in self.own:
             writer = self.writers[shard]
             rows = not writer.source  # its first load (or one cut short)
@@ -184,7 +196,15 @@ class ShardApplier:
             present = {(db, key) for db, key, _ in keys}
             append = self._counted(self.router.appender(shard))
             self.counts.removed_keys += remove_missing(loader, _member(present), append)
-            self.counts.rdb_keys += load_entries(loader, keys, append, rows=rows, source=position)
+            self.counts.rdb_keys += load_entries(
+                loader,
+                keys,
+                append,
+                rows=rows,
+                source=position,
+                load_first=shard == first,
+                load_last=shard == last,
+            )
             self.router.mark(shard, position)
         self.replid, self.applied, self.db = replid, offset, 0
         self.done = [offset] * len(self.writers)

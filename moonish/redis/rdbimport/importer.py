@@ -31,7 +31,13 @@ from moonish.redis.routing.sources import check_source, decode_position, describ
 from moonish.redis.routing.target import check_target
 from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
-from moonish.state.load import load_entries, loader_for, remove_missing, set_libraries
+from moonish.state.load import (
+    load_entries,
+    load_order,
+    loader_for,
+    remove_missing,
+    set_libraries,
+)
 from moonish.state.shard import ShardWriter
 
 
@@ -131,10 +137,20 @@ def import_rdb(
         position = encode_position({"rdb": identity})
         report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]
 
-        def load(writer: ShardWriter, shard: int, heard: Callable[[int], None] | None) -> Done:
-            return _load_shard(writer, shard, contents, position, identity, clock, heard)
-
         processes = min(processes, shards)
+        # One process loads the shards in order: it knows which hold the whole load's first
+        # and last rows (moonish.state.load.load_order); several interleave.
+        first: int | None = None
+        last: int | None = None
+        if processes == 1:
+            first, last = load_order(
+                [bool(contents.keys[k]) and not w.source for k, w in enumerate(opened.writers)]
+            )
+
+        def load(writer: ShardWriter, shard: int, heard: Callable[[int], None] | None) -> Done:
+            marks = (shard == first, shard == last)
+            return _load_shard(writer, shard, contents, position, identity, clock, heard, marks)
+
         if processes > 1:
             for writer in opened.writers:  # the workers open them again
                 writer.close()
@@ -166,10 +182,11 @@ def _load_shard(
     identity: str,
     clock: Clock,
     progress: Callable[[int], None] | None,
+    marks: tuple[bool, bool] = (False, False),
 ) -> Done:
     """Load one shard's keys: ``r`` rows when it has loaded no RDB yet (or was cut short
     loading this one), differences when it holds another RDB's keys; nothing when it holds
-    this one."""
+    this one. ``marks``: its rows hold the whole load's first row, its last row."""
     done: Done = {"records": 0, "ops": {}}
     stored = decode_position(writer.source, writer.shard_dir)
     if stored.get("rdb") == identity:
@@ -191,5 +208,14 @@ def _load_shard(
     if not rows:  # deletions first: the position rides on the last record of the load
         present = {(db, key) for db, key, _ in keys}
         remove_missing(loader, lambda db, key: (db, key) in present, append)
-    load_entries(loader, keys, append, rows=rows, source=position)
+    load_first, load_last = marks
+    load_entries(
+        loader,
+        keys,
+        append,
+        rows=rows,
+        source=position,
+        load_first=load_first,
+        load_last=load_last,
+    )
     return done

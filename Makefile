@@ -42,10 +42,12 @@ $(BIN)/python:
 	$(BIN)/pip install --quiet --upgrade pip
 
 $(BASE): $(BUILD) | $(BIN)/python
+	@echo "make: installing moonish and compiling its write path with mypyc and gcc (docs/build.md): about 4 CPU-minutes the first time, silent until done"
 	$(BIN)/pip install --quiet -e .
 	touch $(BASE)
 
 $(DEV): $(BUILD) | $(BIN)/python
+	@echo "make: installing the development set and compiling the write path (docs/build.md): several minutes the first time"
 	@# The tests compare moonish's keyspace with a real Redis started on 127.0.0.1.
 	command -v redis-server >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; }

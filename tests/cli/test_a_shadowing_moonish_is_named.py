@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.support.paths import ROOT
 
 
@@ -51,6 +53,7 @@ def test_the_command_runs_beside_a_folder_named_moonish_without_init(tmp_path: P
     assert out.stdout.startswith(b"moonish, version ")
 
 
+@pytest.mark.spark  # the command imports PySpark before it looks
 def test_spark_materialize_refuses_a_directory_whose_moonish_its_workers_would_import(
     tmp_path: Path,
 ) -> None:

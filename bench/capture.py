@@ -78,7 +78,9 @@ def bench_capture(data: Path) -> list[str]:
     ]
 
 
-def _start_capture(port: int, target: Path) -> subprocess.Popen[bytes]:
+def _start_capture(port: int, target: Path, *, quiet: bool = False) -> subprocess.Popen[bytes]:
+    """``moonish wal capture`` of the Redis at ``port`` into ``target``; ``quiet``: its log
+    lines (PSYNC answers, resyncs) go nowhere instead of this process's stderr."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [
         sys.executable,
@@ -94,7 +96,8 @@ def _start_capture(port: int, target: Path) -> subprocess.Popen[bytes]:
         "100",
         "--quiet",
     ]
-    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL)
+    stderr = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:

@@ -59,7 +59,7 @@ def bench_restart(data: Path) -> list[str]:
             target = data / f"restart-data-{size}"
             subprocess.run(["rm", "-rf", str(target)], check=True)
             client.flushall()
-            capture = _start_capture(port, target)
+            capture = _start_capture(port, target, quiet=True)
             _wait_streaming(client)
             commands = [[b"SET", b"key:%06d" % (i % KEYS), b"value-%09d" % i] for i in range(size)]
             _send(port, commands)
@@ -69,7 +69,7 @@ def bench_restart(data: Path) -> list[str]:
             times = []
             for _ in range(ROUNDS):
                 began = time.monotonic()
-                capture = _start_capture(port, target)
+                capture = _start_capture(port, target, quiet=True)
                 while not _online(client):
                     if time.monotonic() - began > 600:
                         raise RuntimeError("the capture did not come online within 600 s")

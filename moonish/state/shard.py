@@ -541,7 +541,8 @@ class ShardWriter:
     def checkpoint(self, label: str = "") -> tuple[str, int]:
         """Write the keyspace as a snapshot at the last LSN, then a checkpoint record.
 
-        The log is synced first, so the snapshot never covers records a crash could lose.
+        The log is synced first, so the snapshot never covers records a crash could lose; a
+        snapshot being written in the background is waited for and finished first.
 
         Returns:
             (snapshot path, the snapshot's LSN).
@@ -552,6 +553,7 @@ class ShardWriter:
         """
         with self._lock:
             self._check_sweep()
+            self.snapshots.wait(self)  # a child writing the same LSN's file is done first
             self._log.sync()
             lsn = self._log.next_lsn - 1
             path = write_snapshot(

@@ -164,3 +164,17 @@ def test_the_policy_rules() -> None:
     assert not SnapshotPolicy.off().enabled
     with pytest.raises(InvalidArgumentError):
         SnapshotPolicy(every_records=-1)
+
+
+def test_a_checkpoint_while_a_child_writes_the_same_lsn_waits_for_it(tmp_path: Path) -> None:
+    """Both would write the same file through the same temporary name: the checkpoint lets
+    the child finish first (its checkpoint record then moves the checkpoint's LSN on)."""
+    shard = tmp_path / "shard"
+    with _writer(shard, SnapshotPolicy.off()) as writer:
+        for i in range(2000):
+            writer.execute(0, [b"SET", b"k%d" % i, b"v" * 100])
+        running = writer.snapshot_in_background()
+        path, lsn = writer.checkpoint()
+        assert running.finished and running.error is None and lsn == running.lsn + 1
+    assert len(read_snapshot(path).images) == len(read_snapshot(running.path).images) == 2000
+    assert [c.checkpoint_lsn for c in checkpoints(shard)] == [running.lsn, lsn]

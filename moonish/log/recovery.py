@@ -3,7 +3,9 @@ recovery, taken before anything on disk is changed (moonish.log.writer then acts
 
 The rules (docs/wal-format.md, "Incomplete is not corrupt" and "The control file"):
 
-- the newest segment is scanned; what follows its last committed record must be a torn tail
+- the newest segment is scanned (after a clean close, from the last batch its index names:
+  the close synced every frame before it; see docs/wal-format.md "Opening a cleanly closed
+  log"); what follows its last committed record must be a torn tail
   (moonish.log.frames, ``is_torn_tail``), the only thing the writer will cut; the LSNs its
   frame headers (and index entries past the cut) name were used, and are discarded
   (moonish.log.used): a reader in another process may have read them before the crash;
@@ -22,12 +24,14 @@ from dataclasses import dataclass, field
 
 from moonish.errors import CorruptionError, InvalidArgumentError
 from moonish.log.control import Control, control_path, load_control
-from moonish.log.format import SEGMENT_HEADER_BYTES
-from moonish.log.frames import LAYOUTS, Frame, is_torn_tail, scan_frames
+from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
+from moonish.log.frames import LAYOUTS, Frame, header_checksum_holds, is_torn_tail, scan_frames
 from moonish.log.segment import (
     decode_segment_header,
+    index_path,
     list_segments,
     list_snapshots,
+    read_index,
     segment_path,
 )
 from moonish.log.used import highest_indexed_lsn, highest_named_lsn
@@ -47,7 +51,8 @@ class LogEnd:
         file_bytes: its size.
         next_lsn: the LSN after its last committed record.
         start: the LSN of the next append (``next_lsn``, or after discarded LSNs).
-        frames: its committed frames (the writer checks its index against them).
+        frames: its committed frames from byte ``scanned_from`` on (the writer checks its
+            index against them).
         cut: the LSNs ``(first, last)`` the torn tail's frame headers or index entries name,
             which the writer records as discarded before it cuts the tail (``None``: none).
     """
@@ -62,6 +67,7 @@ class LogEnd:
     start: int
     frames: list[Frame] = field(default_factory=list)
     cut: tuple[int, int] | None = None
+    scanned_from: int = SEGMENT_HEADER_BYTES
 
 
 def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
@@ -101,7 +107,17 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
         ) from None
     _check_shard_id(shard_id, header.shard_id, path)
     layout = LAYOUTS[header.version]
-    frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
+    scanned_from = SEGMENT_HEADER_BYTES
+    clean_hint = _clean_hint(data, shard_dir, base, control) if layout.trailer else None
+    if clean_hint is not None:
+        # a clean close left the segment whole: from its last indexed batch on, the frames
+        # must reach the end of the file, or the whole segment is scanned after all
+        offset, lsn = clean_hint
+        frames, end, stop = scan_frames(data, offset, lsn, len(data), layout=layout)
+        if stop is None and end == len(data):
+            scanned_from = offset
+    if scanned_from == SEGMENT_HEADER_BYTES:
+        frames, end, stop = scan_frames(data, SEGMENT_HEADER_BYTES, base, len(data), layout=layout)
     next_lsn = frames[-1].lsn + 1 if frames else base
     if stop is not None and not is_torn_tail(data[end:], next_lsn, layout, end):
         raise CorruptionError(
@@ -142,7 +158,29 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
         start,
         frames,
         cut,
+        scanned_from,
     )
+
+
+def _clean_hint(
+    data: bytes, shard_dir: str, base: int, control: Control | None
+) -> tuple[int, int] | None:
+    """``(offset, LSN)`` of the last batch the newest segment's index names, when the last
+    writer closed cleanly (control.json ``clean``) and every entry's frame header holds (its
+    LSN, a batch's first frame, its checksum): the close synced every frame, so only what
+    follows that batch needs reading to find the end. ``None``: scan the whole segment (a
+    damaged index is then rebuilt, ``reopen_index``)."""
+    if control is None or not control.clean:
+        return None
+    entries = read_index(index_path(shard_dir, base))
+    last = len(data) - FRAME_HEADER_BYTES
+    for lsn, offset in entries:
+        if not SEGMENT_HEADER_BYTES <= offset <= last:
+            return None
+        fields = FRAME_HEADER.unpack_from(data, offset)
+        if fields[2] != lsn or fields[6] != 0 or not header_checksum_holds(data, offset):
+            return None
+    return (entries[-1][1], entries[-1][0]) if entries else None
 
 
 def _continue_after(shard_dir: str, control: Control) -> str:

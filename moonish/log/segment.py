@@ -254,13 +254,19 @@ def index_hint(fd: int, trailer: bool, shard_dir: str, base: int, target: int) -
 
 
 def reopen_index(
-    shard_dir: str, base: int, frames: list[Frame], interval_bytes: int
+    shard_dir: str,
+    base: int,
+    frames: list[Frame],
+    interval_bytes: int,
+    scanned_from: int = SEGMENT_HEADER_BYTES,
 ) -> tuple[int, int | None, bool]:
-    """Open the index of the newest segment ``base`` (whose committed ``frames`` a writer's
-    recovery found) for appends, keeping the entries that point at a committed frame that
-    starts a batch; rebuilt from the frames, one entry per ``interval_bytes``, if any other
-    entry is there (an entry into a cut tail is expected; a wrong one means the index file
-    was damaged, and the index is derived data: Kafka rebuilds a damaged index the same way).
+    """Open the index of the newest segment ``base`` (whose committed ``frames`` from byte
+    ``scanned_from`` on a writer's recovery found) for appends, keeping the entries that
+    point at a committed frame that starts a batch; rebuilt from the frames, one entry per
+    ``interval_bytes``, if any other entry is there (an entry into a cut tail is expected; a
+    wrong one means the index file was damaged, and the index is derived data: Kafka
+    rebuilds a damaged index the same way). Entries before ``scanned_from`` are kept as they
+    are (readers verify every entry they use, ``index_hint``).
 
     Returns:
         ``(descriptor, offset of the last entry or None, whether it was rebuilt)``.
@@ -271,9 +277,12 @@ def reopen_index(
     end = frames[-1].offset if frames else SEGMENT_HEADER_BYTES
     while entries and entries[-1] not in starts and entries[-1][1] > end:
         entries.pop()  # the last entries may point into the tail just cut
-    keep = [entry for entry in entries if entry in starts]
+    keep = [entry for entry in entries if entry[1] < scanned_from or entry in starts]
     wrong = len(keep) != len(entries)
-    if wrong:
+    if wrong and scanned_from > SEGMENT_HEADER_BYTES:
+        keep = [entry for entry in entries if entry[1] < scanned_from]
+        keep += [(frame.lsn, frame.offset) for frame in frames[:1]]
+    elif wrong:
         keep, last = [], -interval_bytes
         for frame in frames:
             if frame.batch_index == 0 and frame.offset - last >= interval_bytes:

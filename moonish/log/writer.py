@@ -182,7 +182,7 @@ class WalWriter:
                 os.fsync(fd)  # what a killed writer left in the page cache is durable before
             finally:  # control.json records where this writer starts
                 os.close(fd)
-            self._recover_index(end.newest, end.frames)
+            self._recover_index(end.newest, end.frames, end.scanned_from)
             if end.version != FORMAT_VERSION or end.start != end.next_lsn:
                 # Frames of this version never go into a segment of another, and a segment
                 # holds consecutive LSNs: continue in a new segment (which replaces the newest
@@ -205,11 +205,11 @@ class WalWriter:
         )
         return recovery
 
-    def _recover_index(self, base: int, frames: list[Frame]) -> None:
+    def _recover_index(self, base: int, frames: list[Frame], scanned_from: int) -> None:
         """Reopen the newest segment's index for appends (``reopen_index``)."""
         interval = self.options.index_interval_bytes
         self._index_fd, last, self.index_rebuilt = reopen_index(
-            self.shard_dir, base, frames, interval
+            self.shard_dir, base, frames, interval, scanned_from
         )
         self._last_indexed = last if last is not None else -interval
 
@@ -422,6 +422,11 @@ class WalWriter:
         )
         self._failed.__cause__ = cause
         raise self._failed
+
+    @property
+    def usable(self) -> bool:
+        """Whether appends are possible: the writer is open and has not stopped on a failure."""
+        return self._failed is None and self._fd >= 0
 
     def _check_usable(self) -> None:
         if self._failed is not None:

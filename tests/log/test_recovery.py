@@ -175,6 +175,40 @@ def test_a_damaged_index_entry_is_rebuilt_by_the_writer_and_reported_by_verify(
     assert verify_shard(shard).records == 200
 
 
+# -- a cleanly closed log is opened from its last indexed batch -------------------------------
+
+
+def test_a_cleanly_closed_log_is_opened_from_its_last_indexed_batch(shard: Path) -> None:
+    """The close synced every frame: damage before the last batch the index names is not
+    read by the opening writer, but readers and `wal verify` find it; a log whose writer
+    did not close is scanned whole, and the same damage refuses the writer."""
+    fill(shard, 300, index_interval_bytes=512)
+    seg = segments(shard)[-1]
+    _, end = frame_spans(seg)[20]
+    damage(seg, end - 10)  # a payload byte of LSN 21, far before the last index entry
+    with open_writer(shard, index_interval_bytes=512) as writer:
+        assert writer.next_lsn == 301 and not writer.index_rebuilt
+        assert writer.append(kv(b"more")) == 301
+    assert lsns(shard, 1)[-1] == 20  # a page ends before the damage, the next raises
+    with pytest.raises(CorruptionError) as info:
+        shard_read.read(shard, 21)
+    assert info.value.lsn == 21
+    with pytest.raises(CorruptionError):
+        verify_shard(shard)
+    control = load_control(str(shard))
+    assert control is not None
+    store_control(str(shard), dataclasses.replace(control, clean=False))
+    assert writer_error(shard).lsn == 21
+
+
+def test_bytes_after_a_clean_close_are_still_refused(shard: Path) -> None:
+    fill(shard, 300, index_interval_bytes=512)
+    seg = segments(shard)[-1]
+    with open(seg, "ab") as handle:
+        handle.write(b"not a frame at all, written after the writer closed" * 3)
+    assert writer_error(shard).lsn == 301
+
+
 # -- the end of the log survives the removal of every segment ---------------------------------
 
 

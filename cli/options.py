@@ -22,6 +22,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_EVERY_BYTES,
     DEFAULT_SNAPSHOT_EVERY_RECORDS,
     DEFAULT_SNAPSHOT_EVERY_S,
+    DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 
 from .params import LSN, VIEW
@@ -197,9 +198,9 @@ def shard_options(command: F) -> F:
 
 def snapshot_policy(command: F) -> F:
     """``--snapshot-every-records N``, ``--snapshot-every-bytes N``,
-    ``--snapshot-every-seconds S``: when the writers take snapshots on their own, passed to
-    the command as ``snapshots`` (a ``SnapshotPolicy``; docs/images.md, "Snapshots and
-    recovery")."""
+    ``--snapshot-every-seconds S``, ``--snapshot-on-close-records N``: when the writers take
+    snapshots on their own, passed to the command as ``snapshots`` (a ``SnapshotPolicy``;
+    docs/images.md, "Snapshots and recovery")."""
 
     @functools.wraps(command)
     def with_policy(
@@ -207,12 +208,16 @@ def snapshot_policy(command: F) -> F:
         snapshot_every_records: int,
         snapshot_every_bytes: int,
         snapshot_every_seconds: int,
+        snapshot_on_close_records: int,
         **kwargs: Any,
     ) -> Any:
         from moonish.state.autosnapshot import SnapshotPolicy
 
         kwargs["snapshots"] = SnapshotPolicy(
-            snapshot_every_records, snapshot_every_bytes, snapshot_every_seconds
+            snapshot_every_records,
+            snapshot_every_bytes,
+            snapshot_every_seconds,
+            snapshot_on_close_records,
         )
         return command(*args, **kwargs)
 
@@ -239,6 +244,15 @@ def snapshot_policy(command: F) -> F:
             show_default=True,
             help="... or after this many seconds with any record; 0: not by time (all three "
             "0: only when asked for, moonish wal checkpoint).",
+        ),
+        click.option(
+            "--snapshot-on-close-records",
+            type=click.IntRange(min=0),
+            default=DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
+            show_default=True,
+            help="A writer that closes cleanly writes a snapshot when at least this many "
+            "records (and an eighth of its keys) came since the last one, so the next start "
+            "replays none; 0: never.",
         ),
     ]
     return stack(cast(F, with_policy), rules)

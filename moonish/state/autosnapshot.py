@@ -30,6 +30,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_EVERY_BYTES,
     DEFAULT_SNAPSHOT_EVERY_RECORDS,
     DEFAULT_SNAPSHOT_EVERY_S,
+    DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 from moonish.state.keyspace import Keyspace
 from moonish.state.libraries import Libraries
@@ -50,6 +51,11 @@ class SnapshotPolicy:
     0 turns a rule off; all three 0 (:meth:`off`): never (snapshots are then taken only when
     asked for, ``moonish wal checkpoint``, or when retention needs one).
 
+    And when the writer closes (a shutdown checkpoint, as PostgreSQL's): a snapshot is
+    written then, in the foreground, when at least ``on_close_records`` records came since
+    the last one and at least an eighth as many as the keyspace holds keys (writing a key
+    costs about an eighth of replaying a record), so the next open replays none; 0: never.
+
     Raises:
         InvalidArgumentError: a negative value.
     """
@@ -57,9 +63,10 @@ class SnapshotPolicy:
     every_records: int = DEFAULT_SNAPSHOT_EVERY_RECORDS
     every_bytes: int = DEFAULT_SNAPSHOT_EVERY_BYTES
     every_s: float = DEFAULT_SNAPSHOT_EVERY_S
+    on_close_records: int = DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS
 
     def __post_init__(self) -> None:
-        for name in ("every_records", "every_bytes", "every_s"):
+        for name in ("every_records", "every_bytes", "every_s", "on_close_records"):
             if getattr(self, name) < 0:
                 raise InvalidArgumentError(
                     f"snapshot {name} must be >= 0, got {getattr(self, name)}"
@@ -67,7 +74,7 @@ class SnapshotPolicy:
 
     @classmethod
     def off(cls) -> SnapshotPolicy:
-        return cls(0, 0, 0)
+        return cls(0, 0, 0, 0)
 
     @property
     def enabled(self) -> bool:
@@ -84,6 +91,11 @@ class SnapshotPolicy:
         if self.every_s and records and seconds >= self.every_s:
             return "time"
         return None
+
+    def due_on_close(self, records: int, keys: int) -> bool:
+        """Whether a closing writer writes a snapshot, ``records`` records after the last
+        one with ``keys`` keys in the keyspace."""
+        return bool(self.on_close_records) and records >= max(self.on_close_records, keys // 8)
 
 
 class BackgroundSnapshot:
@@ -308,6 +320,15 @@ class AutoSnapshots:
             snapshot.wait()
             self._finish(host)
         return snapshot
+
+    @property
+    def lsn(self) -> int:
+        """The LSN of the newest snapshot, in place or being written (0: none)."""
+        return self._lsn
+
+    def taken_at(self, lsn: int) -> None:
+        """Count the rules from a snapshot at ``lsn`` written in the foreground."""
+        self._lsn, self._since = max(self._lsn, lsn), time.monotonic()
 
     def finish_if_ended(self, host: SnapshotHost) -> BackgroundSnapshot | None:
         """The running child if it has ended (then finished), else ``None``; never blocks."""

@@ -23,6 +23,7 @@ DEFAULT_MAX_VALUE_BYTES = 4096
 DEFAULT_SNAPSHOT_EVERY_RECORDS = 100_000
 DEFAULT_SNAPSHOT_EVERY_BYTES = 256 * 2**20
 DEFAULT_SNAPSHOT_EVERY_S = 3600
+DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS = 10_000
 """The default rules of the snapshots a writer takes on its own (moonish.state.autosnapshot)."""
 
 

@@ -566,6 +566,7 @@ class ShardWriter:
                 self.source,
             )
             self._log.append(Checkpoint(lsn, label or os.path.basename(path)))
+            self.snapshots.taken_at(lsn)
             return path, lsn
 
     def snapshot_in_background(self, reason: str = "asked", label: str = "") -> BackgroundSnapshot:
@@ -603,6 +604,24 @@ class ShardWriter:
         """Append the checkpoint record of the snapshot at ``lsn``."""
         self._log.append(Checkpoint(lsn, label))
 
+    def _snapshot_on_close(self) -> None:
+        snapshots = self.snapshots
+        if not snapshots.policy.on_close_records:
+            return
+        try:
+            # counted from a running child's LSN: few records after it, and it is the one the
+            # next open starts from (it is waited for); many, and one of our own is written
+            due = snapshots.policy.due_on_close(
+                self._log.next_lsn - 1 - snapshots.lsn, len(self.keyspace)
+            )
+            if snapshots.running is not None and not due:
+                snapshots.wait(self)
+            elif due:
+                snapshots.close(self)
+                self.checkpoint("auto:close")
+        except (OSError, MoonishError) as exc:
+            snapshots.error = f"the snapshot at close failed: {exc!r}"
+
     # -- closing -------------------------------------------------------------------------
 
     def sync(self) -> None:
@@ -613,11 +632,17 @@ class ShardWriter:
         self._log.flush()
 
     def close(self) -> None:
-        """Stop the sweep thread and close the log. Idempotent."""
+        """Stop the sweep thread, write the snapshot a clean close is due
+        (``SnapshotPolicy.on_close_records``), and close the log. Idempotent.
+
+        A snapshot that fails here loses nothing (the log holds every record): the close goes
+        on, and ``snapshots.error`` says why."""
         self._stop.set()
         if self._sweeper is not None and self._sweeper is not threading.current_thread():
             self._sweeper.join()
         with self._lock:
+            if self._broken is None and self._sweep_error is None and self._log.usable:
+                self._snapshot_on_close()
             self.snapshots.close(self if self._broken is None else None)
         if self._requests is not None:
             self._requests.close()

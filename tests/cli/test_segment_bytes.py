@@ -4,6 +4,7 @@ that size, and a size the writer refuses is refused before anything is created."
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import orjson
@@ -64,36 +65,30 @@ def test_segment_bytes_the_writer_refuses_is_refused_before_anything_is_created(
 
 def test_import_aof_takes_snapshots_by_the_snapshot_options(tmp_path: Path) -> None:
     """``--snapshot-every-records`` makes each writer snapshot on its own while it imports
-    (a checkpoint record labelled by the rule after each); all three rules 0: none."""
-    every = run(
-        "wal",
-        "import-aof",
-        str(SLICE),
-        str(tmp_path / "every"),
-        "--shards",
-        "2",
-        "--snapshot-every-records",
-        "300",
+    (a checkpoint record labelled by the rule after each); every rule 0: none; only the close
+    rule: one, as the import ends."""
+    rules_off = ["--snapshot-every-records", "0", "--snapshot-every-bytes", "0"]
+    rules_off += ["--snapshot-every-seconds", "0"]
+
+    def imported(name: str, *options: str) -> subprocess.CompletedProcess[bytes]:
+        data = str(tmp_path / name)
+        return run("wal", "import-aof", str(SLICE), data, "--shards", "2", *options)
+
+    every = imported("every", "--snapshot-every-records", "300")
+    never = imported("never", *rules_off, "--snapshot-on-close-records", "0")
+    at_close = imported("at_close", *rules_off, "--snapshot-on-close-records", "100")
+    assert every.returncode == never.returncode == at_close.returncode == 0, (
+        every.stderr,
+        never.stderr,
+        at_close.stderr,
     )
-    never = run(
-        "wal",
-        "import-aof",
-        str(SLICE),
-        str(tmp_path / "never"),
-        "--shards",
-        "2",
-        "--snapshot-every-records",
-        "0",
-        "--snapshot-every-bytes",
-        "0",
-        "--snapshot-every-seconds",
-        "0",
-    )
-    assert every.returncode == never.returncode == 0, (every.stderr, never.stderr)
     for shard in ("shard-0", "shard-1"):
         taken = list_snapshots(str(tmp_path / "every" / shard))
         assert len(taken) == 2, taken  # the two newest kept
         assert list_snapshots(str(tmp_path / "never" / shard)) == []
+        closing = checkpoints(tmp_path / "at_close" / shard)
+        assert [mark.label for mark in closing] == ["auto:close"]
+        assert list_snapshots(str(tmp_path / "at_close" / shard)) == [closing[0].checkpoint_lsn]
         marks = checkpoints(tmp_path / "every" / shard)
         assert marks[-1].checkpoint_lsn == taken[-1]
         assert {mark.label for mark in marks} == {"auto:records"}

@@ -178,3 +178,75 @@ def test_a_checkpoint_while_a_child_writes_the_same_lsn_waits_for_it(tmp_path: P
         assert running.finished and running.error is None and lsn == running.lsn + 1
     assert len(read_snapshot(path).images) == len(read_snapshot(running.path).images) == 2000
     assert [c.checkpoint_lsn for c in checkpoints(shard)] == [running.lsn, lsn]
+
+
+def _close_rule(on_close_records: int) -> SnapshotPolicy:
+    return SnapshotPolicy(
+        every_records=0, every_bytes=0, every_s=0, on_close_records=on_close_records
+    )
+
+
+def test_a_clean_close_writes_a_snapshot_and_the_next_open_replays_only_its_checkpoint(
+    tmp_path: Path,
+) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, _close_rule(100)) as writer:
+        for i in range(200):
+            writer.execute(0, [b"SET", b"k%d" % (i % 10), b"v%d" % i])
+        state = _state(writer)
+    assert list_snapshots(str(shard)) == [200]
+    assert [mark.checkpoint_lsn for mark in checkpoints(shard)] == [200]
+    calls: list[tuple[int, int]] = []
+    options = ShardOptions(
+        WriterOptions(fsync=FsyncPolicy.NEVER),
+        expiry_sweep_ms=0,
+        snapshots=_close_rule(100),
+        on_recovery=lambda *c: calls.append(c),
+    )
+    with ShardWriter(shard, options) as reopened:
+        assert _state(reopened) == state
+    assert calls[0] == (200, 201)  # the snapshot, then the checkpoint record alone
+    assert list_snapshots(str(shard)) == [200]  # one record since: no second snapshot
+
+
+def test_the_close_rule_wants_an_eighth_of_the_keys_in_records(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, _close_rule(100)) as writer:
+        for i in range(99):
+            writer.execute(0, [b"SET", b"k%d" % i, b"v"])
+    assert list_snapshots(str(shard)) == []  # 99 records: under the rule's 100
+    with _writer(shard, _close_rule(100)) as writer:
+        for i in range(99, 1600):
+            writer.execute(0, [b"SET", b"k%d" % i, b"v"])
+    assert list_snapshots(str(shard)) == [1600]
+    with _writer(shard, _close_rule(100)) as writer:
+        for i in range(150):  # 151 records with the checkpoint: under 1600 keys / 8
+            writer.execute(0, [b"SET", b"k%d" % i, b"w"])
+    assert list_snapshots(str(shard)) == [1600]
+    with _writer(shard, _close_rule(100)) as writer:
+        for i in range(100):
+            writer.execute(0, [b"SET", b"k%d" % i, b"x"])
+    assert list_snapshots(str(shard)) == [1600, 1851]
+
+
+def test_a_close_waits_for_a_running_child_when_few_records_follow_it(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    writer = _writer(shard, _close_rule(100))
+    for i in range(500):
+        writer.execute(0, [b"SET", b"k%d" % i, b"v"])
+    running = writer.snapshot_in_background()
+    writer.execute(0, [b"SET", b"k0", b"after"])
+    writer.close()
+    assert running.finished and running.error is None
+    assert list_snapshots(str(shard)) == [500]
+    assert [mark.checkpoint_lsn for mark in checkpoints(shard)] == [500]
+
+
+def test_the_close_rule() -> None:
+    policy = SnapshotPolicy(on_close_records=100)
+    assert not policy.due_on_close(99, 10)
+    assert policy.due_on_close(100, 10)
+    assert not policy.due_on_close(100, 808)  # under an eighth of the keys
+    assert policy.due_on_close(101, 808)
+    assert not SnapshotPolicy.off().due_on_close(10**9, 0)
+    assert SnapshotPolicy().on_close_records == 10_000

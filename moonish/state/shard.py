@@ -4,8 +4,9 @@ did to its key (``c``/``u``/``d``) with images per the shard's stream view type.
 Write path of one command: lazy expiry of the keys it touches (each expired key becomes a
 ``d`` record marked as an expiry, appended first, as Redis propagates a ``DEL``), then the
 command runs on the keyspace with Redis's semantics (moonish.state.commands.execute), then one
-``kv_change`` record per key it wrote is appended: alone when there is one, else as an atomic
-batch. A command Redis would refuse raises :class:`CommandError` and writes nothing.
+``kv_change`` record per key it wrote (moonish.state.changes) is appended: alone when there is
+one, else as an atomic batch. A command Redis would refuse raises :class:`CommandError` and
+writes nothing.
 
 Hash fields that a command finds expired are removed likewise, as one record per hash
 (moonish.state.expiry). Keys with an expiry time, and hash fields with one, are also removed by
@@ -32,81 +33,30 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from typing import Any
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir.policy import RetentionPolicy
 from moonish.datadir.retention import PruneReport, prune
 from moonish.errors import CommandError, MoonishError, UnavailableError
-from moonish.log.frames import kv_change
-from moonish.log.records import Checkpoint, KvChange, Message, Replay, ViewType
-from moonish.log.writer import WalWriter, WriterOptions
-from moonish.state.autosnapshot import AutoSnapshots, BackgroundSnapshot, SnapshotPolicy
+from moonish.log.records import Checkpoint, KvChange, Message, Replay
+from moonish.log.writer import WalWriter
+from moonish.state.autosnapshot import AutoSnapshots, BackgroundSnapshot
+from moonish.state.changes import COMMAND, STATE, change_records
 from moonish.state.commands.execute import execute
 from moonish.state.config import StreamConfig, load_config, store_config, upgrade_config
 from moonish.state.expiry import field_expiry_record, key_expiry_record, sweep
 from moonish.state.keyspace import Access, Keyspace
 from moonish.state.libraries import Libraries
-from moonish.state.rebuild import Progress, rebuild
+from moonish.state.options import ExecResult as ExecResult
+from moonish.state.options import Prepared as Prepared
+from moonish.state.options import ShardOptions as ShardOptions
+from moonish.state.rebuild import rebuild
 from moonish.state.requests import RequestServer
 from moonish.state.snapshot import list_snapshots, write_snapshot
-from moonish.values.model import Entry, full_image, key_image, state_image
+from moonish.values.model import Entry
 
 Command = Sequence[bytes | str]
-
-# The enum members the write path uses, read once: compiled code reads a Final from a C
-# static, while ``Replay.STATE`` is a class attribute lookup through enum's metaclass.
-_OFF: Final = ViewType.OFF
-_NONE: Final = Replay.NONE
-_COMMAND: Final = Replay.COMMAND
-_STATE: Final = Replay.STATE
-_new_change: Final = kv_change  # the records' constructor (C where built), as a C static
-
-
-@dataclass(frozen=True, slots=True)
-class ShardOptions:
-    """Attributes:
-    log: the WAL writer's options (shard id, segment size, fsync policy).
-    stream: the stream configuration of a new shard (an existing one keeps its own).
-    expiry_sweep_ms: period of the active expiry sweep thread; 0: no thread.
-    snapshots: when the writer takes snapshots on its own (moonish.state.autosnapshot);
-        :meth:`SnapshotPolicy.off` for never.
-    on_recovery: called while the writer rebuilds its keyspace as it opens, with (the LSN
-        rebuilt up to, the last LSN) after the snapshot and every batch of records replayed
-        (moonish.state.rebuild); what it raises stops the opening (the log is closed) and
-        goes to the caller.
-    requests: answer requests (``moonish wal checkpoint``) on the shard's socket
-        (moonish.state.requests).
-    rebuild: ``False`` opens the shard without rebuilding its keyspace, only to check or
-        create it (a caller whose worker processes open it again): such a writer refuses
-        every write (``UnavailableError``) and answers no request.
-    """
-
-    log: WriterOptions = field(default_factory=WriterOptions)
-    stream: StreamConfig = field(default_factory=StreamConfig)
-    expiry_sweep_ms: int = 100
-    snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
-    on_recovery: Progress | None = None
-    requests: bool = True
-    rebuild: bool = True
-
-
-class ExecResult(NamedTuple):
-    """The reply (Redis's, as Python values; a list of replies or :class:`CommandError` for
-    a transaction) and the LSNs appended, expiry records included."""
-
-    reply: Any
-    lsns: list[int]
-
-
-class Prepared(NamedTuple):
-    """A command run on the keyspace, not yet appended: its key changes, then its message
-    records (FUNCTION)."""
-
-    reply: Any
-    expired: list[KvChange]
-    records: list[KvChange | Message]
 
 
 def _argv(command: Command) -> list[bytes]:
@@ -311,7 +261,7 @@ class ShardWriter:
         if acc.expired or acc.expired_fields:
             expired = [self.expiry_record(db_, key, entry) for db_, key, entry in acc.expired]
             expired += [field_expiry_record(self._config, *lazy) for lazy in acc.expired_fields]
-        replay = _STATE if acc.by_value else _COMMAND
+        replay = STATE if acc.by_value else COMMAND
         records = self.records(acc, acc.log_argv or argv, replay)
         if acc.messages:
             records += acc.messages
@@ -344,96 +294,11 @@ class ShardWriter:
         owns: Callable[[bytes], bool] | None = None,
     ) -> list[KvChange | Message]:
         """One record per key ``acc`` wrote (of this shard, per ``owns``) whose existence
-        or value changed: ``c``/``u``/``d`` with images per the view type. With
-        :attr:`live_source`, a ``d`` of a key whose expiry time had passed at the command's
-        time (``acc.overdue``: the master's ``DEL``/``UNLINK`` of a key it expired) is marked
-        as an expiry."""
-        view, limit, old, new = self._facts
-        off, loading = view is _OFF, not acc.expire
-        dbs, before_of, overdue = self.keyspace.dbs, acc.before, acc.overdue
-        lapses = self.live_source and bool(overdue)
-        command = argv[0]
-        out: list[KvChange | Message] = []
-        for db, key in acc.written:
-            if owns is not None and not owns(key):
-                continue
-            existed, before_image = before_of[db, key]
-            keys = dbs.get(db)
-            entry = None if keys is None else keys.get(key)
-            lapsed = False
-            if entry is None:
-                if not existed:
-                    continue
-                op = "d"
-                lapsed = lapses and (db, key) in overdue
-            else:
-                op = "u" if existed else "c"
-            before = after = b""
-            if not off:
-                only_key = b"" if old and new else key_image(db, key)
-                if existed:
-                    before = before_image if old and before_image else only_key
-                if entry is not None:
-                    after = full_image(db, key, entry, limit) if new else only_key
-            if replay is _STATE:
-                state = b"" if entry is None else state_image(db, key, entry)
-                out.append(
-                    _new_change(
-                        op,
-                        db,
-                        command,
-                        key,
-                        before,
-                        after,
-                        view,
-                        lapsed,
-                        _STATE,
-                        state,
-                        (),
-                        loading,
-                        b"",
-                        "",
-                    )
-                )
-            elif out:
-                out.append(
-                    _new_change(
-                        op,
-                        db,
-                        command,
-                        key,
-                        before,
-                        after,
-                        view,
-                        lapsed,
-                        _NONE,
-                        b"",
-                        (),
-                        loading,
-                        b"",
-                        "",
-                    )
-                )
-            else:  # the first record replays the command
-                out.append(
-                    _new_change(
-                        op,
-                        db,
-                        command,
-                        key,
-                        before,
-                        after,
-                        view,
-                        lapsed,
-                        _COMMAND,
-                        b"",
-                        tuple(argv),
-                        loading,
-                        b"",
-                        "",
-                    )
-                )
-        return out
+        or value changed: ``c``/``u``/``d`` with images per the view type
+        (moonish.state.changes, ``change_records``). With :attr:`live_source`, a ``d`` of a
+        key whose expiry time had passed at the command's time (``acc.overdue``: the master's
+        ``DEL``/``UNLINK`` of a key it expired) is marked as an expiry."""
+        return change_records(self._facts, self.keyspace, self.live_source, acc, argv, replay, owns)
 
     def expiry_record(self, db: int, key: bytes, entry: Entry) -> KvChange:
         """The ``d`` record, marked as an expiry, of a key removed because it expired."""

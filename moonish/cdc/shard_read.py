@@ -38,6 +38,7 @@ from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.gcpolicy import paused_gc
 from moonish.log.control import load_control
 from moonish.log.frames import Frame
+from moonish.log.heartbeat import heard_after, published
 from moonish.log.reader import ShardReader
 from moonish.log.segment import (
     list_segments,
@@ -45,6 +46,7 @@ from moonish.log.segment import (
     segment_path,
     shard_id_from_headers,
 )
+from moonish.log.used import named_past_end
 from moonish.state.config import load_config
 from moonish.state.snapshot import list_snapshots
 
@@ -368,11 +370,15 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     """Facts about one shard's log as a JSON-ready dict.
 
     Keys: ``wal_dir``, ``shard``, ``oldest_lsn`` and ``latest_lsn`` (``None`` when empty),
-    ``next_lsn`` (where the next record goes: after LSNs a repair discarded, and kept by
-    control.json when every segment was removed), ``segments``, ``bytes`` (all segment
-    files), ``active_segment``, ``torn_tail_bytes`` (bytes after the last committed record of
-    the active segment), ``discarded`` (LSN ranges cut out: by ``moonish wal repair``, or
-    named by a torn tail a writer cut),
+    ``next_lsn`` (the LSN the next append gets: after LSNs a repair discarded, after those
+    ``torn_tail_lsns`` names, and kept by control.json when every segment was removed),
+    ``segments``, ``bytes`` (all segment files), ``active_segment``, ``torn_tail_bytes``
+    (bytes after the last committed record of the active segment), ``torn_tail_lsns``
+    (``[first, last]``: the LSNs past the last committed record that the torn tail's frame
+    headers, the index or the last heartbeat show were used, which the next writer records as
+    discarded before it appends, docs/wal-format.md "LSNs are never reused"; ``None``: none),
+    ``discarded`` (LSN ranges cut out: by ``moonish wal repair``, or named by a torn tail a
+    writer cut), ``torn`` (the ranges among them a writer cut as a torn tail),
     ``stream`` (``{"enabled", "view_type", "max_value_bytes"}``, or ``None`` for a shard
     written without keyspace tracking), ``retention`` (the policy stored with it,
     moonish.datadir.retention, or ``None``), ``snapshot_lsns`` (oldest first) and ``checked``:
@@ -390,6 +396,7 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
     bases = list_segments(path)
     config = load_config(path)
     control = load_control(path)
+    heartbeat = published(path)  # before the scan: the records it names are written by then
     reader = ShardReader(path)
     try:
         torn = reader.seek_end()
@@ -397,6 +404,14 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
         checked_from = reader.checked_from
     finally:
         reader.close()
+    named = heard_after(heartbeat, control, next_lsn)
+    if checked_from is not None:
+        named = max(named, named_past_end(path, bases[-1], checked_from[0], next_lsn))
+    torn_lsns = (next_lsn, named) if named >= next_lsn else None
+    next_append = max(  # after a range control.json discards: a writer killed before its cut
+        named + 1 if torn_lsns is not None else next_lsn,
+        control.end_after(next_lsn) if control is not None else next_lsn,
+    )
     last = next_lsn - 1
     if control is not None:
         while (span := control.discarded_range(last)) is not None:
@@ -418,12 +433,14 @@ def info(wal_dir: str | os.PathLike[str]) -> dict[str, Any]:
         else (control.shard if control is not None else None),
         "oldest_lsn": bases[0] if has_records else None,
         "latest_lsn": last if has_records else None,
-        "next_lsn": next_lsn,
+        "next_lsn": next_append,
         "segments": len(bases),
         "bytes": sum(os.path.getsize(segment_path(path, base)) for base in bases),
         "active_segment": os.path.basename(segment_path(path, bases[-1])) if bases else None,
         "torn_tail_bytes": torn,
+        "torn_tail_lsns": list(torn_lsns) if torn_lsns is not None else None,
         "discarded": [list(span) for span in control.discarded] if control is not None else [],
+        "torn": [list(span) for span in control.torn] if control is not None else [],
         "stream": None if config is None else config.to_json(),
         "retention": None if config is None else config.retention.to_json(),
         "snapshot_lsns": list_snapshots(path),

@@ -14,6 +14,13 @@ every ``WriterOptions.heartbeat_ms`` (CockroachDB's closed timestamps, Debezium'
 interval) and when it closes. The file is replaced atomically and fsynced before anyone can
 read the promise, so a machine crash cannot take it back.
 
+The file is also evidence of LSNs used (docs/wal-format.md, "LSNs are never reused"): the writer
+writes every record below ``next_lsn`` to the segment before it writes the file, so a reader
+in another process may have read them all, though a power loss can take them from the
+segment (the heartbeat is fsynced, the records only by the fsync policy). Where the log ends
+below the heartbeat's ``next_lsn``, :func:`heard_lsn` names the LSNs in between; the writer's
+torn-tail cut (moonish.log.recovery), ``wal verify`` and ``wal repair`` count them as used.
+
 File (JSON, with a crc32c as in ``moonish.fileio``)::
 
     {"format": "moonish-heartbeat", "version": 1, "shard": 0, "next_lsn": 1235,
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 
 from moonish.errors import CorruptionError, MoonishError
 from moonish.fileio import dump_checked, read_checked, replace_atomically
+from moonish.log.control import Control
 from moonish.log.reader import ShardReader
 
 HEARTBEAT_NAME = "heartbeat.json"
@@ -77,6 +85,34 @@ def closed_floor_us(shard_dir: str) -> int:
     except MoonishError:
         return 0
     return closed.closed_us if closed is not None else 0
+
+
+def heard_lsn(shard_dir: str, control: Control | None, log_end: int) -> int:
+    """The highest LSN at or after ``log_end`` (the LSN after the log's last record) that the
+    last heartbeat published as written, or 0 (:func:`heard_after` of the shard's
+    ``heartbeat.json``; a damaged one is no evidence, as it is no promise)."""
+    return heard_after(published(shard_dir), control, log_end)
+
+
+def published(shard_dir: str) -> ClosedTime | None:
+    """The shard's last heartbeat, or ``None`` when there is none or it cannot be read."""
+    try:
+        return load_closed_time(shard_dir)
+    except MoonishError:
+        return None
+
+
+def heard_after(closed: ClosedTime | None, control: Control | None, log_end: int) -> int:
+    """The highest LSN at or after ``log_end`` that heartbeat ``closed`` names as written (its
+    ``next_lsn - 1``), or 0: no heartbeat, one that does not reach ``log_end``, or one whose
+    LSNs from ``log_end`` on a range in ``control`` already discards (a repair's, which a
+    torn-tail cut must not turn into one a reader passes)."""
+    if closed is None or closed.next_lsn <= log_end:
+        return 0
+    heard = closed.next_lsn - 1
+    if control is not None and control.covers(log_end, heard):
+        return 0
+    return heard
 
 
 def commit_before(shard_dir: str, lsn: int) -> int:

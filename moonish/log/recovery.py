@@ -26,6 +26,7 @@ from moonish.errors import CorruptionError, InvalidArgumentError
 from moonish.log.control import Control, control_path, load_control
 from moonish.log.format import FRAME_HEADER, FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.frames import LAYOUTS, Frame, header_checksum_holds, is_torn_tail, scan_frames
+from moonish.log.heartbeat import heard_lsn
 from moonish.log.segment import (
     decode_segment_header,
     index_path,
@@ -133,6 +134,7 @@ def find_log_end(shard_dir: str, shard_id: int | None) -> LogEnd:
     named = max(  # in a torn tail, or in index entries a truncation left behind
         highest_named_lsn(data, end, next_lsn, base, layout),
         highest_indexed_lsn(shard_dir, base, end),
+        heard_lsn(shard_dir, control, next_lsn),  # a heartbeat past the end: readers saw them
     )
     cut = (next_lsn, named) if named >= next_lsn else None
     start = cut[1] + 1 if cut is not None else next_lsn

@@ -7,9 +7,10 @@ it discards before (``dry_run``) and after it does it:
 
 - :func:`truncate_at` cuts a segment at a record boundary and removes every later segment.
   The LSNs of what it removes (as far as any frame header whose checksum holds, the damaged
-  frame's own included, any index entry, later segment, snapshot or control.json shows they
-  were used: moonish.log.used) are recorded as *discarded* in control.json: the next
-  writer continues after them, and a reader that reaches them gets
+  frame's own included, any index entry, later segment, snapshot, control.json or the last
+  heartbeat shows they were used: moonish.log.used, moonish.log.heartbeat) are recorded as
+  *discarded* in control.json: the next writer continues after them, and a reader that
+  reaches them gets
   :class:`~moonish.errors.LsnDiscardedError` naming where the log continues. An LSN is never
   given to a second record (Kafka's unclean leader election and PostgreSQL's ``pg_resetwal``
   can reuse positions; moonish does not).
@@ -37,6 +38,7 @@ from moonish.log.frames import (
     next_intact_frame,
     scan_frames,
 )
+from moonish.log.heartbeat import heard_lsn
 from moonish.log.lock import lock_shard
 from moonish.log.segment import (
     decode_segment_header,
@@ -147,6 +149,7 @@ def truncate_at(
             first - 1,
             (control.next_lsn - 1) if control is not None else 0,
             snapshots[-1] if snapshots else 0,
+            heard_lsn(path, None, first),  # the last heartbeat: readers may have read up to it
         )
         discarded = (first, last) if last >= first else None
         removed = sum(os.path.getsize(segment_path(path, b)) for b in later)
@@ -192,8 +195,8 @@ def set_next_lsn(
     the log and it (for a shard whose end is unknown or was lost: the writer says when).
 
     Raises:
-        InvalidArgumentError: ``next_lsn`` is below the end of the log, below an LSN a snapshot
-            or control.json shows was used, or out of range.
+        InvalidArgumentError: ``next_lsn`` is below the end of the log, below an LSN a
+            snapshot, control.json or the last heartbeat shows was used, or out of range.
         CorruptionError: the newest segment is damaged (cut it with :func:`truncate_at`).
         WriterLockedError: a writer holds the shard.
     """
@@ -228,14 +231,14 @@ def set_next_lsn(
                     lsn=stop.lsn,
                 )
             shard = header.shard_id
-        used = [end, snapshots[-1] + 1 if snapshots else 1]
+        used = [end, snapshots[-1] + 1 if snapshots else 1, heard_lsn(path, None, end) + 1]
         if control is not None:
             used += [control.next_lsn, *(last + 1 for _, last in control.discarded)]
         lowest = max(used)
         if next_lsn < lowest:
             raise InvalidArgumentError(
                 f"the next LSN must be at least {lowest} (the end of the log, or past an LSN "
-                f"a snapshot or control.json shows was used), got {next_lsn}",
+                f"a snapshot, control.json or the last heartbeat shows was used), got {next_lsn}",
                 path=path,
                 lsn=next_lsn,
             )

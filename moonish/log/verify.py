@@ -19,6 +19,7 @@ from moonish.log.format import (
     segment_name,
 )
 from moonish.log.frames import LAYOUTS, Frame, is_torn_tail, scan_frames
+from moonish.log.heartbeat import heard_lsn
 from moonish.log.payloads import decode_payload
 from moonish.log.reader import ShardReader
 from moonish.log.records import (
@@ -67,8 +68,9 @@ class VerifyReport:
     discarded: tuple[tuple[int, int], ...]
     """LSN ranges cut out (control.json): by ``moonish wal repair``, or as torn tails."""
     torn_tail_lsns: tuple[int, int] | None = None
-    """The LSNs ``(first, last)`` the torn tail's frame headers or index entries name, which
-    the next writer records as discarded when it cuts the tail (``None``: none)."""
+    """The LSNs ``(first, last)`` past the last committed record that the torn tail's frame
+    headers, index entries or the last heartbeat name, which the next writer records as
+    discarded when it cuts the tail (``None``: none)."""
 
 
 def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
@@ -146,6 +148,7 @@ def verify_shard(shard_dir: str | os.PathLike[str]) -> VerifyReport:
             named = max(
                 highest_named_lsn(data, pos, lsn, base, layout),
                 highest_indexed_lsn(path, base, pos),
+                heard_lsn(path, control, lsn),
             )
             torn_lsns = (lsn, named) if named >= lsn else None
         checked, wrong = _check_index(path, base, offsets, pos if newest else None)

@@ -246,6 +246,12 @@ class WalWriter:
         """The LSN the next appended record will get."""
         return self._next_lsn
 
+    @property
+    def last_commit_us(self) -> int:
+        """The commit time (µs) the next record may not go below: the last record's, or the
+        closed time, whichever is later."""
+        return self._last_commit_us
+
     def append(
         self, record: Record, commit_us: int | None = None, *, source: bytes | None = None
     ) -> int:

@@ -23,13 +23,15 @@ from collections.abc import Callable, Iterable
 from moonish.log.records import KvChange, Replay, ViewType, row_name
 from moonish.state.keyspace import Keyspace
 from moonish.state.shard import ShardWriter
+from moonish.state.spread import AppendAt, RowOrder
 from moonish.values.model import Entry, full_image, key_image, state_image
 
 BATCH_RECORDS = 4096
 """Records appended per call while loading (each record alone: a load is not atomic)."""
 
-Append = Callable[[list[KvChange], bytes], object]
-"""Appends records (each alone) with a source position on the last one (``b""``: none)."""
+Append = AppendAt
+"""Appends records (each alone) with a source position on the last one (``b""``: none), at a
+commit time of at least the third argument (µs; 0: the clock's); returns the commit time."""
 
 
 def loader_for(writer: ShardWriter, command: bytes) -> Loader:
@@ -104,16 +106,24 @@ def load_entries(
     source: bytes = b"",
     load_first: bool = False,
     load_last: bool = False,
+    order: RowOrder | None = None,
 ) -> int:
     """Set every ``(db, key, entry)`` of ``entries`` (keys not repeated) and append the
     records in batches of up to :data:`BATCH_RECORDS`; with ``rows`` the first and last
     ``r`` rows are marked (a load cut short and run again marks its first row again), and
     with ``load_first``/``load_last`` also as the first/last row of the whole load (its other
-    shards' rows all come after/before these in commit-time order: :func:`load_order`).
-    Returns how many records were appended. ``source`` rides on the last record, so a load
-    cut short carries no position and runs again."""
+    shards' rows all come after/before these in commit-time order: :func:`load_order`), or,
+    for a load that several processes write at once, as ``order`` decides
+    (moonish.state.spread). Returns how many records were appended. ``source`` rides on the
+    last record, so a load cut short carries no position and runs again.
+
+    Raises:
+        UnavailableError: with ``order``, not every process joined the load in time.
+    """
     pending: list[KvChange] = []
     count = 0
+    spread = order if rows else None
+    floor_us = 0
     for db, key, entry in entries:
         change = loader.change(db, key, entry, row=rows)
         if change is None:
@@ -122,15 +132,28 @@ def load_entries(
             change = change._replace(row=row_name(True, False, load_first))
         pending.append(change)
         if len(pending) > BATCH_RECORDS:
-            append(pending[:-1], b"")
+            if spread is not None and count == 0:
+                spread.first(pending[:-1], append)
+                floor_us = spread.floor_us
+            else:
+                append(pending[:-1], b"", floor_us)
             count += len(pending) - 1
             pending = pending[-1:]
+    if pending and spread is not None:
+        if len(pending) > 1:
+            if count == 0:
+                spread.first(pending[:-1], append)
+            else:
+                append(pending[:-1], b"", floor_us)
+            count += len(pending) - 1
+        spread.last(pending[-1], append, source, count == 0)
+        return count + 1
     if pending:
         if rows:
             alone = bool(pending[-1].row)  # also the first row
             row = row_name(alone, True, load_first and alone, load_last)
             pending[-1] = pending[-1]._replace(row=row)
-        append(pending, source)
+        append(pending, source, 0)
         count += len(pending)
     return count
 
@@ -144,7 +167,7 @@ def load_order(loads_rows: list[bool]) -> tuple[int | None, int | None]:
     A merged read orders records by commit time, then by shard: such a load's rows come in
     shard order, so its first row is the first shard's first and its last the last shard's
     last. (Shards loaded at once by several processes interleave by commit time: no shard's
-    rows are known to come first or last.)"""
+    rows are known to come first or last; they agree through moonish.state.spread.)"""
     shards = [shard for shard, loads in enumerate(loads_rows) if loads]
     return (shards[0], shards[-1]) if shards else (None, None)
 
@@ -158,7 +181,7 @@ def remove_missing(loader: Loader, keep: Callable[[int, bytes], bool], append: A
             loader.change(db, key, None, row=False)
             for db, key in gone[start : start + BATCH_RECORDS]
         ]
-        append([change for change in batch if change is not None], b"")
+        append([change for change in batch if change is not None], b"", 0)
     return len(gone)
 
 

@@ -48,6 +48,10 @@ class KeyspaceShard(ShardWriter):
     def next_lsn(self) -> int:
         return 1
 
+    @property
+    def last_commit_us(self) -> int:
+        return 0
+
     def append(
         self,
         records: Sequence[KvChange | Message],

@@ -183,6 +183,11 @@ class ShardWriter:
     def next_lsn(self) -> int:
         return self._log.next_lsn
 
+    @property
+    def last_commit_us(self) -> int:
+        """The commit time (µs) of the last record appended (or the closed time, if later)."""
+        return self._log.last_commit_us
+
     # -- writing -------------------------------------------------------------------------
 
     def execute(self, db: int, command: Command) -> ExecResult:

@@ -1,9 +1,9 @@
-"""The rows an RDB load writes over several shards (``wal import-rdb``, an AOF's RDB base) read
-as one snapshot in a merged read: exactly one ``source.snapshot`` ``"first"`` (the first row)
-and one ``"last"`` (the last row), each shard's own first and last rows
-``"first_in_data_collection"`` and ``"last_in_data_collection"`` (Debezium's marks for a
-table's), the rest ``"true"``; a shard's own read is a whole stream and keeps its first and
-last rows ``"first"`` and ``"last"``."""
+"""The rows an RDB load writes over several shards (``wal import-rdb``, also with its shards
+loaded by several processes at once; an AOF's RDB base) read as one snapshot in a merged
+read: exactly one ``source.snapshot`` ``"first"`` (the first row) and one ``"last"`` (the last
+row), each shard's own first and last rows ``"first_in_data_collection"`` and
+``"last_in_data_collection"`` (Debezium's marks for a table's), the rest ``"true"``; a shard's
+own read is a whole stream and keeps its first and last rows ``"first"`` and ``"last"``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import struct
 from pathlib import Path
 
 import orjson
+import pytest
 
 import moonish
 from moonish.clock import FixedClock
@@ -35,7 +36,7 @@ def _rdb(keys: int) -> bytes:
 def _marks(path: Path, start: int | str = "earliest") -> list[tuple[int, str]]:
     """(shard, source.snapshot) of every row of a read of ``path`` from ``start`` (a data
     directory from a token, or a shard from an LSN), in stream order."""
-    result = moonish.read(str(path), start)
+    result = moonish.read(str(path), start, limit=10_000)
     rows = []
     for event in result.events:
         envelope = orjson.loads(event.envelope)
@@ -44,9 +45,9 @@ def _marks(path: Path, start: int | str = "earliest") -> list[tuple[int, str]]:
     return rows
 
 
-def _check_merged(rows: list[tuple[int, str]]) -> None:
+def _check_merged(rows: list[tuple[int, str]], keys: int = KEYS) -> None:
     marks = [mark for _, mark in rows]
-    assert len(rows) == KEYS
+    assert len(rows) == keys
     assert marks[0] == "first" and marks[-1] == "last"
     assert marks.count("first") == 1 and marks.count("last") == 1
     shards = sorted({shard for shard, _ in rows})
@@ -64,6 +65,22 @@ def test_a_merged_read_of_an_rdb_import_shows_one_first_and_one_last(tmp_path: P
     dump.write_bytes(_rdb(KEYS))
     import_rdb(dump, tmp_path / "data", SHARDS, clock=FixedClock(1_796_000_000_000_000))
     _check_merged(_marks(tmp_path / "data"))
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_a_load_written_by_several_processes_shows_one_first_and_one_last(
+    tmp_path: Path, processes: int
+) -> None:
+    """The workers write their shards at once (real forked processes, rows interleaving by
+    commit time) and agree on the load's first and last rows (moonish.state.spread)."""
+    keys = 9_000  # the workers overlap in time
+    dump = tmp_path / "dump.rdb"
+    dump.write_bytes(_rdb(keys))
+    import_rdb(dump, tmp_path / "data", SHARDS, processes=processes)
+    rows = _marks(tmp_path / "data")
+    _check_merged(rows, keys)
+    again = _marks(tmp_path / "data")  # the same marks on every read
+    assert again == rows
 
 
 def test_a_merged_read_of_an_aof_base_shows_one_first_and_one_last(tmp_path: Path) -> None:

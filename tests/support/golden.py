@@ -35,6 +35,7 @@ from moonish.errors import MoonishError
 from moonish.log.control import Control, store_control
 from moonish.log.format import FRAME_HEADER_BYTES, SEGMENT_HEADER_BYTES
 from moonish.log.frames import LAYOUTS
+from moonish.log.heartbeat import ClosedTime, load_closed_time, store_closed_time
 from moonish.log.records import Checkpoint, EntityKind, GraphMutation, KvCommand, TemporalUpsert
 from moonish.log.writer import FsyncPolicy, WalWriter, WriterOptions
 from moonish.redis.aof.importer import import_aof
@@ -87,11 +88,18 @@ def frame_offsets(segment: Path) -> list[int]:
     return [start for start, _ in frame_spans(segment)]
 
 
-def as_if_killed(path: Path, started_at: int = 1, shard: int = 0) -> None:
+def as_if_killed(path: Path, started_at: int = 1, shard: int = 0, heard: int | None = None) -> None:
     """Leave control.json as a writer that opened the shard at LSN ``started_at`` and was
     killed leaves it (not closed cleanly), for scenarios that cut a segment to simulate the
-    crash: a clean close would have recorded the end the cut takes away."""
+    crash: a clean close would have recorded the end the cut takes away. So would its last
+    heartbeat (moonish.log.heartbeat is evidence of LSNs used): ``heartbeat.json``, if there
+    is one, names ``heard`` as its next LSN (default ``started_at``: the writer never
+    published one of its own)."""
     store_control(str(path), Control(shard, started_at, False))
+    closed = load_closed_time(str(path))
+    if closed is not None:
+        next_lsn = started_at if heard is None else heard
+        store_closed_time(str(path), ClosedTime(closed.shard, next_lsn, closed.closed_us))
 
 
 # -- scenarios ---------------------------------------------------------------------------------

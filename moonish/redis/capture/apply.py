@@ -39,6 +39,7 @@ from moonish.state.load import (
     set_libraries,
 )
 from moonish.state.shard import ShardWriter
+from moonish.state.spread import SpreadLoad
 
 IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF"})
 """Commands of the replication stream that change no key."""
@@ -119,8 +120,10 @@ class ShardApplier:
         options: CaptureOptions,
         clock: Clock,
         exchange: Exchange | None = None,
+        spread: SpreadLoad | None = None,
     ) -> None:
         count = len(writers)
+        self.spread, self.loads = spread, 0  # the workers' shared load order; full resyncs
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
@@ -183,10 +186,13 @@ class ShardApplier:
         position = encode_position({"replid": replid, "offset": offset, "db": 0})
         first: int | None = None
         last: int | None = None
+        loads = [bool(contents.keys[k]) and not w.source for k, w in enumerate(self.writers)]
+        order = None
         if len(self.own) == len(self.writers):  # one process, every shard in order
-            first, last = load_order(
-                [bool(contents.keys[k]) and not w.source for k, w in enumerate(self.writers)]
-            )
+            first, last = load_order(loads)
+        elif self.spread is not None:  # workers at once: they agree (moonish.state.spread)
+            self.loads += 1
+            order = self.spread.join(self.loads, sum(loads[shard] for shard in self.own))
         for shard in self.own:
             writer = self.writers[shard]
             rows = not writer.source  # its first load (or one cut short)
@@ -204,6 +210,7 @@ class ShardApplier:
                 source=position,
                 load_first=shard == first,
                 load_last=shard == last,
+                order=order,
             )
             self.router.mark(shard, position)
         self.replid, self.applied, self.db = replid, offset, 0
@@ -213,18 +220,18 @@ class ShardApplier:
         self.sync()
 
     def _counted(
-        self, append: Callable[[list[KvChange], bytes], None]
-    ) -> Callable[[list[KvChange], bytes], None]:
+        self, append: Callable[[list[KvChange], bytes, int], int]
+    ) -> Callable[[list[KvChange], bytes, int], int]:
         """``append`` counting the ``c`` and ``u`` records of a resync's differences."""
         counts = self.counts
 
-        def counted(records: list[KvChange], source: bytes) -> None:
+        def counted(records: list[KvChange], source: bytes, at_least_us: int) -> int:
             for record in records:
                 if record.op == "c":
                     counts.created += 1
                 elif record.op == "u":
                     counts.updated += 1
-            append(records, source)
+            return append(records, source, at_least_us)
 
         return counted
 

@@ -54,6 +54,7 @@ from moonish.slots import shard_groups
 from moonish.state.config import StreamConfig
 from moonish.state.shadow import KeyspaceShard
 from moonish.state.shard import ShardWriter
+from moonish.state.spread import SpreadLoad
 
 REPORTS_IN_FLIGHT = 4
 """Reports a worker may have sent that the capture has not read yet."""
@@ -328,6 +329,7 @@ def start_workers(
     after it, they are told to stop (if still waiting) and joined."""
     context = multiprocessing.get_context("fork")  # inherit the settings, no pickling
     owner = [w for w, group in enumerate(shard_groups(shards, processes)) for _ in group]
+    spread = SpreadLoad(context, processes)  # one first and one last row per full resync
     links: dict[tuple[int, int], Connection] = {}
     for a in range(processes):
         for b in range(a + 1, processes):
@@ -339,7 +341,7 @@ def start_workers(
             peers = {peer: links[number, peer] for peer in range(processes) if peer != number}
             others = [end for pair, end in links.items() if pair[0] != number]
             others += [mine, *(channel.link for channel in channels)]  # the capture's ends
-            setup = _Setup(data_dir, shards, owner, number, log, stream, options, clock)
+            setup = _Setup(data_dir, shards, owner, number, log, stream, options, clock, spread)
             process = context.Process(
                 target=_work,
                 args=(setup, peers, theirs, others),
@@ -384,6 +386,7 @@ class _Setup:
     stream: StreamConfig
     options: CaptureOptions
     clock: Clock
+    spread: SpreadLoad
 
 
 def _work(
@@ -414,7 +417,9 @@ def _work(
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         exchange = PeerExchange(setup.owner, setup.number, peers, setup.stream, setup.clock)
-        applier = ShardApplier(writers, owned, setup.options, setup.clock, exchange)
+        applier = ShardApplier(
+            writers, owned, setup.options, setup.clock, exchange, spread=setup.spread
+        )
         link.send(("positions", applier.positions()))
         _serve(applier, link, setup.options)
     except BaseException as error:  # the capture raises it

@@ -39,6 +39,7 @@ from moonish.state.load import (
     set_libraries,
 )
 from moonish.state.shard import ShardWriter
+from moonish.state.spread import RowOrder
 
 
 @dataclass
@@ -139,23 +140,30 @@ def import_rdb(
 
         processes = min(processes, shards)
         # One process loads the shards in order: it knows which hold the whole load's first
-        # and last rows (moonish.state.load.load_order); several interleave.
+        # and last rows (moonish.state.load.load_order); several interleave, and agree on
+        # them as they go (moonish.state.spread).
+        rows = tuple(bool(contents.keys[k]) and not w.source for k, w in enumerate(opened.writers))
         first: int | None = None
         last: int | None = None
         if processes == 1:
-            first, last = load_order(
-                [bool(contents.keys[k]) and not w.source for k, w in enumerate(opened.writers)]
-            )
+            first, last = load_order(list(rows))
 
-        def load(writer: ShardWriter, shard: int, heard: Callable[[int], None] | None) -> Done:
+        def load(
+            writer: ShardWriter,
+            shard: int,
+            heard: Callable[[int], None] | None,
+            order: RowOrder | None = None,
+        ) -> Done:
             marks = (shard == first, shard == last)
-            return _load_shard(writer, shard, contents, position, identity, clock, heard, marks)
+            return _load_shard(
+                writer, shard, contents, position, identity, clock, heard, marks, order
+            )
 
         if processes > 1:
             for writer in opened.writers:  # the workers open them again
                 writer.close()
             setup = LoadSetup(
-                out_dir, shards, log, stream or StreamConfig(), clock, contents, snapshots
+                out_dir, shards, log, stream or StreamConfig(), clock, contents, snapshots, rows
             )
             done = load_in_processes(setup, processes, load, progress)
         else:
@@ -183,10 +191,12 @@ def _load_shard(
     clock: Clock,
     progress: Callable[[int], None] | None,
     marks: tuple[bool, bool] = (False, False),
+    order: RowOrder | None = None,
 ) -> Done:
     """Load one shard's keys: ``r`` rows when it has loaded no RDB yet (or was cut short
     loading this one), differences when it holds another RDB's keys; nothing when it holds
-    this one. ``marks``: its rows hold the whole load's first row, its last row."""
+    this one. ``marks``: its rows hold the whole load's first row, its last row; ``order``:
+    several processes write the load, and agree on those rows as they go."""
     done: Done = {"records": 0, "ops": {}}
     stored = decode_position(writer.source, writer.shard_dir)
     if stored.get("rdb") == identity:
@@ -196,13 +206,14 @@ def _load_shard(
     loader = loader_for(writer, b"RDB")
     ops: dict[str, int] = done["ops"]
 
-    def append(records: list[KvChange], source: bytes) -> None:
-        writer.append(records, False, clock.now_us(), source)
+    def append(records: list[KvChange], source: bytes, at_least_us: int) -> int:
+        writer.append(records, False, max(clock.now_us(), at_least_us), source)
         done["records"] += len(records)
         for record in records:
             ops[record.op] = ops.get(record.op, 0) + 1
         if progress is not None:
             progress(len(records))
+        return writer.last_commit_us
 
     keys = contents.keys[shard]
     if not rows:  # deletions first: the position rides on the last record of the load
@@ -217,5 +228,6 @@ def _load_shard(
         source=position,
         load_first=load_first,
         load_last=load_last,
+        order=order,
     )
     return done

@@ -8,7 +8,8 @@ with ``P`` processes worker ``w`` loads the shards ``[w * N // P, (w + 1) * N //
 importing process and nothing is pickled but their reports; but it is copy on write, and
 since every shard's keys share memory pages and reading an object writes its reference
 count, each worker ends up copying most pages: memory can grow by up to ``P`` times the keys'
-size. Each shard's log is what one process writes, up to commit times.
+size. Each shard's log is what one process writes, up to commit times; the processes agree on
+the load's one first and one last row through memory they share (moonish.state.spread).
 
 A worker that fails reports its error, which the import raises once every worker ended (the
 lowest worker's); one that dies is an :class:`UnavailableError`. Every shard stores its
@@ -33,10 +34,11 @@ from moonish.slots import shard_groups
 from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ShardWriter
+from moonish.state.spread import RowOrder, SpreadLoad
 
-Load = Callable[[ShardWriter, int, Callable[[int], None] | None], dict[str, Any]]
-"""Loads one shard (the writer, its number, a progress callback); returns what it did:
-``{"records": n, "ops": {op: n}}``."""
+Load = Callable[[ShardWriter, int, Callable[[int], None] | None, RowOrder | None], dict[str, Any]]
+"""Loads one shard (the writer, its number, a progress callback, the order of the load's rows
+over the processes); returns what it did: ``{"records": n, "ops": {op: n}}``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +52,8 @@ class LoadSetup:
     clock: Clock
     contents: RdbContents
     snapshots: SnapshotPolicy | None = None
+    rows: tuple[bool, ...] = ()
+    """Per shard, whether the load writes ``r`` rows to it (moonish.state.spread)."""
 
 
 def load_in_processes(
@@ -65,9 +69,10 @@ def load_in_processes(
     groups = shard_groups(setup.shards, processes)
     receivers: dict[Connection, int] = {}
     workers = []
+    spread = SpreadLoad(context, len(groups))  # one first and one last row over them all
     for number, group in enumerate(groups):
         receive, send = context.Pipe(duplex=False)
-        args = (setup, group, load, send, progress is not None)
+        args = (setup, group, load, send, progress is not None, spread)
         worker = context.Process(target=_work, args=args, name=f"moonish-rdb-{number}", daemon=True)
         worker.start()
         send.close()
@@ -113,17 +118,23 @@ def load_in_processes(
 
 
 def _work(
-    setup: LoadSetup, group: range, load: Load, send: Connection, report_progress: bool
+    setup: LoadSetup,
+    group: range,
+    load: Load,
+    send: Connection,
+    report_progress: bool,
+    spread: SpreadLoad,
 ) -> None:
-    """A worker: open its shards one by one, load each, sync it, report."""
+    """A worker: join the load, open its shards one by one, load each, sync it, report."""
     done: dict[int, dict[str, Any]] = {}
     progress = (lambda count: send.send(("progress", count))) if report_progress else None
     try:
+        order = spread.join(1, sum(setup.rows[shard] for shard in group if setup.rows))
         for shard in group:
             with open_shard(
                 setup.data_dir, shard, setup.log, setup.stream, setup.clock, setup.snapshots
             ) as writer:
-                done[shard] = load(writer, shard, progress)
+                done[shard] = load(writer, shard, progress, order)
                 writer.sync()
         send.send(("report", done))
     except BaseException as error:  # the importing process raises it

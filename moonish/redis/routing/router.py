@@ -226,12 +226,14 @@ class Router:
             per_shard.setdefault(shard, []).append(message)
         self.skipped[argv[0].upper().decode(errors="replace")] += 1
 
-    def appender(self, shard: int) -> Callable[[list[KvChange], bytes], None]:
+    def appender(self, shard: int) -> Callable[[list[KvChange], bytes, int], int]:
         """A function appending loaded records to ``shard``, each alone, with a source
-        position on the last (moonish.state.load's ``Append``), counted here."""
+        position on the last, at a commit time of at least its third argument (µs), and
+        returning the commit time (moonish.state.load's ``Append``), counted here."""
 
-        def append(records: list[KvChange], source: bytes) -> None:
-            self.append(shard, records, False, self.clock.now_us(), source)
+        def append(records: list[KvChange], source: bytes, at_least_us: int) -> int:
+            self.append(shard, records, False, max(self.clock.now_us(), at_least_us), source)
+            return self.writers[shard].last_commit_us
 
         return append
 

@@ -12,9 +12,11 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 import redis
 
+import moonish
 from moonish.errors import UnavailableError, UnsupportedFormatError, WriterLockedError
 from moonish.redis.capture.runner import capture
 from tests.support.redis.capture import (
@@ -122,6 +124,32 @@ def test_a_full_resync_loads_each_workers_shards(tmp_path: Path) -> None:
     rows = [e for e in events(tmp_path / "data") if e["op"] == "r"]
     assert len(rows) == report.rdb_keys
     assert not [path for path in os.listdir(tmp_path / "data") if path.startswith(".resync-")]
+
+
+def test_a_full_resync_over_workers_reads_as_one_snapshot_with_one_first_and_one_last(
+    tmp_path: Path,
+) -> None:
+    """The workers load their shards at once; a merged read over every shard still shows the
+    load as one snapshot: one ``"first"`` row, one ``"last"`` (moonish.state.spread)."""
+    workdir = tmp_path / "redis"
+    workdir.mkdir()
+    with redis_server(workdir) as client:
+        for start in range(0, 6000, 1000):
+            client.mset({f"key:{i}": i for i in range(start, start + 1000)})
+        with Running(client, tmp_path / "data", 4, processes=3) as running:
+            running.caught_up(client)
+            report = running.finish()
+    assert report.full_resyncs == 1 and report.rdb_keys == 6000
+    merged = moonish.read(str(tmp_path / "data"), "earliest", limit=10_000)
+    marks = [
+        envelope["source"]["snapshot"]
+        for envelope in (orjson.loads(event.envelope) for event in merged.events)
+        if envelope["op"] == "r"
+    ]
+    assert len(marks) == 6000
+    assert (marks[0], marks[-1]) == ("first", "last")
+    assert marks.count("first") == 1 and marks.count("last") == 1
+    assert marks.count("first_in_data_collection") == 3 == marks.count("last_in_data_collection")
 
 
 def test_a_workers_error_stops_the_capture_with_its_offset(tmp_path: Path) -> None:

@@ -51,10 +51,11 @@ class SnapshotPolicy:
     0 turns a rule off; all three 0 (:meth:`off`): never (snapshots are then taken only when
     asked for, ``moonish wal checkpoint``, or when retention needs one).
 
-    And when the writer closes (a shutdown checkpoint, as PostgreSQL's): a snapshot is
-    written then, in the foreground, when at least ``on_close_records`` records came since
-    the last one and at least an eighth as many as the keyspace holds keys (writing a key
-    costs about an eighth of replaying a record), so the next open replays none; 0: never.
+    And when a writer that appended records closes (a shutdown checkpoint, as PostgreSQL's):
+    a snapshot is written then, in the foreground, when at least ``on_close_records``
+    records came since the last one and at least an eighth as many as the keyspace holds
+    keys (writing a key costs about an eighth of replaying a record), so the next open
+    replays none; 0: never.
 
     Raises:
         InvalidArgumentError: a negative value.

@@ -476,8 +476,8 @@ class ShardWriter:
 
     def _snapshot_on_close(self) -> None:
         snapshots = self.snapshots
-        if not snapshots.policy.on_close_records:
-            return
+        if not snapshots.policy.on_close_records or not self._log.appended_bytes:
+            return  # a writer that appended nothing leaves the log as it found it
         try:
             # counted from a running child's LSN: few records after it, and it is the one the
             # next open starts from (it is waited for); many, and one of our own is written
@@ -503,7 +503,8 @@ class ShardWriter:
 
     def close(self) -> None:
         """Stop the sweep thread, write the snapshot a clean close is due
-        (``SnapshotPolicy.on_close_records``), and close the log. Idempotent.
+        (``SnapshotPolicy.on_close_records``; only by a writer that appended records), and
+        close the log. Idempotent.
 
         A snapshot that fails here loses nothing (the log holds every record): the close goes
         on, and ``snapshots.error`` says why."""

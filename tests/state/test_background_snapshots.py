@@ -250,3 +250,15 @@ def test_the_close_rule() -> None:
     assert policy.due_on_close(101, 808)
     assert not SnapshotPolicy.off().due_on_close(10**9, 0)
     assert SnapshotPolicy().on_close_records == 10_000
+
+
+def test_a_writer_that_appended_nothing_closes_without_a_snapshot(tmp_path: Path) -> None:
+    shard = tmp_path / "shard"
+    with _writer(shard, _close_rule(0)) as writer:
+        for i in range(300):
+            writer.execute(0, [b"SET", b"k%d" % i, b"v"])
+    with _writer(shard, _close_rule(100)) as looking:
+        end = looking.next_lsn
+    assert list_snapshots(str(shard)) == []
+    with _writer(shard, _close_rule(100)) as again:
+        assert again.next_lsn == end  # the log as it was found

@@ -36,7 +36,7 @@ from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
-from moonish.spark.tablerows import PARTITION_COLUMNS, TABLE_COLUMNS, TABLE_SCHEMA
+from moonish.spark.tablerows import COLUMN_NAMES, PARTITION_COLUMNS, TABLE_SCHEMA
 
 OLD_POINTER_NAME = "_moonish_table.json"
 """The commit pointer of moonish's own table format before Delta Lake (refused)."""
@@ -163,7 +163,7 @@ def committed_batch(table: DeltaTable, app_id: str) -> int | None:
     return table.transaction_version(app_id)
 
 
-_UPDATES = {name: f"s.{name}" for name in TABLE_COLUMNS}
+_UPDATES = {name: f"s.{name}" for name in COLUMN_NAMES}
 _NEWER = "(s.lsn > t.lsn OR (s.lsn = t.lsn AND s.shard > t.shard))"
 
 

@@ -46,9 +46,9 @@ column. All are declared nullable (``db``, ``key``, ``shard``, ``lsn``, ``commit
 ``bucket`` are never null): delta-rs's MERGE fails its own check of non-null columns on the
 rows the Change Data Feed adds."""
 
-TABLE_COLUMNS = tuple(TABLE_SCHEMA.names)
+COLUMN_NAMES = tuple(TABLE_SCHEMA.names)
 PARTITION_COLUMNS = ("bucket",)
-DATA_COLUMNS = tuple(name for name in TABLE_COLUMNS if name not in PARTITION_COLUMNS)
+DATA_COLUMNS = tuple(name for name in COLUMN_NAMES if name not in PARTITION_COLUMNS)
 """The columns held in the Parquet files (a partition column's value is in the Delta log)."""
 
 MERGE_SCHEMA = TABLE_SCHEMA.append(pa.field("deleted", pa.bool_()))

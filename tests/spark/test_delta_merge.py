@@ -26,7 +26,7 @@ from moonish.spark.delta import (
     readable_files,
     require_table,
 )
-from moonish.spark.tablerows import MERGE_SCHEMA, bucket_of, merge_rows
+from moonish.spark.tablerows import DATA_COLUMNS, MERGE_SCHEMA, bucket_of, merge_rows
 from tests.support.delta import txn_versions
 
 APP = "5f3c2d1e-query"
@@ -184,3 +184,15 @@ def test_tables_of_another_format_are_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="not a materialized table"):
         require_table(str(tmp_path))
     assert open_table(str(tmp_path / "missing")) is None
+
+
+def test_spark_reads_every_column_but_the_partition_column() -> None:
+    pytest.importorskip("pyspark")
+    from moonish.spark.table import TABLE_COLUMNS
+
+    names = tuple(column.split()[0] for column in TABLE_COLUMNS.split(", "))
+    assert (
+        names
+        == DATA_COLUMNS
+        == tuple(n for n in MERGE_SCHEMA.names if n not in ("bucket", "deleted"))
+    )

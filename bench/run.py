@@ -16,7 +16,9 @@ docs/benchmarks.md:
    ``moonish cdc tail --follow`` in another process: p50 and p99.
 5. views: the keyspace write path per stream view type; images: what "read" measures, over
    >= 1M kv_change records with NEW_AND_OLD_IMAGES (bench.state).
-6. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark).
+6. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark);
+   delta: one micro-batch's MERGE of 1,000 changes into Delta tables of 10,000 and 1,000,000
+   keys (bench.delta).
 7. merged: one stream over 4 shards against reading them one by one (bench.merged);
    retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
@@ -63,6 +65,7 @@ import orjson
 
 from bench.capture import bench_capture
 from bench.capture_cores import bench_capture_cores
+from bench.delta import bench_delta
 from bench.families import bench_families, bench_import_benchmark_aof
 from bench.importer import bench_import
 from bench.kafka import bench_kafka
@@ -416,6 +419,7 @@ def main() -> None:
         ("views", lambda: bench_views(DATA, AOF)),
         ("follow", bench_follow),
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
+        ("delta", lambda: bench_delta(DATA)),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
         ("retention", lambda: bench_prune(DATA)),
         ("consumers", lambda: bench_consumer_list(DATA)),

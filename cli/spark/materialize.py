@@ -38,6 +38,14 @@ def source_kind(source: str) -> str:
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
 @click.argument("table_dir", type=click.Path(file_okay=False))
 @click.option(
+    "--format",
+    "table_format",
+    type=click.Choice(["delta"]),
+    default="delta",
+    show_default=True,
+    help="The table format: Delta Lake, written with delta-rs (Iceberg: not yet, docs/spark.md).",
+)
+@click.option(
     "--checkpoint",
     "checkpoint_dir",
     required=True,
@@ -62,6 +70,21 @@ def source_kind(source: str) -> str:
     show_default=True,
     help="With --follow: time between micro-batches.",
 )
+@click.option(
+    "--buckets",
+    type=click.IntRange(1, None),
+    default=64,
+    show_default=True,
+    help="Buckets (partitions by key hash) of a table this creates; an existing table keeps "
+    "its own. A micro-batch rewrites only the buckets its keys fall in (docs/spark.md).",
+)
+@click.option(
+    "--optimize-every",
+    type=click.IntRange(0, None),
+    default=100,
+    show_default=True,
+    help="Compact the table's small files every N micro-batches (0: never).",
+)
 @options.spark_master
 @options.consumer(
     help="WAL source: register the query as this named consumer (default: spark-<TABLE_DIR's "
@@ -76,6 +99,9 @@ def materialize(
     max_files_per_trigger: int | None,
     follow: bool,
     interval_ms: int,
+    table_format: str,
+    buckets: int,
+    optimize_every: int,
     master: str,
     consumer: str | None,
     no_consumer: bool,
@@ -91,23 +117,27 @@ def materialize(
     micro-batch prints a progress line to stderr (batch id, rows, duration in ms, LSNs per
     shard or file-source offsets). Ctrl-C or SIGTERM stops the query cleanly
     after the running micro-batch (exit 0; a second one stops at once, and the micro-batch
-    cut short is applied by the next run). At the end, prints the table's committed version
-    and live keys. The table is Parquet versions under TABLE_DIR with a pointer to the
-    committed one (docs/spark.md).
+    cut short is applied by the next run). At the end, prints the table's Delta version and
+    live keys. TABLE_DIR is a Delta Lake table (one MERGE per micro-batch, its commit carrying
+    the query id and batch id, so a replayed batch is skipped; Change Data Feed on), which
+    delta-spark, DuckDB, polars and pandas read (docs/spark.md). A directory holding a table
+    of moonish's earlier own format (_moonish_table.json) is refused (exit 5).
 
     Example:
 
         moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
+    from moonish.spark.delta import refuse_old_format, require_table
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
-    from moonish.spark.table import current_version
 
     from ..params import sink_name
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
+    assert table_format == "delta"
     kind = source_kind(source)
+    refuse_old_format(table_dir)  # before Spark starts
     if kind == "wal" and not no_consumer and consumer is None:
         consumer = sink_name("spark", table_dir)
     spark = moonish.spark.session(master)
@@ -123,13 +153,14 @@ def materialize(
             available_now=not follow,
             processing_time_ms=interval_ms,
             gate=gate,
+            buckets=buckets,
+            optimize_every=optimize_every,
         )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
         run_until_stopped(spark, query, gate, request, _report, on_batch=acknowledge)
-        pointer = current_version(table_dir)
-        keys = moonish.spark.read_table(spark, table_dir).count()
-    version = pointer["path"] if pointer else "none yet"
-    click.echo(f"table {table_dir}: version {version}, {keys} live keys ({kind} source)")
+    table = require_table(os.path.abspath(table_dir))
+    version, keys = table.version(), table.count()
+    click.echo(f"table {table_dir}: Delta version {version}, {keys} live keys ({kind} source)")
 
 
 def _acknowledger(source: str, consumer: str | None) -> Any:

@@ -1,4 +1,4 @@
-"""``moonish spark show``: rows of a materialized table's committed version."""
+"""``moonish spark show``: rows of a materialized Delta table's current version."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ from .. import options
 @options.limit(help="Most rows.", default=10)
 @options.spark_master
 def show(table_dir: str, limit: int, master: str) -> None:
-    """Print rows of a materialized table's committed version, as JSON lines (db, key, type,
-    value, expire_at_ms, shard, lsn), ordered by db and key. TABLE_DIR must hold a committed
-    version (exit 2 otherwise: not a table, or no micro-batch applied yet).
+    """Print rows of a materialized table's current version, as JSON lines (db, key, type,
+    value, expire_at_ms, shard, lsn), ordered by db and key. TABLE_DIR must be a Delta table
+    moonish spark materialize made (exit 2 otherwise: not a table, or no micro-batch applied
+    yet; exit 5 for a table of moonish's earlier own format or a Delta table of another
+    schema).
 
     Example:
 
@@ -24,19 +26,19 @@ def show(table_dir: str, limit: int, master: str) -> None:
 
     import moonish.spark
     from moonish.cdc.images import text_or_b64
-    from moonish.spark.table import require_version
+    from moonish.spark.delta import readable_files, require_table
 
-    require_version(table_dir)  # before Spark starts: a wrong directory fails at once
+    readable_files(require_table(table_dir))  # before Spark starts: a wrong one fails at once
     spark = moonish.spark.session(master)
     rows = moonish.spark.read_table(spark, table_dir).orderBy("db", "key").limit(limit).collect()
     for row in rows:
-        image = orjson.loads(row.image) if row.image else {}
+        expire_at = row.expire_at
         line = {
             "db": row.db,
             "key": text_or_b64(bytes(row.key)),
             "type": row.type,
-            "value": image.get("value"),
-            "expire_at_ms": row.expire_at_ms,
+            "value": None if row.value is None else orjson.loads(row.value),
+            "expire_at_ms": None if expire_at is None else round(expire_at.timestamp() * 1000),
             "shard": row.shard,
             "lsn": row.lsn,
         }

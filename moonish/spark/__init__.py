@@ -4,12 +4,13 @@
   (``moonish.spark.datasource``): flat change rows built as Arrow batches from the records.
 - Envelope files written by ``moonish cdc export``: :func:`read_envelope_files`
   (``moonish.spark.files``), through Spark's JSON file source.
-- :func:`materialize` keeps a Parquet table of the latest state per key exactly once;
-  :func:`read_table` reads its committed version (``moonish.spark.table``).
+- :func:`materialize` keeps a Delta Lake table of the latest state per key exactly once, one
+  delta-rs MERGE per micro-batch; :func:`read_table` reads its current version
+  (``moonish.spark.table``, ``moonish.spark.delta``, ``moonish.spark.tablerows``).
 
 Both paths give the same flat columns (``CHANGE_COLUMNS``); docs/spark.md describes them.
-This package imports pyspark only when one of these names is used (``pip install
-moonish[spark]``).
+This package imports pyspark, pyarrow and deltalake only when one of these names is used
+(``pip install moonish[spark]``).
 
 Example::
 
@@ -37,6 +38,7 @@ _LAZY = {
     "materialize": "moonish.spark.table",
     "read_table": "moonish.spark.table",
     "TABLE_COLUMNS": "moonish.spark.table",
+    "open_table": "moonish.spark.delta",
 }
 
 __all__ = [*_LAZY, "envelope_schema", "register", "session"]

@@ -1,197 +1,173 @@
-"""The materialized table: the latest state of every key, kept exactly once from a change stream.
+"""The materialized table: the latest state of every key, kept exactly once in a Delta Lake
+table from a change stream.
 
-Layout of ``table_dir``:
+Spark computes each micro-batch's latest change per ``(db, key)`` (:func:`latest_changes`:
+the highest ``(lsn, shard)``; a key lives in one shard, whose LSNs order its changes, and rows
+arrive in any order) in a ``foreachBatch`` function; the driver collects those rows as Arrow
+(one per changed key, so a micro-batch's size bounds the driver's memory), takes the images
+apart (``moonish.spark.tablerows``) and applies them as one delta-rs MERGE committed with the
+transaction identifier (query id, batch id) (``moonish.spark.delta``). Every
+``optimize_every`` batches the table's small files are compacted.
 
-- ``v-<batch id:020d>/``: one complete Parquet version of the table per applied micro-batch;
-- ``_moonish_table.json``: ``{"format": "moonish-table", "version": 1, "batch_id": n,
-  "path": "v-..."}``, replaced atomically after the version is written. It is the commit
-  point: :func:`read_table` reads the version it names, so a batch reader always sees one
-  whole version. The newest two versions are kept.
+Exactly once rests on three things: the sources are replayable (the same offsets read the same
+rows), a batch already committed to the table is skipped by its transaction identifier, and
+the MERGE keeps the newer change per key, so applying a change twice changes nothing either.
 
-Row: ``db INT, key BINARY, type STRING, image STRING (the after image's JSON), expire_at_ms
-BIGINT, shard INT, lsn BIGINT, commit_ts TIMESTAMP, deleted BOOLEAN``. A deleted key stays as
-a row with ``deleted`` true and its LSN (a tombstone), so that a late change older than the
-delete never brings it back; :func:`read_table` leaves tombstones out.
-
-Exactly once: each micro-batch is applied as ``new version = latest row per (db, key) of
-(previous version + the batch's changes)``, where "latest" is the highest ``(lsn, shard)`` (a
-key lives in one shard, whose LSNs order its changes). Applying the same changes twice gives
-the same table; and a micro-batch Spark replays after a crash (the sink wrote, Spark had not
-committed) finds its ``batch_id`` already committed and is skipped. Each version rewrites the
-whole table (copy-on-write): fine for tables of millions of keys, not for billions.
+:func:`read_table` reads the table's current version in Spark (its Parquet files, which the
+Delta log lists); delta-spark, DuckDB, polars and pandas read it as a Delta table
+(docs/spark.md).
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-from typing import Any
+from collections.abc import Callable
 
 import orjson
 from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
-from moonish.errors import InvalidArgumentError, UnsupportedFormatError
-from moonish.fileio import replace_atomically
+from moonish.errors import InvalidArgumentError
+from moonish.spark import delta
 from moonish.spark.progress import BatchGate
+from moonish.spark.tablerows import merge_rows
 
-POINTER_NAME = "_moonish_table.json"
-POINTER_FORMAT, POINTER_VERSION = "moonish-table", 1
-TABLE_COLUMNS = (
-    "db INT, key BINARY, type STRING, image STRING, expire_at_ms BIGINT, shard INT, "
-    "lsn BIGINT, commit_ts TIMESTAMP, deleted BOOLEAN"
-)
-KEEP_VERSIONS = 2
 DATA_OPS = ("c", "u", "d", "r")
+DEFAULT_OPTIMIZE_EVERY = 100
+TABLE_COLUMNS = (
+    "db INT, key BINARY, key_text STRING, type STRING, value STRING, omitted_length BIGINT, "
+    "field_expire_at_ms STRING, expire_at TIMESTAMP, shard INT, lsn BIGINT, "
+    "commit_ts TIMESTAMP"
+)
+"""The columns :func:`read_table` gives (the table's, without the partition column
+``bucket``), as a Spark DDL schema: ``moonish.spark.tablerows.DATA_COLUMNS``."""
 
 
-def current_version(table_dir: str) -> dict[str, Any] | None:
-    """The committed version's pointer, or None for a table never written.
-
-    Raises:
-        UnsupportedFormatError: the pointer file is not a moonish table pointer.
-    """
-    path = os.path.join(table_dir, POINTER_NAME)
-    try:
-        with open(path, "rb") as file:
-            pointer = orjson.loads(file.read())
-    except FileNotFoundError:
-        return None
-    except orjson.JSONDecodeError as error:
-        raise UnsupportedFormatError(f"table pointer is not JSON: {error}", path=path) from error
-    if pointer.get("format") != POINTER_FORMAT or pointer.get("version") != POINTER_VERSION:
-        raise UnsupportedFormatError(
-            f"not a {POINTER_FORMAT} version {POINTER_VERSION} pointer", path=path
-        )
-    return dict(pointer)
-
-
-def require_version(table_dir: str) -> dict[str, Any]:
-    """The committed version's pointer of ``table_dir``, which must have one.
-
-    Raises:
-        InvalidArgumentError: ``table_dir`` holds no pointer: it is not a materialized table,
-            or no micro-batch was applied to it yet.
-        UnsupportedFormatError: the pointer file is not a moonish table pointer.
-    """
-    pointer = current_version(table_dir)
-    if pointer is None:
-        raise InvalidArgumentError(
-            f"not a materialized table: no {POINTER_NAME} (not a table directory, or no "
-            "micro-batch was applied to it yet: moonish spark materialize)",
-            path=table_dir,
-        )
-    return pointer
-
-
-def read_table(spark: SparkSession, table_dir: str, *, tombstones: bool = False) -> DataFrame:
-    """The committed version of the table (live keys; with ``tombstones``, deleted ones too).
-
-    An empty DataFrame of the table's schema when nothing was applied yet.
-    """
-    pointer = current_version(table_dir)
-    if pointer is None:
-        return spark.createDataFrame([], TABLE_COLUMNS)
-    table = spark.read.schema(TABLE_COLUMNS).parquet(os.path.join(table_dir, pointer["path"]))
-    return table if tombstones else table.where(~F.col("deleted"))
-
-
-def _latest(rows: DataFrame) -> DataFrame:
-    """The latest row per ``(db, key)``; ``type`` and ``expire_at_ms`` of new rows are read
-    from their image only here, once per surviving row rather than once per change."""
+def latest_changes(changes: DataFrame) -> DataFrame:
+    """The latest data change per ``(db, key)`` of flat change rows (``CHANGE_COLUMNS``):
+    ``db, key, shard, lsn, commit_ts, deleted, image`` (the after image's JSON text)."""
+    rows = changes.where((F.col("record_type") == "kv_change") & F.col("op").isin(*DATA_OPS))
     order = Window.partitionBy("db", "key").orderBy(F.col("lsn").desc(), F.col("shard").desc())
     latest = rows.withColumn("_n", F.row_number().over(order)).where(F.col("_n") == 1)
     return latest.select(
         "db",
         "key",
-        F.coalesce("type", F.get_json_object("image", "$.type")).alias("type"),
-        "image",
-        F.coalesce(
-            "expire_at_ms", F.get_json_object("image", "$.expire_at_ms").cast("bigint")
-        ).alias("expire_at_ms"),
-        "shard",
-        "lsn",
-        "commit_ts",
-        "deleted",
-    )
-
-
-def table_rows(changes: DataFrame) -> DataFrame:
-    """Flat change rows (``CHANGE_COLUMNS``) of data changes as table rows, ``type`` and
-    ``expire_at_ms`` left null for :func:`_latest` to fill from the image."""
-    return changes.where(
-        (F.col("record_type") == "kv_change") & F.col("op").isin(*DATA_OPS)
-    ).select(
-        "db",
-        "key",
-        F.lit(None).cast("string").alias("type"),
-        F.col("after").alias("image"),
-        F.lit(None).cast("bigint").alias("expire_at_ms"),
         "shard",
         "lsn",
         "commit_ts",
         (F.col("op") == "d").alias("deleted"),
+        F.col("after").alias("image"),
     )
 
 
-def apply_batch(spark: SparkSession, table_dir: str, changes: DataFrame, batch_id: int) -> bool:
-    """Apply one micro-batch of flat change rows as version ``batch_id``; False when that
-    batch (or a later one) is already committed, so a replayed batch changes nothing."""
-    pointer = current_version(table_dir)
-    if pointer is not None and pointer["batch_id"] >= batch_id:
-        return False
-    rows = table_rows(changes)
-    if pointer is not None:
-        rows = read_table(spark, table_dir, tombstones=True).unionByName(rows)
-    name = f"v-{batch_id:020d}"
-    _latest(rows).write.mode("overwrite").parquet(os.path.join(table_dir, name))
-    commit = {
-        "format": POINTER_FORMAT,
-        "version": POINTER_VERSION,
-        "batch_id": batch_id,
-        "path": name,
-    }
-    replace_atomically(os.path.join(table_dir, POINTER_NAME), [orjson.dumps(commit)])
-    versions = sorted(entry for entry in os.listdir(table_dir) if entry.startswith("v-"))
-    for old in versions[: max(0, versions.index(name) - KEEP_VERSIONS + 1)]:
-        shutil.rmtree(os.path.join(table_dir, old))
-    return True
+def apply_batch(table: str, changes: DataFrame, app_id: str, batch_id: int) -> delta.BatchResult:
+    """Apply one micro-batch of flat change rows to the Delta table ``table`` (which must
+    exist) as batch ``batch_id`` of ``app_id``; a batch committed before is skipped.
+
+    Raises:
+        InvalidArgumentError: no table at ``table``.
+        UnsupportedFormatError: ``table`` is not a moonish Delta table
+            (``moonish.spark.delta.open_table``).
+    """
+    existing = delta.require_table(table)
+    done = delta.committed_batch(existing, app_id)
+    if done is not None and done >= batch_id:  # skip before Spark computes anything
+        return delta.BatchResult(False, existing.version(), {})
+    rows = merge_rows(latest_changes(changes).toArrow(), delta.table_buckets(existing))
+    return delta.merge_batch(table, rows, app_id, batch_id)
+
+
+def query_id(checkpoint_dir: str) -> str:
+    """The id of the streaming query whose checkpoint is ``checkpoint_dir`` (Spark writes it
+    to ``metadata`` when the query first starts and keeps it across restarts).
+
+    Raises:
+        InvalidArgumentError: no readable query id in the checkpoint.
+    """
+    path = os.path.join(checkpoint_dir, "metadata")
+    try:
+        with open(path, "rb") as file:
+            return str(orjson.loads(file.readline())["id"])
+    except (OSError, orjson.JSONDecodeError, KeyError, TypeError) as error:
+        raise InvalidArgumentError(
+            f"no streaming query id in the checkpoint: {error}", path=path
+        ) from error
+
+
+def read_table(spark: SparkSession, table: str) -> DataFrame:
+    """The table's current version: one row per live key (:data:`TABLE_COLUMNS`).
+
+    Raises:
+        InvalidArgumentError: no Delta table at ``table`` (not a table, or nothing applied).
+        UnsupportedFormatError: a table of moonish's earlier own format, a Delta table moonish
+            did not make, or one whose protocol needs more than reader version 1.
+    """
+    files = delta.readable_files(delta.require_table(table))
+    if not files:
+        return spark.createDataFrame([], TABLE_COLUMNS)
+    return spark.read.schema(TABLE_COLUMNS).parquet(*files)
 
 
 def materialize(
     changes: DataFrame,
-    table_dir: str,
+    table: str,
     checkpoint_dir: str,
     *,
     available_now: bool = True,
     processing_time_ms: int = 1000,
     gate: BatchGate | None = None,
+    buckets: int = delta.DEFAULT_BUCKETS,
+    optimize_every: int = DEFAULT_OPTIMIZE_EVERY,
+    on_applied: Callable[[int, delta.BatchResult], None] | None = None,
 ) -> StreamingQuery:
-    """Start a streaming query that keeps ``table_dir`` at the latest state per key.
+    """Start a streaming query that keeps the Delta table ``table`` at the latest state per key.
 
     Args:
         changes: a streaming DataFrame of flat change rows (the ``moonish`` data source or
             :func:`moonish.spark.files.read_envelope_files`).
-        table_dir: where the versions and the pointer live (created if missing).
-        checkpoint_dir: Spark's checkpoint of this query (offsets and commits).
+        table: the Delta table's directory (created with ``buckets`` buckets if missing).
+        checkpoint_dir: Spark's checkpoint of this query (offsets, commits, the query id
+            that identifies its commits to the table).
         available_now: process what is there now, then stop (``trigger(availableNow=True)``);
             otherwise run micro-batches every ``processing_time_ms`` until stopped.
         gate: run each micro-batch inside it, so that a stop can wait for the running one
             (moonish.spark.progress).
+        buckets: the bucket count of a table this creates (docs/spark.md, "Layout and cost");
+            an existing table keeps its own.
+        optimize_every: compact the table's small files after every this many applied
+            micro-batches (by batch id); 0: never.
+        on_applied: called with each micro-batch's id and what :func:`apply_batch` did.
 
     Returns:
         the started query; ``awaitTermination()`` waits for it.
+
+    Raises:
+        InvalidArgumentError: ``buckets`` below 1, or ``optimize_every`` below 0.
+        UnsupportedFormatError: ``table`` holds a table of moonish's earlier own format, or a
+            Delta table moonish did not make.
     """
-    os.makedirs(table_dir, exist_ok=True)
-    spark = changes.sparkSession
+    if optimize_every < 0:
+        raise InvalidArgumentError(f"optimize_every must be 0 or more, not {optimize_every}")
+    os.makedirs(table, exist_ok=True)
+    delta.create_table(table, buckets)
+    app_ids: list[str] = []
+
+    def apply(batch: DataFrame, batch_id: int) -> None:
+        if not app_ids:
+            app_ids.append(query_id(checkpoint_dir))
+        result = apply_batch(table, batch, app_ids[0], batch_id)
+        if result.applied and optimize_every and (batch_id + 1) % optimize_every == 0:
+            delta.compact(table)
+        if on_applied is not None:
+            on_applied(batch_id, result)
 
     def sink(batch: DataFrame, batch_id: int) -> None:
         if gate is None:
-            apply_batch(spark, table_dir, batch, batch_id)
+            apply(batch, batch_id)
             return
         with gate.batch(batch_id):
-            apply_batch(spark, table_dir, batch, batch_id)
+            apply(batch, batch_id)
 
     writer = changes.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint_dir)
     if available_now:

@@ -1,6 +1,6 @@
-"""``moonish spark``: ``spark show`` of a directory that is not a table is refused before Spark
-starts; ``spark materialize --follow`` prints a progress line per micro-batch and stops cleanly
-on Ctrl-C and SIGTERM."""
+"""``moonish spark``: ``spark show`` of a directory that is not a table, and both commands on a
+table of moonish's earlier own format, are refused before Spark starts; ``spark materialize
+--follow`` prints a progress line per micro-batch and stops cleanly on Ctrl-C and SIGTERM."""
 
 from __future__ import annotations
 
@@ -40,6 +40,20 @@ def test_spark_show_of_a_directory_that_is_not_a_table_is_an_error(
         assert b"not a materialized table" in out.stderr and str(path).encode() in out.stderr
         assert out.stdout == b""
         assert time.monotonic() - started < 20  # refused before Spark starts
+
+
+def test_a_table_of_the_earlier_own_format_is_refused_by_name(data: Path, tmp_path: Path) -> None:
+    old = tmp_path / "old"
+    (old / "v-00000000000000000000").mkdir(parents=True)
+    (old / "_moonish_table.json").write_bytes(b'{"format": "moonish-table", "version": 1}')
+    for args in (
+        ("spark", "show", str(old)),
+        ("spark", "materialize", str(data), str(old), "--checkpoint", str(tmp_path / "ck")),
+    ):
+        out = run(*args)
+        assert out.returncode == 5, out.stderr
+        assert b"moonish's own format from before Delta Lake" in out.stderr, out.stderr
+        assert str(old).encode() in out.stderr and out.stdout == b""
 
 
 # -- spark materialize --follow: a progress line per micro-batch, a clean stop -----------------
@@ -107,4 +121,4 @@ def test_materialize_follow_reports_each_batch_and_stops_cleanly(
     assert "Traceback" not in stderr and "Exception" not in stderr, stderr
     assert "moonish: batch 0: 400 rows in " in stderr, stderr
     assert "; shard 0: LSN 1..200, shard 1: LSN 1..200" in stderr, stderr
-    assert out.startswith(f"table {tmp_path / 'table'}: version v-".encode()), out
+    assert out.startswith(f"table {tmp_path / 'table'}: Delta version ".encode()), out

@@ -1,6 +1,7 @@
 """The Spark pipeline on a real local SparkSession (one per module, local[2]): the moonish data
-source and the export files materialize the same table, restarts, keys, message rows and the
-CLI."""
+source and the export files give the same rows; the Delta table applies each micro-batch once
+across a restart and a replay, keeps binary and non-ASCII keys, and the CLI writes and shows
+it."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from moonish.errors import CommandError
 from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import Exporter, ExportOptions
 from moonish.state.shard import ShardOptions, ShardWriter
-from moonish.values.model import entry_from_image
+from moonish.values.model import untext
+from tests.support.delta import txn_versions
 from tests.support.servers.spark import (
     AOF,
     FULL_IMAGES,
@@ -51,8 +53,12 @@ def test_both_paths_give_the_same_rows(spark: Any, mixed: Path, tmp_path: Path) 
     assert files.exceptAll(wal).count() == 0
 
 
-def test_restart_between_batches_and_inside_one(spark: Any, tmp_path: Path) -> None:
-    from moonish.spark.table import current_version
+def test_a_restarted_query_and_a_replayed_batch_apply_each_batch_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    from deltalake import DeltaTable
+
+    from moonish.spark.table import query_id
 
     data = tmp_path / "data"
     import_aof(AOF / "slice" / "appendonlydir", data, 2, stream=FULL_IMAGES)
@@ -67,32 +73,29 @@ def test_restart_between_batches_and_inside_one(spark: Any, tmp_path: Path) -> N
         str(checkpoint),
         available_now=False,
         processing_time_ms=100,
+        optimize_every=3,
     )
     try:
-        while current_version(str(table)) is None:
+        while not txn_versions(table, query_id(str(checkpoint))):
             query.awaitTermination(0.1)
     finally:
         query.stop()
-    first = current_version(str(table))["batch_id"]
+    app = query_id(str(checkpoint))
     assert table_keyspace(spark, table) != expected  # really stopped part of the way
-    run(spark, wal_changes(spark, data, 500), table, checkpoint)
-    last = current_version(str(table))["batch_id"]
-    assert last > first and table_keyspace(spark, table) == expected
-
-    # The sink committed its version, Spark did not commit the batch: Spark replays it.
-    uncommit(checkpoint, last)
-    run(spark, wal_changes(spark, data, 500), table, checkpoint)
-    assert current_version(str(table))["batch_id"] == last
+    run(spark, wal_changes(spark, data, 500), table, checkpoint, optimize_every=3)
+    versions = txn_versions(table, app)
+    last = versions[-1]
+    assert versions == list(range(last + 1)) and last >= 6  # each batch once, in order
     assert table_keyspace(spark, table) == expected
 
-    # The sink wrote the version's files but died before its pointer: rewritten on replay.
-    pointer = orjson.loads((table / "_moonish_table.json").read_bytes())
-    pointer.update(batch_id=last - 1, path=f"v-{last - 1:020d}")
-    (table / "_moonish_table.json").write_bytes(orjson.dumps(pointer))
+    # The table committed the batch, Spark did not: Spark replays it, the table skips it.
     uncommit(checkpoint, last)
-    run(spark, wal_changes(spark, data, 500), table, checkpoint)
-    assert current_version(str(table))["batch_id"] == last
+    version = DeltaTable(str(table)).version()
+    run(spark, wal_changes(spark, data, 500), table, checkpoint, optimize_every=3)
+    assert txn_versions(table, app) == versions and DeltaTable(str(table)).version() == version
     assert table_keyspace(spark, table) == expected
+    compactions = [h for h in DeltaTable(str(table)).history() if h["operation"] == "OPTIMIZE"]
+    assert len(compactions) == (last + 1) // 3  # --optimize-every 3
 
 
 def uncommit(checkpoint: Path, batch_id: int) -> None:
@@ -123,7 +126,9 @@ def test_binary_non_ascii_and_b64_lookalike_keys(spark: Any, tmp_path: Path) -> 
         rows = moonish.spark.read_table(spark, str(tmp_path / f"t{name}")).collect()
         assert sorted(bytes(row.key) for row in rows) == sorted(KEYS[1:])
         for row in rows:
-            assert entry_from_image(orjson.loads(row.image))[2].value == bytes(row.key) + b"!"
+            key = bytes(row.key)
+            assert untext(orjson.loads(row.value)) == key + b"!" and row.type == "string"
+            assert row.key_text == key.decode()  # the binary key is the deleted one
 
 
 def test_both_paths_give_the_same_message_rows(spark: Any, tmp_path: Path) -> None:
@@ -168,7 +173,7 @@ def test_cli_materialize_and_show(
         )
         == 0
     )
-    assert f"{table}: version v-00000000000000000000" in capsys.readouterr().out
+    assert f"{table}: Delta version 1, " in capsys.readouterr().out
     # the query is the named consumer spark-table, acknowledged as its micro-batch committed
     ends = tuple(moonish.info(mixed / f"shard-{k}")["latest_lsn"] for k in range(4))
     registered = consumers.load(mixed, "spark-table")
@@ -176,3 +181,4 @@ def test_cli_materialize_and_show(
     assert main(["spark", "show", str(table), "--limit", "3"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(orjson.loads(line)["db"] == 0 for line in lines)
+    assert {"value", "expire_at_ms", "type"} <= orjson.loads(lines[0]).keys()

@@ -15,7 +15,7 @@ import moonish.spark
 from moonish.log.records import ViewType
 from moonish.redis.aof.importer import import_aof
 from moonish.state.config import StreamConfig
-from moonish.values.model import entry_from_image, untext
+from moonish.values.model import entry_from_image
 from tests.support.paths import ROOT
 from tests.support.servers.redis_server import comparable, shape
 
@@ -48,17 +48,20 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def table_keyspace(spark: Any, table_dir: Path) -> dict[tuple[int, bytes], Any]:
     """Each live key's value as :func:`comparable` gives it, or, where the image left the
     value out (above max_value_bytes), its (type, length, expire_at_ms) as :func:`shape`."""
-    rows = moonish.spark.read_table(spark, str(table_dir)).select("image").collect()
     keyspace = {}
-    for row in rows:
-        image = orjson.loads(row.image)
-        size = image.get("omitted_length")
-        if size is not None:
-            key = (image["db"], untext(image["key"]))
-            keyspace[key] = (OMITTED, (image["type"], size, image["expire_at_ms"]))
-        else:
-            db, key_bytes, entry = entry_from_image(image)
-            keyspace[(db, key_bytes)] = comparable(entry)
+    for row in moonish.spark.read_table(spark, str(table_dir)).collect():
+        key = bytes(row.key)
+        text = key.decode("utf-8", "replace")
+        assert row.key_text == (text if text.encode() == key else None)
+        expire_ms = None if row.expire_at is None else round(row.expire_at.timestamp() * 1000)
+        if row.omitted_length is not None:
+            keyspace[(row.db, key)] = (OMITTED, (row.type, row.omitted_length, expire_ms))
+            continue
+        image = {"db": row.db, "key": "", "type": row.type, "value": orjson.loads(row.value)}
+        image["expire_at_ms"] = expire_ms
+        if row.field_expire_at_ms is not None:
+            image["field_expire_at_ms"] = orjson.loads(row.field_expire_at_ms)
+        keyspace[(row.db, key)] = comparable(entry_from_image(image)[2])
     return keyspace
 
 
@@ -70,8 +73,10 @@ def like_table(redis: dict[tuple[int, bytes], Any], table: dict[tuple[int, bytes
     }
 
 
-def run(spark: Any, changes: Any, table: Path, checkpoint: Path) -> None:
-    moonish.spark.materialize(changes, str(table), str(checkpoint)).awaitTermination()
+def run(spark: Any, changes: Any, table: Path, checkpoint: Path, **options: Any) -> None:
+    """Materialize ``changes`` into ``table`` until the query ends (``options``: of
+    :func:`moonish.spark.materialize`)."""
+    moonish.spark.materialize(changes, str(table), str(checkpoint), **options).awaitTermination()
 
 
 def wal_changes(spark: Any, data: Path, max_records: int | None = None) -> Any:

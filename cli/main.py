@@ -93,7 +93,7 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
-@click.group(cls=_Root, commands={"serve": ".serve:serve"})
+@click.group(cls=_Root, commands={"serve": ".serve:serve", "run": ".run:run"})
 @click.version_option(__version__, prog_name="moonish")
 def moonish() -> None:
     """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
@@ -179,6 +179,16 @@ def consumer() -> None:
     Example:
 
         moonish consumer create data export --from earliest
+    """
+
+
+@moonish.group(cls=LazyGroup, commands={"check": ".config.check:check"})
+def config() -> None:
+    """Pipeline files: the TOML file moonish run reads (docs/operations.md).
+
+    Example:
+
+        moonish config check pipeline.toml
     """
 
 

@@ -141,6 +141,14 @@ def _part(
 ) -> Part:
     name = section.name
     command = _command(document, section, table)
+
+    def shown(key: str, value: object) -> object:
+        dotted = f"{name}.{key}"
+        if isinstance(value, list):
+            items = [document.from_env.get(f"{dotted}[{i}]", ()) for i in range(len(value))]
+            return mask(key, value, items)
+        return mask(key, value, document.from_env.get(dotted, ()))
+
     values: dict[str, object] = {}
     for key, value in table.items():
         dotted = f"{name}.{key}"
@@ -152,7 +160,8 @@ def _part(
             try:
                 command.check(key, values[key])
             except ValueError as exc:
-                why = str(exc) if mask(key, "x") == "x" else "the value is refused"
+                secret = shown(key, values[key]) != values[key]
+                why = "the value is refused (not shown: it holds a secret)" if secret else exc
                 raise document.error(dotted, f"{dotted}: {why}") from exc
     for option in command.options:
         if option.required and not option.top and option.key not in values:
@@ -161,9 +170,6 @@ def _part(
                 f"[{name}] needs {option.key} ({shown_line(list(command.words))} "
                 f"requires {option.flag or option.key.upper()})",
             )
-
-    def shown(key: str, value: object) -> object:
-        return mask(key, value, document.from_env.get(f"{name}.{key}", ()))
 
     argv = command_line(command, values, data_dir)
     masked_argv = command_line(command, values, data_dir, shown)

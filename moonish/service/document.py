@@ -28,7 +28,8 @@ class Document:
     Attributes:
         path: the file as given.
         data: its tables, with ``${...}`` replaced.
-        from_env: the dotted keys whose value took a variable, with the variables' names.
+        from_env: the dotted keys whose value took a variable (``key[i]`` for a list's
+            item), with the variables' names.
         lines: the 1-based line of each dotted key and section found in the text.
     """
 
@@ -123,6 +124,7 @@ def _substitute(
     env: Mapping[str, str],
     document: Document,
     from_env: dict[str, tuple[str, ...]],
+    item: str | None = None,
 ) -> object:
     if isinstance(value, str):
         names: list[str] = []
@@ -142,7 +144,7 @@ def _substitute(
 
         result = _VARIABLE.sub(replace, value)
         if names:
-            from_env[key] = (*from_env.get(key, ()), *names)
+            from_env[item or key] = tuple(names)
         return result
     if isinstance(value, dict):
         return {
@@ -150,5 +152,8 @@ def _substitute(
             for name, item in value.items()
         }
     if isinstance(value, list):
-        return [_substitute(item, key, env, document, from_env) for item in value]
+        return [
+            _substitute(one, key, env, document, from_env, f"{key}[{index}]")
+            for index, one in enumerate(value)
+        ]
     return value

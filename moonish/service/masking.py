@@ -33,12 +33,18 @@ def mask_url(value: str) -> str:
     return _URL_PASSWORD.sub(lambda m: m[1] + (MASK if m[2] else "") + m[3], value)
 
 
-def mask(key: str, value: object, variables: Sequence[str] = ()) -> object:
+def mask(
+    key: str, value: object, variables: Sequence[str] | Sequence[Sequence[str]] = ()
+) -> object:
     """``value`` of ``key`` as it may be shown: ``***`` for a key named for a secret or a value
-    taken from a variable named for one; ``NAME=***`` for a ``NAME=VALUE`` setting named for
-    one; a URL without its password; anything else as it is. Lists item by item."""
+    taken from a variable named for one (``variables``: the names it took; for a list, the
+    names each item took); ``NAME=***`` for a ``NAME=VALUE`` setting named for one; a URL
+    without its password; anything else as it is. Lists item by item."""
     if isinstance(value, list):
-        return [mask(key, item, variables) for item in value]
+        per_item = [list(names) if not isinstance(names, str) else [] for names in variables]
+        per_item += [[]] * (len(value) - len(per_item))
+        return [mask(key, item, names) for item, names in zip(value, per_item, strict=False)]
+    names = [name for name in variables if isinstance(name, str)]
     if not isinstance(value, str):
         return value
     if secret_name(key):
@@ -46,9 +52,9 @@ def mask(key: str, value: object, variables: Sequence[str] = ()) -> object:
     shown = mask_url(value)
     if shown != value:
         return shown  # a URL's password (taken from a variable or not): the rest is shown
-    if any(secret_name(name) for name in variables):
-        return MASK
     name, sep, _ = value.partition("=")
     if sep and secret_name(name.strip()) and "://" not in name:
         return f"{name}={MASK}"
+    if any(secret_name(name) for name in names):
+        return MASK
     return value

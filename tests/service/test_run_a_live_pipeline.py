@@ -22,6 +22,7 @@ import pytest
 import redis
 
 from tests.support.paths import ROOT
+from tests.support.processes import gone
 from tests.support.redis.capture import events, our_state, redis_state, url_of, wait_for
 from tests.support.servers.redis_server import redis_server
 from tests.support.servers.serve_util import request
@@ -77,14 +78,6 @@ class Run:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait()
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 @contextlib.contextmanager

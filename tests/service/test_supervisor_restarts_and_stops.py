@@ -5,7 +5,6 @@ killed with SIGKILL takes its parts with it (SIGTERM from the kernel)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 from moonish.service.errors import PartFailedError
 from moonish.service.supervisor import Event, PartSpec, Settings, Supervisor, shards_ready
 from tests.support.paths import ROOT
+from tests.support.processes import gone
 
 FAST = Settings(
     stop_timeout_ms=2000, restart_backoff_ms=50, restart_max_backoff_ms=200, restart_reset_ms=60_000
@@ -68,14 +68,6 @@ def wait_for(condition: object, what: str, timeout_s: float = 20) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, what
         time.sleep(0.02)
-
-
-def gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
 
 
 def test_a_crashed_part_is_restarted_with_backoff_and_counted(tmp_path: Path) -> None:

@@ -61,6 +61,13 @@ _PARTS: dict[
     ],
 }
 
+_ARGUMENTS = {
+    "url": "The Redis master, redis[s]://[[user]:password@]host[:port] (the command's REDIS_URL).",
+    "aof": "The AOF's directory, with its manifest (the command's APPENDONLYDIR).",
+    "rdb": "The RDB file (the command's RDB_FILE).",
+    "table_dir": "The table's directory (the command's TABLE_DIR).",
+}
+
 _SUMMARIES = {
     "source": "where changes come from: a live Redis (url), or an AOF (aof) or RDB file (rdb) "
     "imported once",
@@ -112,7 +119,14 @@ def command_spec(
         if isinstance(param, click.Argument):
             key = arguments[param.name]
             options.append(
-                OptionSpec(key, None, _kind(param), required=True, top=key == "data_dir")
+                OptionSpec(
+                    key,
+                    None,
+                    _kind(param),
+                    required=True,
+                    help=_ARGUMENTS.get(key, ""),
+                    top=key == "data_dir",
+                )
             )
             params[key] = param
             continue
@@ -132,6 +146,7 @@ def command_spec(
                 default=_default(param),
                 off_flag=off,
                 help=param.help or "",
+                choices=tuple(param.type.choices) if isinstance(param.type, click.Choice) else (),
             )
         )
         params[key] = param

@@ -33,6 +33,7 @@ class OptionSpec:
         off_flag: for a boolean with an off switch (``--x/--no-x``), the off switch.
         help: the option's help text (the reference in docs/operations.md).
         top: a positional argument taken from the top-level ``data_dir``, not the section.
+        choices: the values it takes, when it takes only some.
     """
 
     key: str
@@ -44,6 +45,7 @@ class OptionSpec:
     off_flag: str | None = None
     help: str = ""
     top: bool = False
+    choices: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -211,8 +211,8 @@ class Supervisor:
         code = child.poll()
         if code is None:
             return None
-        child.finish()
         child.signal(9)  # what the part started and left behind (its process group)
+        child.finish()
         state.child = None
         name = state.spec.name
         ran_ms = (now - state.started_s) * 1000

@@ -259,3 +259,26 @@ def test_every_option_of_each_command_is_a_key(tmp_path: Path) -> None:
                 if isinstance(param, click.Option):
                     flag = max(param.opts, key=len)
                     assert (flag in fixed) != (flag[2:].replace("-", "_") in keys), flag
+
+
+def test_spark_materializes_the_data_directory_with_follow(tmp_path: Path) -> None:
+    text = (
+        'data_dir = "data"\n[spark]\ntable_dir = "table"\ncheckpoint = "table-ck"\n'
+        'master = "local[2]"\n'
+    )
+    (spark,) = load(tmp_path, text).parts
+    assert spark.argv == (
+        "spark",
+        "materialize",
+        str(tmp_path / "data"),
+        str(tmp_path / "table"),
+        "--follow",
+        "--checkpoint",
+        str(tmp_path / "table-ck"),
+        "--master",
+        "local[2]",
+    )
+    assert (
+        "needs checkpoint"
+        in refused(tmp_path, 'data_dir = "d"\n[spark]\ntable_dir = "t"\n').message
+    )

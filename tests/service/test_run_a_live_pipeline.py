@@ -7,86 +7,21 @@ once)."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 import redis
 
-from tests.support.paths import ROOT
+from tests.support.moonish_run import running
 from tests.support.processes import gone
 from tests.support.redis.capture import events, our_state, redis_state, url_of, wait_for
 from tests.support.servers.redis_server import redis_server
 from tests.support.servers.serve_util import request
 
 pytestmark = pytest.mark.redis
-
-
-class Run:
-    """``moonish run <file> --log-format json`` in a child process; its log lines parsed."""
-
-    def __init__(self, pipeline: Path) -> None:
-        self.log = pipeline.parent / f"run-{os.urandom(3).hex()}.log"
-        with open(self.log, "wb") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, "-m", "cli.main", "run", str(pipeline), "--log-format", "json"],
-                cwd=ROOT,
-                stdout=subprocess.DEVNULL,
-                stderr=log,
-            )
-
-    def lines(self) -> list[dict[str, Any]]:
-        out = []
-        for raw in self.log.read_bytes().splitlines():
-            try:
-                out.append(orjson.loads(raw))
-            except orjson.JSONDecodeError:
-                out.append({"part": "?", "event": "?", "message": raw.decode(errors="replace")})
-        return out
-
-    def events(self, part: str, event: str) -> list[dict[str, Any]]:
-        return [line for line in self.lines() if line["part"] == part and line["event"] == event]
-
-    def pid(self, part: str) -> int:
-        wait_for(lambda: self.events(part, "started"), f"[{part}] started")
-        return int(self.events(part, "started")[-1]["pid"])
-
-    def serve_url(self) -> str:
-        def url() -> str | None:
-            for line in self.events("serve", "stdout"):
-                return str(orjson.loads(line["message"])["url"])
-            return None
-
-        wait_for(lambda: url() is not None, "the server's URL")
-        found = url()
-        assert found is not None
-        return found
-
-    def terminate(self, timeout_s: float = 60) -> int:
-        self.process.send_signal(signal.SIGTERM)
-        return self.process.wait(timeout_s)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-
-
-@contextlib.contextmanager
-def running(pipeline: Path) -> Iterator[Run]:
-    run = Run(pipeline)
-    try:
-        yield run
-    finally:
-        run.kill()
 
 
 def write_pipeline(tmp_path: Path, client: redis.Redis, serve: str = "port = 0\n") -> Path:
@@ -123,16 +58,7 @@ def test_writes_arrive_a_killed_part_restarts_and_sigterm_stops_all(tmp_path: Pa
         wait_for(lambda: len(run.events("source", "started")) == 2, "the capture again")
         client.set("after", "2")
         wait_for(lambda: "after" in keys_in_wal(data), "a write after the restart")
-        parts = [run.pid("source"), run.pid("serve")]
-
-        assert run.terminate() == 0
-        assert all(gone(pid) for pid in parts)
-        stopped = {
-            line["part"]: line["exit_code"]
-            for line in run.lines()
-            if line["event"] == "stopped" and "exit_code" in line
-        }
-        assert stopped == {"source": 0, "serve": 0}
+        assert run.stop_all() == {"source": 0, "serve": 0}
         assert our_state(data) == redis_state(client)  # opens each shard: the locks are free
 
 

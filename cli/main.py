@@ -16,7 +16,7 @@ import click
 from moonish.errors import MoonishError
 from moonish.version import __version__
 
-from .errors import CliError
+from .errors import CliError, LoggedExit
 
 
 class StdoutClosed(Exception):
@@ -203,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
         click.echo(f"moonish: usage: {error.format_message()}{where}", err=True)
         return 2
+    except LoggedExit as error:
+        return error.exit_code
     except click.ClickException as error:
         click.echo(f"moonish: {error.format_message()}", err=True)
         return error.exit_code

@@ -45,7 +45,10 @@ def run(pipeline_file: str, log_format: str) -> None:
         moonish run pipeline.toml --log-format json
     """
     from moonish.service.config import load_pipeline
+    from moonish.service.errors import PartFailedError
     from moonish.service.supervisor import Event, PartSpec, Settings, Supervisor, shards_ready
+
+    from .errors import LoggedExit
 
     pipeline = load_pipeline(pipeline_file, sections())
     stop = threading.Event()
@@ -90,8 +93,15 @@ def run(pipeline_file: str, log_format: str) -> None:
         )
     )
     ready = shards_ready(pipeline.data_dir, pipeline.shards)
-    Supervisor(parts, settings, on_event, on_output, ready, env).run(stop)
-    on_event(Event("info", "supervisor", "exit", "stopped: exit 0"))
+    try:
+        Supervisor(parts, settings, on_event, on_output, ready, env).run(stop)
+    except PartFailedError as error:
+        if log_format != "json":
+            raise  # the command line's error line: moonish: <kind>: part [...] ...
+        fields = {"exit_code": error.exit_code, "failed_part": error.part, "kind": error.kind}
+        on_event(Event("error", "supervisor", "exit", str(error), fields))
+        raise LoggedExit(error.exit_code) from error
+    on_event(Event("info", "supervisor", "exit", "stopped: exit 0", {"exit_code": 0}))
 
 
 def _relay_json(log: StderrLog, stream: str, line: str) -> None:

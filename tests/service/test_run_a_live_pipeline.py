@@ -71,7 +71,10 @@ def test_a_part_failing_for_good_stops_the_pipeline_with_its_status(tmp_path: Pa
             (failed,) = run.events("serve", "failed")
             assert failed["level"] == "error" and failed["exit_code"] == 2
             assert any("--token-file" in line["message"] for line in run.events("serve", "stderr"))
-            assert "part [serve] exited with status 2" in run.log.read_text()
+            (exit_line,) = run.events("supervisor", "exit")  # JSON to the last line
+            assert exit_line["exit_code"] == 2 and exit_line["failed_part"] == "serve"
+            assert "part [serve] exited with status 2" in exit_line["message"]
+            assert run.lines()[-1] == exit_line
             assert run.events("source", "stopped")[-1]["exit_code"] == 0
             assert gone(run.pid("source"))
 

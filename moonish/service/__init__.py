@@ -8,5 +8,5 @@ sinks or servers it supervises. ``schema`` is what a file may say, ``document`` 
 (TOML, ``${ENV_VAR}``, the line of each key), ``config`` checks it against the schema into a
 :class:`~moonish.service.config.Pipeline`, ``argv`` and ``masking`` the command lines it runs
 and shows, ``backoff`` the restart delays, ``children`` one child process, ``supervisor``
-the processes together.
+the processes together, ``reference`` the file's reference (docs/operations.md).
 """

@@ -18,6 +18,7 @@ A stop (``stop`` set: SIGTERM or SIGINT) sends SIGTERM to every part, waits up t
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -211,7 +212,7 @@ class Supervisor:
         code = child.poll()
         if code is None:
             return None
-        child.signal(9)  # what the part started and left behind (its process group)
+        child.signal(signal.SIGKILL)  # what the part started and left behind (its process group)
         child.finish()
         state.child = None
         name = state.spec.name
@@ -254,7 +255,7 @@ class Supervisor:
         )
         for state in running:
             assert state.child is not None
-            state.child.signal(15)
+            state.child.signal(signal.SIGTERM)
         deadline = time.monotonic() + self.settings.stop_timeout_ms / 1000
         while time.monotonic() < deadline and any(
             state.child is not None and state.child.poll() is None for state in running
@@ -265,7 +266,7 @@ class Supervisor:
             assert child is not None
             code = child.poll()
             if code is None:
-                child.signal(9)
+                child.signal(signal.SIGKILL)
                 code = child.process.wait()
                 self._event(
                     "warning",
@@ -275,7 +276,7 @@ class Supervisor:
                     {"pid": child.pid},
                 )
             child.finish()
-            child.signal(9)
+            child.signal(signal.SIGKILL)
             state.child = None
             self._event(
                 "info",

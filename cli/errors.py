@@ -34,3 +34,12 @@ class CliError(click.ClickException):
         super().__init__(f"{error.kind}: {error}")
         self.exit_code = EXIT_CODES.get(error.kind, 1)  # type: ignore[misc]
         self.error = error
+
+
+class LoggedExit(click.ClickException):
+    """An exit status whose reason the command already logged in its own format (``moonish
+    run --log-format json``): nothing more is printed."""
+
+    def __init__(self, exit_code: int) -> None:
+        super().__init__("")
+        self.exit_code = exit_code  # type: ignore[misc]

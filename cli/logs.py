@@ -7,17 +7,30 @@ change there. A log line::
 
     2025-05-01T12:00:00.123Z capture psync: PSYNC ? -1: +FULLRESYNC <replid> 0 (RDB: 175 bytes)
 
-(the UTC time to the millisecond, the command, the kind of line, its text).
+(the UTC time to the millisecond, the command, the kind of line, its text). With
+``log_format="json"`` (or ``MOONISH_LOG_FORMAT=json`` in the environment: how ``moonish run
+--log-format json`` asks its parts) each line is a JSON object instead, never redrawn::
+
+    {"ts": "2025-05-01T12:00:00.123Z", "level": "info", "part": "capture", "event": "psync",
+     "message": "PSYNC ? -1: +FULLRESYNC <replid> 0 (RDB: 175 bytes)", ...the line's fields}
+
+(``shard``, ``lsn`` and the other fields of the line where it has them).
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from collections.abc import Mapping
 from typing import TextIO
 
+import orjson
+
 from moonish.clock import SYSTEM_CLOCK, Clock
+
+LOG_FORMATS = ("text", "json")
+FORMAT_VARIABLE = "MOONISH_LOG_FORMAT"
 
 _CLEAR_LINE = "\r\x1b[K"
 
@@ -30,6 +43,7 @@ class StderrLog:
         stream: where to write; ``None``: ``sys.stderr``.
         tty: whether ``stream`` is a terminal; ``None``: ask it (``isatty``).
         clock: the lines' times.
+        log_format: ``text`` or ``json``; ``None``: ``$MOONISH_LOG_FORMAT``, else ``text``.
     """
 
     def __init__(
@@ -39,10 +53,14 @@ class StderrLog:
         *,
         tty: bool | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        log_format: str | None = None,
     ) -> None:
         self.command = command
         self.stream = stream if stream is not None else sys.stderr
-        self.tty = self.stream.isatty() if tty is None else tty
+        if log_format is None:
+            log_format = "json" if os.environ.get(FORMAT_VARIABLE) == "json" else "text"
+        self.json = log_format == "json"
+        self.tty = False if self.json else self.stream.isatty() if tty is None else tty
         self.clock = clock
         self._drawn = False  # a progress line is on the terminal's last line
 
@@ -52,18 +70,29 @@ class StderrLog:
         text: str,
         fields: Mapping[str, object] | None = None,
         time_us: int | None = None,
+        level: str = "info",
     ) -> None:
         """Write one log line: ``kind`` (``psync``, ``status``, ...) and ``text``; ``fields``
-        are the same as values (for a structured format) and ``time_us`` when it happened
-        (``None``: now)."""
+        are the same as values (for a structured format), ``time_us`` when it happened
+        (``None``: now) and ``level`` how much it matters (``info``, ``warning``, ``error``;
+        JSON lines only)."""
         when = self.clock.now_us() if time_us is None else time_us
         stamp = datetime.datetime.fromtimestamp(when / 1e6, datetime.UTC)
+        ts = f"{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z"
+        if self.json:
+            line = {
+                **(fields or {}),
+                "ts": ts,
+                "level": level,
+                "part": self.command,
+                "event": kind,
+                "message": text,
+            }
+            self._write(orjson.dumps(line, default=str).decode() + "\n")
+            return
         prefix = _CLEAR_LINE if self._drawn else ""
         self._drawn = False
-        self._write(
-            f"{prefix}{stamp.strftime('%Y-%m-%dT%H:%M:%S.%f')[:-3]}Z {self.command} {kind}: "
-            f"{text}\n"
-        )
+        self._write(f"{prefix}{ts} {self.command} {kind}: {text}\n")
 
     def progress(self, text: str, fields: Mapping[str, object] | None = None) -> None:
         """On a terminal, redraw the progress line with ``text``; elsewhere a ``status`` log

@@ -16,7 +16,7 @@ import click
 from moonish.errors import MoonishError
 from moonish.version import __version__
 
-from .errors import CliError
+from .errors import CliError, LoggedExit
 
 
 class StdoutClosed(Exception):
@@ -93,7 +93,7 @@ def _discard_stdout() -> None:
     os.close(devnull)
 
 
-@click.group(cls=_Root, commands={"serve": ".serve:serve"})
+@click.group(cls=_Root, commands={"serve": ".serve:serve", "run": ".run:run"})
 @click.version_option(__version__, prog_name="moonish")
 def moonish() -> None:
     """moonish: change data capture from segmented write-ahead logs as Debezium envelopes.
@@ -182,6 +182,16 @@ def consumer() -> None:
     """
 
 
+@moonish.group(cls=LazyGroup, commands={"check": ".config.check:check"})
+def config() -> None:
+    """Pipeline files: the TOML file moonish run reads (docs/operations.md).
+
+    Example:
+
+        moonish config check pipeline.toml
+    """
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns (and, as a console script, exits with) the status."""
     try:
@@ -193,6 +203,8 @@ def main(argv: list[str] | None = None) -> int:
         where = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
         click.echo(f"moonish: usage: {error.format_message()}{where}", err=True)
         return 2
+    except LoggedExit as error:
+        return error.exit_code
     except click.ClickException as error:
         click.echo(f"moonish: {error.format_message()}", err=True)
         return error.exit_code

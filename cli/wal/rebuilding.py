@@ -26,7 +26,14 @@ def rebuild_lines(log: StderrLog, quiet: bool = False) -> Callable[[str, int, in
         log.line(
             "rebuild",
             f"{os.path.basename(shard_dir)}: rebuilding the keyspace: LSN {lsn:,} of {last_lsn:,}",
-            {"shard_dir": shard_dir, "lsn": lsn, "last_lsn": last_lsn},
+            {"shard": _shard(shard_dir), "shard_dir": shard_dir, "lsn": lsn, "last_lsn": last_lsn},
         )
 
     return show
+
+
+def _shard(shard_dir: str) -> int | None:
+    """The shard number of ``.../shard-<k>``, or ``None``."""
+    name = os.path.basename(os.path.normpath(shard_dir))
+    digits = name.removeprefix("shard-")
+    return int(digits) if digits != name and digits.isdigit() else None

@@ -1,0 +1,1 @@
+"""``moonish config``: pipeline files (``moonish run``)."""

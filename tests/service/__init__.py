@@ -1,0 +1,1 @@
+"""Tests of moonish.service: pipeline files, the supervisor, moonish run."""

@@ -84,6 +84,7 @@ class Router:
         self.writers = writers
         self.exchange = exchange
         self.clock = clock
+        self._now_us = clock.now_us  # (bound once: the command loop calls it per command)
         self.skip_unsupported = skip_unsupported
         self.commands = 0
         self._names: dict[bytes, int] = {}  # commands applied, by name as received
@@ -110,7 +111,7 @@ class Router:
             Both name ``path`` and the command's offset.
             ResumeError: a command across shards applied in some of them only.
         """
-        now_us = self.clock.now_us()
+        now_us = self._now_us()
         per_shard: dict[int, list[KvChange | Message]] = {}
         single = len(entries) == 1 and not transaction
         for db, argv, offset in entries:

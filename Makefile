@@ -159,7 +159,7 @@ demo-spark: install
 	@echo '--- the export files through Spark'"'"'s file source'
 	$(BIN)/moonish spark materialize demo-spark/export demo-spark/table-files \
 	  --checkpoint demo-spark/table-files-ck --master 'local[2]'
-	$(BIN)/moonish spark show demo-spark/table --limit 5 --master 'local[2]'
+	$(BIN)/moonish spark show demo-spark/table --limit 5
 
 test: install lint
 	$(BIN)/python -m pytest

@@ -22,21 +22,26 @@ A table of moonish's earlier own format (a ``_moonish_table.json`` pointer over 
 is refused by name, never read as something else. Paths are local directories; an object
 store URI is for later (docs/spark.md).
 
+:func:`first_rows` reads the first rows of the current version in ``(db, key)`` order with
+delta-rs and pyarrow alone (``moonish spark show``: no Spark, no JVM).
+
 This module imports deltalake and pyarrow, not pyspark.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from deltalake import DeltaTable
 from deltalake.transaction import CommitProperties, Transaction
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
-from moonish.spark.tablerows import COLUMN_NAMES, PARTITION_COLUMNS, TABLE_SCHEMA
+from moonish.spark.tablerows import COLUMN_NAMES, DATA_COLUMNS, PARTITION_COLUMNS, TABLE_SCHEMA
 
 OLD_POINTER_NAME = "_moonish_table.json"
 """The commit pointer of moonish's own table format before Delta Lake (refused)."""
@@ -237,3 +242,33 @@ def readable_files(table: DeltaTable) -> list[str]:
             path=table.table_uri,
         )
     return table.file_uris()
+
+
+ROW_ORDER = (("db", "ascending"), ("key", "ascending"))
+"""The order :func:`first_rows` gives: by ``db``, then by ``key`` as unsigned bytes (as Spark
+orders BINARY)."""
+
+
+def first_rows(table: DeltaTable, limit: int, columns: Sequence[str] = DATA_COLUMNS) -> pa.Table:
+    """The first ``limit`` rows of the table's current version in :data:`ROW_ORDER`, with
+    ``columns``, read through delta-rs (``DeltaTable.to_pyarrow_dataset``) without Spark.
+
+    The files are scanned batch by batch, keeping the best ``limit`` rows so far, so memory
+    holds ``limit`` rows plus one batch, whatever the table's size; every file is read.
+
+    Raises:
+        InvalidArgumentError: ``limit`` is below 1.
+        UnsupportedFormatError: as :func:`readable_files` (a later reader version).
+    """
+    if limit < 1:
+        raise InvalidArgumentError(f"limit must be at least 1, not {limit}", path=table.table_uri)
+    readable_files(table)  # the protocol check, before any file is read
+    order = list(ROW_ORDER)
+    dataset = table.to_pyarrow_dataset()
+    kept = dataset.schema.empty_table().select(list(columns))
+    for batch in dataset.to_batches(columns=list(columns)):
+        if batch.num_rows == 0:
+            continue
+        both = pa.concat_tables([kept, pa.Table.from_batches([batch])])
+        kept = both.take(pc.select_k_unstable(both, min(limit, both.num_rows), sort_keys=order))
+    return kept.sort_by(order)

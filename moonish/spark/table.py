@@ -14,8 +14,9 @@ rows), a batch already committed to the table is skipped by its transaction iden
 the MERGE keeps the newer change per key, so applying a change twice changes nothing either.
 
 :func:`read_table` reads the table's current version in Spark (its Parquet files, which the
-Delta log lists); delta-spark, DuckDB, polars and pandas read it as a Delta table
-(docs/spark.md).
+Delta log lists, read on the executors; it takes the caller's session and starts none);
+``moonish spark show`` reads it without Spark (``moonish.spark.delta.first_rows``);
+delta-spark, DuckDB, polars and pandas read it as a Delta table (docs/spark.md).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""``moonish spark``: ``spark show`` of a directory that is not a table, and both commands on a
-table of moonish's earlier own format, are refused before Spark starts; ``spark materialize
---follow`` prints a progress line per micro-batch and stops cleanly on Ctrl-C and SIGTERM."""
+"""``moonish spark``: both commands refuse a table of moonish's earlier own format before Spark
+starts; ``spark materialize --follow`` prints a progress line per micro-batch and stops cleanly
+on Ctrl-C and SIGTERM. (``spark show`` without Spark: tests/cli/test_spark_show.py.)"""
 
 from __future__ import annotations
 
@@ -28,20 +28,7 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-# -- spark show of a directory that is not a table -------------------------------------------
-def test_spark_show_of_a_directory_that_is_not_a_table_is_an_error(
-    data: Path, tmp_path: Path
-) -> None:
-    (tmp_path / "empty").mkdir()
-    for path in (data, tmp_path / "empty"):
-        started = time.monotonic()
-        out = run("spark", "show", str(path))
-        assert out.returncode == 2, out.stderr
-        assert b"not a materialized table" in out.stderr and str(path).encode() in out.stderr
-        assert out.stdout == b""
-        assert time.monotonic() - started < 20  # refused before Spark starts
-
-
+# -- a table of the earlier own format -------------------------------------------------------
 def test_a_table_of_the_earlier_own_format_is_refused_by_name(data: Path, tmp_path: Path) -> None:
     old = tmp_path / "old"
     (old / "v-00000000000000000000").mkdir(parents=True)

@@ -1,7 +1,8 @@
 """The Delta table's MERGE (moonish.spark.delta, moonish.spark.tablerows) without Spark: an
 older change never overwrites a newer one, deletes drop the row, a batch committed before is
 skipped by its transaction identifier, the Change Data Feed has every change, a MERGE rewrites
-only the buckets of its keys, and tables of another format are refused by name."""
+only the buckets of its keys, the first rows by (db, key) are read across every file, and tables
+of another format are refused by name."""
 
 from __future__ import annotations
 
@@ -21,13 +22,14 @@ from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 from moonish.spark.delta import (
     compact,
     create_table,
+    first_rows,
     merge_batch,
     open_table,
     readable_files,
     require_table,
 )
-from moonish.spark.tablerows import DATA_COLUMNS, MERGE_SCHEMA, bucket_of, merge_rows
-from tests.support.delta import txn_versions
+from moonish.spark.tablerows import DATA_COLUMNS, MERGE_SCHEMA, bucket_of
+from tests.support.delta import table_rows, txn_versions
 
 APP = "5f3c2d1e-query"
 EPOCH = datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC)
@@ -60,21 +62,8 @@ def change(
 
 
 def rows(*changes: dict[str, Any], buckets: int = 4) -> pa.Table:
-    latest = pa.Table.from_pylist(
-        list(changes),
-        pa.schema(
-            [
-                ("db", pa.int32()),
-                ("key", pa.binary()),
-                ("shard", pa.int32()),
-                ("lsn", pa.int64()),
-                ("commit_ts", pa.timestamp("us", tz="UTC")),
-                ("deleted", pa.bool_()),
-                ("image", pa.string()),
-            ]
-        ),
-    )
-    return merge_rows(latest, buckets)
+    result: pa.Table = table_rows(*changes, buckets=buckets)
+    return result
 
 
 def state(table: Path) -> dict[bytes, tuple[str | None, int]]:
@@ -167,6 +156,26 @@ def test_a_merge_rewrites_only_the_buckets_of_its_keys(tmp_path: Path) -> None:
     assert result.metrics["num_target_files_removed"] == 2
     assert result.metrics["num_target_rows_updated"] == 50
     assert result.metrics["num_target_files_skipped_during_scan"] == 14
+
+
+def test_first_rows_are_the_smallest_db_and_key_across_every_file(tmp_path: Path) -> None:
+    table = tmp_path / "table"
+    create_table(str(table), buckets=8)
+    assert first_rows(require_table(str(table)), 5).num_rows == 0  # nothing applied yet
+    keys = [bytes([n % 256, n // 256]) + b"k" for n in range(0, 600, 7)]  # \x00.. to \xff..
+    for batch_id in range(3):
+        part = keys[batch_id::3]
+        batch = rows(*(change(k, 1, "v", db=k[0] % 2) for k in part), buckets=8)
+        merge_batch(str(table), batch, APP, batch_id)
+    assert len(readable_files(require_table(str(table)))) > 8  # rows in many files
+    expected = sorted((key[0] % 2, key) for key in keys)  # bytes order as unsigned, as Spark's
+    for limit in (1, 5, len(keys), len(keys) + 10):
+        got = first_rows(require_table(str(table)), limit, ("db", "key", "lsn"))
+        assert got.column_names == ["db", "key", "lsn"]
+        assert [(row["db"], row["key"]) for row in got.to_pylist()] == expected[:limit]
+    assert first_rows(require_table(str(table)), 1).column_names == list(DATA_COLUMNS)
+    with pytest.raises(InvalidArgumentError, match="limit must be at least 1"):
+        first_rows(require_table(str(table)), 0)
 
 
 def test_tables_of_another_format_are_refused_by_name(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ import pytest
 import moonish
 import moonish.spark
 from cli.main import main
+from moonish.cdc.images import text_or_b64
 from moonish.datadir import consumers
 from moonish.errors import CommandError
 from moonish.redis.aof.importer import import_aof
@@ -182,3 +183,21 @@ def test_cli_materialize_and_show(
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3 and all(orjson.loads(line)["db"] == 0 for line in lines)
     assert {"value", "expire_at_ms", "type"} <= orjson.loads(lines[0]).keys()
+    # delta-rs gives what Spark's read of the same version gives, in Spark's (db, key) order
+    assert main(["spark", "show", str(table), "--limit", "500"]) == 0
+    shown = [orjson.loads(line) for line in capsys.readouterr().out.splitlines()]
+    by_spark = moonish.spark.read_table(spark, str(table)).orderBy("db", "key").limit(500)
+    assert len(shown) == 500 and shown == [
+        {
+            "db": row.db,
+            "key": text_or_b64(bytes(row.key)),
+            "type": row.type,
+            "value": None if row.value is None else orjson.loads(row.value),
+            "expire_at_ms": None
+            if row.expire_at is None
+            else round(row.expire_at.timestamp() * 1000),
+            "shard": row.shard,
+            "lsn": row.lsn,
+        }
+        for row in by_spark.collect()
+    ]

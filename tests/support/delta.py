@@ -1,8 +1,11 @@
-"""What a Delta table's log says, read from its JSON commits (Delta protocol, "Actions")."""
+"""What a Delta table's log says, read from its JSON commits (Delta protocol, "Actions"), and
+the rows a MERGE takes, built from latest-change rows as Spark's ``latest_changes`` gives them
+(pyarrow imported only by :func:`table_rows`, for the tests that skip without it)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -17,3 +20,24 @@ def txn_versions(table: Path, app_id: str) -> list[int]:
             if "txn" in action and action["txn"]["appId"] == app_id:
                 versions.append(action["txn"]["version"])
     return versions
+
+
+def table_rows(*changes: dict[str, Any], buckets: int) -> Any:
+    """The MERGE rows (``moonish.spark.tablerows.MERGE_SCHEMA``, a ``pyarrow.Table``) of
+    latest-change rows: dicts of ``db, key, shard, lsn, commit_ts, deleted, image``."""
+    import pyarrow as pa
+
+    from moonish.spark.tablerows import merge_rows
+
+    schema = pa.schema(
+        [
+            ("db", pa.int32()),
+            ("key", pa.binary()),
+            ("shard", pa.int32()),
+            ("lsn", pa.int64()),
+            ("commit_ts", pa.timestamp("us", tz="UTC")),
+            ("deleted", pa.bool_()),
+            ("image", pa.string()),
+        ]
+    )
+    return merge_rows(pa.Table.from_pylist(list(changes), schema), buckets)

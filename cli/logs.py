@@ -20,6 +20,7 @@ change there. A log line::
 from __future__ import annotations
 
 import datetime
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -112,3 +113,71 @@ class StderrLog:
     def _write(self, text: str) -> None:
         self.stream.write(text)
         self.stream.flush()
+
+
+class CountLines:
+    """A count that grows (bytes read, records written) as log lines: a ``status`` line at
+    most every ``interval_ms``, and a ``done`` line when the ``with`` block ends without an
+    error. ``update`` takes the increments (``click.progressbar``'s ``update``).
+
+    Args:
+        log: where the lines go.
+        unit: the count's name, its field in the lines (``bytes``, ``records``).
+        total: what the count reaches at the end (field ``total_<unit>``), or ``None``.
+        interval_ms: the least time between two ``status`` lines.
+    """
+
+    def __init__(
+        self, log: StderrLog, unit: str, total: int | None = None, interval_ms: int = 1000
+    ) -> None:
+        self.log, self.unit, self.total = log, unit, total
+        self.interval_us = interval_ms * 1000
+        self.count = 0
+        self._shown_us: int | None = None
+
+    def __enter__(self) -> CountLines:
+        return self
+
+    def __exit__(self, kind: object, error: object, traceback: object) -> None:
+        if kind is None:
+            self._line("done")
+
+    def update(self, increment: int) -> None:
+        """Add ``increment``; a ``status`` line if the last was ``interval_ms`` ago."""
+        self.count += increment
+        now = self.log.clock.now_us()
+        if self._shown_us is None:
+            self._shown_us = now  # the first line a full interval after the start
+        elif now - self._shown_us >= self.interval_us:
+            self._shown_us = now
+            self._line("status", now)
+
+    def _line(self, kind: str, time_us: int | None = None) -> None:
+        fields: dict[str, object] = {self.unit: self.count}
+        text = f"{self.count:,} {self.unit}"
+        if self.total is not None:
+            fields[f"total_{self.unit}"] = self.total
+            share = 100 * self.count // self.total if self.total else 100
+            text += f" of {self.total:,} ({share}%)"
+        self.log.line(kind, text, fields, time_us)
+
+
+class LogHandler(logging.Handler):
+    """Python ``logging`` records (a library's: ``moonish.serve``'s, aiohttp's) as lines of
+    ``log``: event ``event``, the record's level (``critical`` as ``error``) and time, its
+    logger as field ``logger`` and its traceback, if any, as ``exception``."""
+
+    def __init__(self, log: StderrLog, event: str = "log") -> None:
+        super().__init__()
+        self.log, self.event = log, event
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            fields: dict[str, object] = {"logger": record.name}
+            if record.exc_info:
+                fields["exception"] = logging.Formatter().formatException(record.exc_info)
+            level = "error" if record.levelno >= logging.ERROR else record.levelname.lower()
+            time_us = int(record.created * 1_000_000)
+            self.log.line(self.event, record.getMessage(), fields, time_us, level)
+        except Exception:
+            self.handleError(record)

@@ -25,6 +25,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 
+from .logs import FORMAT_VARIABLE, LOG_FORMATS
 from .params import LSN, VIEW
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -262,6 +263,28 @@ def processes(help: str) -> Callable[[F], F]:
     """``--processes N``: how many processes write the shards (default 1)."""
     return click.option(
         "--processes", type=click.IntRange(min=1), default=1, show_default=True, help=help
+    )
+
+
+# Long-running commands: wal capture, import-aof, import-rdb, cdc kafka, serve, spark
+# materialize and run.
+
+
+def log_format(help: str | None = None) -> Callable[[F], F]:
+    """``--log-format text|json``: how the command's log lines on stderr are written
+    (``cli.logs.StderrLog``); the default is ``$MOONISH_LOG_FORMAT`` (how ``moonish run``
+    asks its parts), else ``text``. ``help`` replaces the common help text."""
+    return click.option(
+        "--log-format",
+        type=click.Choice(LOG_FORMATS),
+        envvar=FORMAT_VARIABLE,
+        show_envvar=True,
+        default="text",
+        show_default=True,
+        help=help
+        or "Log lines on stderr: text (one timestamped line per event) or json (one JSON "
+        "object per line: ts, level, part, event, message, and shard, lsn... where they "
+        "apply). Data and summaries on stdout are the same either way.",
     )
 
 

@@ -61,6 +61,10 @@ _PARTS: dict[
     ],
 }
 
+# options that are no keys of a section: ``moonish run`` gives them to every part (the log
+# format, through MOONISH_LOG_FORMAT)
+_FROM_RUN = ("--log-format",)
+
 _ARGUMENTS = {
     "url": "The Redis master, redis[s]://[[user]:password@]host[:port] (the command's REDIS_URL).",
     "aof": "The AOF's directory, with its manifest (the command's APPENDONLYDIR).",
@@ -132,7 +136,7 @@ def command_spec(
             continue
         assert isinstance(param, click.Option)
         flag = max(param.opts, key=len)
-        if flag in fixed:
+        if flag in fixed or flag in _FROM_RUN:
             continue
         key = flag.lstrip("-").replace("-", "_")
         off = max(param.secondary_opts, key=len) if param.secondary_opts else None

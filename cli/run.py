@@ -11,20 +11,17 @@ from types import FrameType
 import click
 import orjson
 
-from .logs import FORMAT_VARIABLE, LOG_FORMATS, StderrLog
+from . import options
+from .logs import FORMAT_VARIABLE, StderrLog
 from .pipeline import launcher, sections
 
 
 @click.command("run")
 @click.argument("pipeline_file", type=click.Path(dir_okay=False))
-@click.option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS),
-    default="text",
-    show_default=True,
+@options.log_format(
     help="text: one timestamped line per event, the parts' lines prefixed by their part; "
     "json: one JSON object per line (ts, level, part, event, message, and shard, lsn... where "
-    "they apply), the parts' lines too.",
+    "they apply), the parts' lines too (each part runs with MOONISH_LOG_FORMAT set to it)."
 )
 def run(pipeline_file: str, log_format: str) -> None:
     """Run the pipeline PIPELINE_FILE describes (a TOML file: docs/operations.md): each part

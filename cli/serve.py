@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
 import orjson
 
+from moonish.errors import MoonishError
 from moonish.serve import Limits, ServeOptions, Server, load_token, run
 from moonish.serve.options import DEFAULT_HOST, DEFAULT_LINGER_MS, DEFAULT_PORT
 
 from . import options
+from .errors import EXIT_CODES, LoggedExit
+from .logs import LogHandler, StderrLog
 
 _DEFAULTS = Limits()
+_LOGGERS = ("moonish.serve", "aiohttp")  # their records are the errors of a running server
 
 
 @click.command("serve")
@@ -68,6 +73,11 @@ _DEFAULTS = Limits()
     "to each subscriber. The first change after a quiet spell goes out at once.",
 )
 @options.messages(help='Also serve checkpoints and message records (op "m") in every feed.')
+@options.log_format(
+    help="Log lines on stderr: text (as Python logs them: only errors) or json (one JSON "
+    "object per line, ts, level, part, event, message: listening with url and data_dir, "
+    "stopped, and each error). The first stdout line is the same either way."
+)
 def serve(
     data_dir: str,
     host: str,
@@ -81,13 +91,15 @@ def serve(
     ring_bytes: int,
     linger_ms: float,
     messages: bool,
+    log_format: str,
 ) -> None:
     """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
     credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
 
     Listens on 127.0.0.1 unless --host says otherwise, which needs --token-file. Prints
     {"url": ..., "data_dir": ...} on stdout once listening; SIGINT or SIGTERM stops it
-    (exit 0).
+    (exit 0). With --log-format json, stderr has a JSON line when it listens, when it has
+    stopped, and for each error (one that ends it too, before its exit status).
 
     Example:
 
@@ -113,9 +125,31 @@ def serve(
         messages=messages,
     )
 
+    log = StderrLog("serve", log_format=log_format)
+
     def ready(server: Server) -> None:
         line = orjson.dumps({"url": server.url, "data_dir": data_dir})
         sys.stdout.buffer.write(line + b"\n")
         sys.stdout.flush()
+        if log.json:
+            where = {"url": server.url, "data_dir": data_dir}
+            log.line("listening", f"listening on {server.url}, serving {data_dir}", where)
 
-    run(data_dir, options, on_ready=ready)
+    if not log.json:
+        run(data_dir, options, on_ready=ready)
+        return
+    handler = LogHandler(log, "error")
+    for name in _LOGGERS:
+        logging.getLogger(name).addHandler(handler)
+    try:
+        run(data_dir, options, on_ready=ready)
+    except (MoonishError, OSError) as error:
+        kind = error.kind if isinstance(error, MoonishError) else "error"
+        exit_code = EXIT_CODES.get(kind, 1)
+        fields = {"kind": kind, "exit_code": exit_code}
+        log.line("exit", f"{kind}: {error}", fields, level="error")
+        raise LoggedExit(exit_code) from error
+    finally:
+        for name in _LOGGERS:
+            logging.getLogger(name).removeHandler(handler)
+    log.line("stopped", "stopped: exit 0", {"exit_code": 0})

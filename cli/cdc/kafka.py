@@ -78,6 +78,7 @@ def _client_setting(
     callback=_client_setting,
     help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).",
 )
+@options.log_format()
 def kafka(
     data_dir: str,
     bootstrap_servers: str,
@@ -95,6 +96,7 @@ def kafka(
     replication_factor: int,
     timeout_ms: int,
     client_config: dict[str, str],
+    log_format: str,
 ) -> None:
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
     BEGIN/END records on <prefix>.transaction, op m records on <prefix>.message; one
@@ -105,13 +107,15 @@ def kafka(
     second instance fences the first (which exits 6). At-least-once: a crash may send whole
     records again. The sink is a named consumer of DATA_DIR (the sink name unless
     --consumer or --no-consumer), so retention keeps what it has not delivered. Progress goes
-    to stderr; SIGTERM and Ctrl-C stop cleanly (exit 0). An unreachable broker is exit 6
-    (with --follow, retried with backoff). docs/kafka.md has the details.
+    to stderr (--log-format json: events, messages and positions per shard as JSON); SIGTERM
+    and Ctrl-C stop cleanly (exit 0). An unreachable broker is exit 6 (with --follow, retried
+    with backoff). docs/kafka.md has the details.
 
     Example:
 
         moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
     """
+    from cli.logs import StderrLog
     from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
     if no_consumer and consumer is not None:
@@ -133,11 +137,17 @@ def kafka(
     if not no_consumer:
         options = dataclasses.replace(options, consumer=consumer or options.sink_name)
 
+    log = StderrLog("kafka", log_format=log_format)
+
     def progress(stats: KafkaStats) -> None:
         where = ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items())
-        click.echo(
-            f"moonish: {stats.events} events, {stats.messages} Kafka records; {where}", err=True
-        )
+        text = f"{stats.events} events, {stats.messages} Kafka records; {where}"
+        if not log.json:
+            click.echo(f"moonish: {text}", err=True)
+            return
+        positions = {str(shard): lsn for shard, lsn in stats.positions.items()}
+        fields = {"events": stats.events, "messages": stats.messages, "positions": positions}
+        log.line("progress", text, fields)
 
     with KafkaSink(data_dir, options, progress=progress) as sink:
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from moonish.errors import InvalidArgumentError
 
 from .. import options
+
+if TYPE_CHECKING:
+    from cli.logs import StderrLog
 
 
 def source_kind(source: str) -> str:
@@ -91,6 +95,7 @@ def source_kind(source: str) -> str:
     "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied."
 )
 @options.no_consumer
+@options.log_format()
 def materialize(
     source: str,
     table_dir: str,
@@ -105,6 +110,7 @@ def materialize(
     master: str,
     consumer: str | None,
     no_consumer: bool,
+    log_format: str,
 ) -> None:
     """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
 
@@ -115,7 +121,8 @@ def materialize(
     (spark-<TABLE_DIR's name> unless --consumer or --no-consumer), acknowledged as each
     micro-batch commits, so retention never removes what the table has not applied. Each
     micro-batch prints a progress line to stderr (batch id, rows, duration in ms, LSNs per
-    shard or file-source offsets). Ctrl-C or SIGTERM stops the query cleanly
+    shard or file-source offsets; --log-format json: a JSON line with batch_id, rows,
+    duration_ms and lsn_ranges or offsets). Ctrl-C or SIGTERM stops the query cleanly
     after the running micro-batch (exit 0; a second one stops at once, and the micro-batch
     cut short is applied by the next run). At the end, prints the table's Delta version and
     live keys. TABLE_DIR is a Delta Lake table (one MERGE per micro-batch, its commit carrying
@@ -128,6 +135,7 @@ def materialize(
         moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
+    from cli.logs import StderrLog
     from moonish.spark.delta import refuse_old_format, require_table
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
 
@@ -157,7 +165,8 @@ def materialize(
             optimize_every=optimize_every,
         )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
-        run_until_stopped(spark, query, gate, request, _report, on_batch=acknowledge)
+        report = _reporter(StderrLog("spark", log_format=log_format))
+        run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
     table = require_table(os.path.abspath(table_dir))
     version, keys = table.version(), table.count()
     click.echo(f"table {table_dir}: Delta version {version}, {keys} live keys ({kind} source)")
@@ -185,8 +194,21 @@ def _acknowledger(source: str, consumer: str | None) -> Any:
     return acknowledge
 
 
-def _report(line: str) -> None:
-    click.echo(f"moonish: {line}", err=True)
+def _reporter(log: StderrLog) -> Callable[[str, Mapping[str, Any] | None], None]:
+    """The ``report`` of ``run_until_stopped``: ``moonish: <line>`` on stderr, or with a
+    JSON ``log`` a ``batch`` line with the micro-batch's fields (``stopping`` for the line
+    of a stop that waits)."""
+    from moonish.spark.progress import progress_fields
+
+    def report(line: str, progress: Mapping[str, Any] | None) -> None:
+        if not log.json:
+            click.echo(f"moonish: {line}", err=True)
+        elif progress is None:
+            log.line("stopping", line)
+        else:
+            log.line("batch", line, progress_fields(progress))
+
+    return report
 
 
 def _changes(

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     help="No progress or status lines on stderr (PSYNC answers, full resyncs and "
     "reconnects are still logged).",
 )
+@options.log_format()
 def capture_command(
     redis_url: str,
     data_dir: str,
@@ -79,6 +80,7 @@ def capture_command(
     tls_key_file: str | None,
     processes: int,
     quiet: bool,
+    log_format: str,
     snapshots: SnapshotPolicy,
 ) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
@@ -98,10 +100,10 @@ def capture_command(
     moonish cdc info shows it).
 
     On stderr: on a terminal, a progress line redrawn in place; otherwise (a file, a pipe)
-    a timestamped status line a second. Either way one line for each PSYNC answer
-    (+CONTINUE, or +FULLRESYNC with its replication ID and offset), each full resync applied
-    (the RDB's size, keys loaded, c/u/d of the differences) and each lost connection (with
-    its reason).
+    a timestamped status line a second (--log-format json: a JSON object per line). Either
+    way one line for each PSYNC answer (+CONTINUE, or +FULLRESYNC with its replication ID and
+    offset), each full resync applied (the RDB's size, keys loaded, c/u/d of the differences)
+    and each lost connection (with its reason).
 
     Each shard's writer snapshots its keyspace in the background (--snapshot-every-*), so a
     restart rebuilds it from the newest snapshot and the records after it (a line a second
@@ -131,7 +133,7 @@ def capture_command(
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, request_stop)
 
-    log = StderrLog("capture")
+    log = StderrLog("capture", log_format=log_format)
 
     def progress(report: CaptureReport) -> None:
         if not quiet:

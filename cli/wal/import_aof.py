@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 import orjson
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     "runs in one. If a command is refused, the other processes' shards may have gone past "
     "it: fix it without changing its keys, or import into a new directory."
 )
+@options.log_format()
 def import_aof_command(
     appendonlydir: str,
     data_dir: str,
@@ -43,6 +45,7 @@ def import_aof_command(
     segment_bytes: int,
     skip_unsupported: bool,
     processes: int,
+    log_format: str,
     snapshots: SnapshotPolicy,
 ) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
@@ -55,7 +58,7 @@ def import_aof_command(
     FUNCTION commands run on every shard (each keeps all libraries) as moonish.function
     message records. A command moonish does not implement fails the import (exit 5, naming
     the file and byte offset) unless --skip-unsupported. Prints a JSON summary; progress goes
-    to stderr.
+    to stderr (--log-format json: a status line a second and a done line, as JSON).
 
     Running it again continues where each shard stopped (a failed, killed or finished
     import, or an AOF Redis appended to since): every command is applied once. After Redis
@@ -77,16 +80,22 @@ def import_aof_command(
 
         moonish wal import-aof appendonlydir data --shards 4 --processes 2
     """
-    from cli.logs import StderrLog
+    from cli.logs import CountLines, StderrLog
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.aof.checks import check_import
     from moonish.redis.aof.importer import import_aof
     from moonish.state.config import StreamConfig, parse_view
 
+    log = StderrLog("import-aof", log_format=log_format)
     # refusals (target, shard count, open-file limit) come before the progress bar and
     # before anything is created
     total = sum(os.path.getsize(path) for path in check_import(appendonlydir, data_dir, shards))
-    with click.progressbar(length=total, label="importing", file=sys.stderr) as bar:
+    shown: contextlib.AbstractContextManager[Any] = (
+        CountLines(log, "bytes", total)
+        if log.json
+        else click.progressbar(length=total, label="importing", file=sys.stderr)
+    )
+    with shown as bar:
         stream = StreamConfig(parse_view(view), max_value_bytes)
         report = import_aof(
             appendonlydir,
@@ -98,9 +107,12 @@ def import_aof_command(
             skip_unsupported=skip_unsupported,
             processes=processes,
             snapshots=snapshots,
-            on_recovery=rebuild_lines(StderrLog("import-aof")),
+            on_recovery=rebuild_lines(log),
         )
-    if report.truncated_tail:
+    if report.truncated_tail and log.json:
+        fields = {"truncated_tail": report.truncated_tail}
+        log.line("truncated_tail", report.truncated_tail, fields, level="warning")
+    elif report.truncated_tail:
         click.echo(f"moonish: warning: {report.truncated_tail}", err=True)
     summary = {
         "files": report.files,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import click
@@ -12,6 +13,7 @@ from .. import options
 from ..params import OUTPUT_DIR
 
 if TYPE_CHECKING:
+    from moonish.redis.rdbimport.importer import RdbImportReport
     from moonish.state.autosnapshot import SnapshotPolicy
 
 
@@ -24,6 +26,7 @@ if TYPE_CHECKING:
     help="Once the file is read, load the shards in up to this many processes, each its share, "
     "to use several cores; the logs are the same as with one."
 )
+@options.log_format()
 def import_rdb_command(
     rdb_file: str,
     data_dir: str,
@@ -32,6 +35,7 @@ def import_rdb_command(
     max_value_bytes: int,
     segment_bytes: int,
     processes: int,
+    log_format: str,
     snapshots: SnapshotPolicy,
 ) -> None:
     """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
@@ -42,7 +46,8 @@ def import_rdb_command(
     and empty containers are left out, as Redis's loader does. Running it again with the same
     file writes nothing; a load cut short continues; a newer dump at the same path is loaded
     as differences (c/u for new or changed keys, d for keys that are gone). DATA_DIR remembers
-    its RDB file and refuses another source. Prints a JSON summary; progress on stderr.
+    its RDB file and refuses another source. Prints a JSON summary; progress on stderr
+    (--log-format json: a status line a second and a done line, as JSON).
 
     Example:
 
@@ -50,12 +55,13 @@ def import_rdb_command(
 
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4 --processes 2
     """
-    from cli.logs import StderrLog
+    from cli.logs import CountLines, StderrLog
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.rdbimport.importer import import_rdb
     from moonish.state.config import StreamConfig, parse_view
 
     stream = StreamConfig(parse_view(view), max_value_bytes)
+    log = StderrLog("import-rdb", log_format=log_format)
     written = [0, 0]  # records written, records when last shown
 
     def progress(records: int) -> None:
@@ -64,19 +70,26 @@ def import_rdb_command(
             written[1] = written[0]
             click.echo(f"\rloading: {written[0]} records written", file=sys.stderr, nl=False)
 
-    report = import_rdb(
-        rdb_file,
-        data_dir,
-        shards,
-        stream=stream,
-        segment_bytes=segment_bytes,
-        progress=progress,
-        processes=processes,
-        snapshots=snapshots,
-        on_recovery=rebuild_lines(StderrLog("import-rdb")),
-    )
-    if written[1]:
-        click.echo(file=sys.stderr)
+    def load(progress: Callable[[int], None]) -> RdbImportReport:
+        return import_rdb(
+            rdb_file,
+            data_dir,
+            shards,
+            stream=stream,
+            segment_bytes=segment_bytes,
+            progress=progress,
+            processes=processes,
+            snapshots=snapshots,
+            on_recovery=rebuild_lines(log),
+        )
+
+    if log.json:
+        with CountLines(log, "records") as count:
+            report = load(count.update)
+    else:
+        report = load(progress)
+        if written[1]:
+            click.echo(file=sys.stderr)
     summary = {
         "rdb": report.rdb,
         "version": report.version,

@@ -48,6 +48,29 @@ def progress_line(progress: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
+def progress_fields(progress: Mapping[str, Any]) -> dict[str, Any]:
+    """What :func:`progress_line` says, as values: ``batch_id``, ``rows``, ``duration_ms``,
+    and ``lsn_ranges`` (``{"<shard>": [first, last]}``, inclusive, the shards that read any)
+    for the ``moonish`` source, else ``offsets`` (``[{"start": ..., "end": ...}]``, one per
+    source, as Spark gives them)."""
+    fields: dict[str, Any] = {
+        "batch_id": progress.get("batchId"),
+        "rows": progress.get("numInputRows") or 0,
+        "duration_ms": progress.get("batchDuration"),
+    }
+    for source in progress.get("sources") or ():
+        start, end = _json(source.get("startOffset")), _json(source.get("endOffset"))
+        if isinstance(end, dict) and end and all(key.isdigit() for key in end):
+            start = start if isinstance(start, dict) else {}
+            ranges = fields.setdefault("lsn_ranges", {})
+            for shard, lsn in sorted(end.items(), key=lambda item: int(item[0])):
+                if isinstance(lsn, int) and lsn > start.get(shard, 1):
+                    ranges[shard] = [start.get(shard, 1), lsn - 1]
+        else:
+            fields.setdefault("offsets", []).append({"start": start, "end": end})
+    return fields
+
+
 def _offsets(start_text: Any, end_text: Any) -> str:
     start, end = _json(start_text), _json(end_text)
     if isinstance(end, dict) and end and all(key.isdigit() for key in end):
@@ -149,7 +172,7 @@ def run_until_stopped(
     query: Any,
     gate: BatchGate,
     request: StopRequest,
-    report: Callable[[str], None],
+    report: Callable[[str, Mapping[str, Any] | None], None],
     poll_ms: int = 200,
     on_batch: Callable[[Mapping[str, Any]], None] | None = None,
 ) -> bool:
@@ -163,7 +186,9 @@ def run_until_stopped(
             inside ``gate.batch`` (:func:`moonish.spark.table.materialize` with ``gate``).
         gate: the query's gate.
         request: the stop request the signal handlers make.
-        report: called with one line per micro-batch (without a newline), in batch order.
+        report: called with one line per micro-batch (without a newline), in batch order,
+            and its progress (a dict); and with a line and ``None`` when a stop waits for
+            the running micro-batch.
         poll_ms: how often progress and ``request`` are checked.
         on_batch: also called with each micro-batch's progress (Spark's
             ``StreamingQueryProgress`` as a dict), once the batch is committed.
@@ -182,7 +207,7 @@ def run_until_stopped(
         for progress in query.recentProgress:
             if progress.get("batchId", -1) > last:
                 last = progress["batchId"]
-                report(progress_line(progress))
+                report(progress_line(progress), progress)
                 if on_batch is not None:
                     on_batch(progress)
 
@@ -197,7 +222,7 @@ def run_until_stopped(
             raise
     first = request.count
     if not gate.close(poll_ms / 1000):
-        report("stopping after the running micro-batch (again to stop at once)")
+        report("stopping after the running micro-batch (again to stop at once)", None)
         while request.count == first and not gate.close(poll_ms / 1000):
             report_new()
     spark.sparkContext.setLogLevel("OFF")  # a micro-batch cut short logs its cancellation

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from moonish.spark.progress import BatchGate, BatchStopped, progress_line
+from moonish.spark.progress import BatchGate, BatchStopped, progress_fields, progress_line
 
 
 def test_progress_lines_name_the_batch_rows_duration_and_lsns() -> None:
@@ -19,6 +19,19 @@ def test_progress_lines_name_the_batch_rows_duration_and_lsns() -> None:
     assert progress_line(progress) == "batch 3: 900 rows in 812 ms; shard 0: LSN 101..600"
     files = {**progress, "sources": [{"startOffset": None, "endOffset": '{"logOffset":0}'}]}
     assert progress_line(files).endswith('; offsets None -> {"logOffset":0}')
+
+
+def test_progress_fields_are_the_line_as_values() -> None:
+    source = {"startOffset": '{"0": 101, "1": 9}', "endOffset": '{"0": 601, "1": 9}'}
+    progress = {"batchId": 3, "numInputRows": 900, "batchDuration": 812, "sources": [source]}
+    assert progress_fields(progress) == {
+        "batch_id": 3,
+        "rows": 900,
+        "duration_ms": 812,
+        "lsn_ranges": {"0": [101, 600]},
+    }
+    files = {"batchId": 0, "sources": [{"startOffset": None, "endOffset": '{"logOffset":0}'}]}
+    assert progress_fields(files)["offsets"] == [{"start": None, "end": {"logOffset": 0}}]
 
 
 def test_a_stop_waits_for_the_running_batch_and_lets_none_start() -> None:

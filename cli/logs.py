@@ -30,8 +30,8 @@ import orjson
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 
-LOG_FORMATS = ("text", "json")
-FORMAT_VARIABLE = "MOONISH_LOG_FORMAT"
+from .params import FORMAT_VARIABLE as FORMAT_VARIABLE
+from .params import LOG_FORMATS as LOG_FORMATS
 
 _CLEAR_LINE = "\r\x1b[K"
 

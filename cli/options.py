@@ -25,8 +25,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 
-from .logs import FORMAT_VARIABLE, LOG_FORMATS
-from .params import LSN, VIEW
+from .params import FORMAT_VARIABLE, LOG_FORMATS, LSN, VIEW
 
 F = TypeVar("F", bound=Callable[..., Any])
 

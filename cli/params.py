@@ -53,6 +53,11 @@ OUTPUT_DIR = OutputDir()
 
 
 VIEW = click.Choice([view.name for view in ViewType], case_sensitive=False)
+
+LOG_FORMATS = ("text", "json")
+"""The forms of log lines on stderr (cli.logs)."""
+FORMAT_VARIABLE = "MOONISH_LOG_FORMAT"
+"""The environment variable that gives ``--log-format``'s default (``moonish run`` sets it)."""
 """A stream view type name (``OFF`` disables the stream)."""
 
 

@@ -13,7 +13,6 @@ import orjson
 import pytest
 
 import moonish.spark
-from moonish.spark.table import query_id
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import untext
 from tests.support.delta import txn_versions
@@ -51,6 +50,8 @@ def write(data: Path, commands: list[tuple[int, list[bytes]]]) -> None:
 def test_the_change_data_feed_holds_each_applied_change_once(spark: Any, tmp_path: Path) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable
+
+    from moonish.spark.table import query_id  # imports pyspark: only once the module is kept
 
     data, table, checkpoint = tmp_path / "data", tmp_path / "table", tmp_path / "ck"
     for commands in (FIRST, SECOND):  # one micro-batch each, on the same checkpoint

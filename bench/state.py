@@ -21,6 +21,7 @@ from moonish.clock import FixedClock
 from moonish.log.records import ViewType
 from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.redis.aof.files import AofCommands, read_manifest
+from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.commands.execute import keys_of
 from moonish.state.config import StreamConfig
 from moonish.state.shard import ShardOptions, ShardWriter
@@ -44,8 +45,13 @@ def aof_commands(appendonlydir: Path) -> list[tuple[int, list[bytes]]]:
 
 
 def _options(view: ViewType) -> ShardOptions:
+    """A benchmark's writer: no fsync, no sweep, and no snapshots of its own (their
+    checkpoint records would be records the readers measured here leave out)."""
     return ShardOptions(
-        WriterOptions(fsync=FsyncPolicy.NEVER), StreamConfig(view), expiry_sweep_ms=0
+        WriterOptions(fsync=FsyncPolicy.NEVER),
+        StreamConfig(view),
+        expiry_sweep_ms=0,
+        snapshots=SnapshotPolicy.off(),
     )
 
 

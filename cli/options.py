@@ -25,7 +25,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 
-from .params import FORMAT_VARIABLE, LOG_FORMATS, LSN, VIEW
+from .params import FORMAT_VARIABLE, KEY_PATTERN, LOG_FORMATS, LSN, VIEW
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -256,6 +256,59 @@ def snapshot_policy(command: F) -> F:
         ),
     ]
     return stack(cast(F, with_policy), rules)
+
+
+def key_filter(command: F) -> F:
+    """``--include-keys``, ``--exclude-keys`` (Redis glob patterns, repeatable), ``--dbs``,
+    ``--types`` (repeatable): the source filter, passed to the command as ``key_filter`` (a
+    ``FilterSpec``; moonish.redis.routing.keyfilter, docs/filters.md)."""
+
+    @functools.wraps(command)
+    def with_filter(
+        *args: Any,
+        include_keys: tuple[str, ...],
+        exclude_keys: tuple[str, ...],
+        dbs: tuple[int, ...],
+        types: tuple[str, ...],
+        **kwargs: Any,
+    ) -> Any:
+        from moonish.redis.routing.keyfilter import filter_spec
+
+        kwargs["key_filter"] = filter_spec(include_keys, exclude_keys, dbs or None, types or None)
+        return command(*args, **kwargs)
+
+    rules: list[Callable[[F], F]] = [
+        click.option(
+            "--include-keys",
+            multiple=True,
+            type=KEY_PATTERN,
+            metavar="PATTERN",
+            help="Keep only keys matching one of these Redis glob patterns (as SCAN MATCH "
+            "reads them; repeatable). Keys left out never reach the keyspace or the log. The "
+            "filter is stored with DATA_DIR, which refuses another one later.",
+        ),
+        click.option(
+            "--exclude-keys",
+            multiple=True,
+            type=KEY_PATTERN,
+            metavar="PATTERN",
+            help="Leave out keys matching any of these Redis glob patterns (repeatable).",
+        ),
+        click.option(
+            "--dbs",
+            multiple=True,
+            type=click.IntRange(0, 15),
+            help="Keep only these dbs (repeatable; default: all).",
+        ),
+        click.option(
+            "--types",
+            multiple=True,
+            type=click.Choice(["string", "hash", "list", "set", "zset", "stream"]),
+            help="Keep only keys of these Redis types (repeatable; default: all; zset needs "
+            "set). An AOF import or a capture with it runs in one process.",
+        ),
+    ]
+    return stack(cast(F, with_filter), rules)
 
 
 def processes(help: str) -> Callable[[F], F]:

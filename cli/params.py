@@ -49,6 +49,26 @@ class OutputDir(click.Path):
 
 
 OUTPUT_DIR = OutputDir()
+
+
+class KeyPatternParam(click.ParamType):  # type: ignore[type-arg]
+    """A Redis glob pattern (``SCAN MATCH``'s), checked as moonish.redis.routing.keyfilter
+    reads it; kept as given (text)."""
+
+    name = "pattern"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        from moonish.redis.routing.keyfilter import filter_spec
+
+        text = str(value)
+        try:
+            filter_spec(exclude_keys=[text])
+        except InvalidArgumentError as error:
+            self.fail(error.message, param, ctx)
+        return text
+
+
+KEY_PATTERN = KeyPatternParam()
 """The type of the directories ``wal import-aof``, ``wal import-rdb`` and ``cdc export`` write."""
 
 

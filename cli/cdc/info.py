@@ -10,6 +10,7 @@ import orjson
 
 from moonish.cdc import shard_read
 from moonish.redis.capture.status import read_status
+from moonish.redis.routing.filterfile import load_filter
 from moonish.redis.routing.sources import describe, load_source, stored_position
 
 from .. import options
@@ -27,7 +28,9 @@ def info(wal_dir: str, token_file: str | None, cacert: str | None) -> None:
     data directory "capture" (its capture.json): the link's state, the offsets it received
     and made durable (pending_bytes between them), the master's offset and how far the
     durable offset is behind it (bytes_behind, seconds_behind; null while unknown),
-    reconnects and the last full resync. A
+    reconnects and the last full resync. A data directory written under a source filter
+    (--include-keys, --exclude-keys, --dbs, --types) shows "filter": the filter and what it
+    left out, commands and loaded keys by rule (docs/filters.md). A
     shard of an import or capture also shows "source_position": the source position its log
     stores last ({"lsn", "position", "text"}; null when its last 10,000 records hold none).
 
@@ -52,6 +55,14 @@ def info(wal_dir: str, token_file: str | None, cacert: str | None) -> None:
         status = read_status(wal_dir)
         if status is not None:  # a live capture writes it (docs/redis-source.md)
             report["capture"] = status
+        stored = load_filter(wal_dir)
+        if stored is not None:
+            spec, commands, keys = stored
+            report["filter"] = {
+                **spec.to_json(),
+                "commands_filtered": dict(sorted(commands.items())),
+                "keys_filtered": dict(sorted(keys.items())),
+            }
     click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
 
 

@@ -115,8 +115,9 @@ def kafka(
 
         moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
     """
-    from cli.logs import StderrLog
     from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
+
+    from ..logs import StderrLog
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")

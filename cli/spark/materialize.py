@@ -13,7 +13,7 @@ from moonish.errors import InvalidArgumentError
 from .. import options
 
 if TYPE_CHECKING:
-    from cli.logs import StderrLog
+    from ..logs import StderrLog
 
 
 def source_kind(source: str) -> str:
@@ -135,10 +135,10 @@ def materialize(
         moonish spark materialize data table --checkpoint table-checkpoint --follow
     """
     import moonish.spark
-    from cli.logs import StderrLog
     from moonish.spark.delta import refuse_old_format, require_table
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
 
+    from ..logs import StderrLog
     from ..params import sink_name
 
     if no_consumer and consumer is not None:

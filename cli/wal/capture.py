@@ -13,6 +13,7 @@ import orjson
 from .. import options
 
 if TYPE_CHECKING:
+    from moonish.redis.routing.keyfilter import FilterSpec
     from moonish.state.autosnapshot import SnapshotPolicy
 
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
 @click.argument("data_dir", type=click.Path(file_okay=False))
 @options.shard_options
 @options.snapshot_policy
+@options.key_filter
 @click.option(
     "--sync-interval-ms",
     type=click.IntRange(0, None),
@@ -82,6 +84,7 @@ def capture_command(
     quiet: bool,
     log_format: str,
     snapshots: SnapshotPolicy,
+    key_filter: FilterSpec,
 ) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
     replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
@@ -117,13 +120,16 @@ def capture_command(
         moonish wal capture redis://capture:secret@127.0.0.1:6379 data --shards 4
 
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
+
+        moonish wal capture redis://127.0.0.1:6379 data --exclude-keys 'session:*'
     """
-    from cli.logs import StderrLog
-    from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.capture.runner import capture
     from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
     from moonish.redis.replication.messages import ReplicaOptions
     from moonish.state.config import StreamConfig, parse_view
+
+    from ..logs import StderrLog
+    from .rebuilding import rebuild_lines
 
     stop = threading.Event()
 
@@ -159,6 +165,7 @@ def capture_command(
             replica=replica,
             settle_gc=True,
             snapshots=snapshots,
+            key_filter=key_filter,
         ),
         stream=StreamConfig(parse_view(view), max_value_bytes),
         segment_bytes=segment_bytes,
@@ -192,5 +199,6 @@ def capture_command(
         "removed_keys": report.removed_keys,
         "reconnects": report.reconnects,
         "resumed_from": report.resumed_from,
+        "filtered": report.filtered,
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -14,6 +14,7 @@ from .. import options
 from ..params import OUTPUT_DIR
 
 if TYPE_CHECKING:
+    from moonish.redis.routing.keyfilter import FilterSpec
     from moonish.state.autosnapshot import SnapshotPolicy
 
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 @click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
 @options.snapshot_policy
+@options.key_filter
 @click.option(
     "--skip-unsupported",
     is_flag=True,
@@ -47,6 +49,7 @@ def import_aof_command(
     processes: int,
     log_format: str,
     snapshots: SnapshotPolicy,
+    key_filter: FilterSpec,
 ) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -79,12 +82,15 @@ def import_aof_command(
         moonish wal import-aof appendonlydir data --shards 4 --skip-unsupported
 
         moonish wal import-aof appendonlydir data --shards 4 --processes 2
+
+        moonish wal import-aof appendonlydir data --shards 4 --exclude-keys 'tmp:*'
     """
-    from cli.logs import CountLines, StderrLog
-    from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.aof.checks import check_import
     from moonish.redis.aof.importer import import_aof
     from moonish.state.config import StreamConfig, parse_view
+
+    from ..logs import CountLines, StderrLog
+    from .rebuilding import rebuild_lines
 
     log = StderrLog("import-aof", log_format=log_format)
     # refusals (target, shard count, open-file limit) come before the progress bar and
@@ -108,6 +114,7 @@ def import_aof_command(
             processes=processes,
             snapshots=snapshots,
             on_recovery=rebuild_lines(log),
+            key_filter=key_filter,
         )
     if report.truncated_tail and log.json:
         fields = {"truncated_tail": report.truncated_tail}
@@ -129,5 +136,6 @@ def import_aof_command(
         "resumed_from": report.resumed_from,
         "resynced": report.resynced,
         "position": report.position,
+        "filtered": dict(sorted(report.filtered.items())),
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

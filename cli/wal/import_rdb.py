@@ -14,6 +14,7 @@ from ..params import OUTPUT_DIR
 
 if TYPE_CHECKING:
     from moonish.redis.rdbimport.importer import RdbImportReport
+    from moonish.redis.routing.keyfilter import FilterSpec
     from moonish.state.autosnapshot import SnapshotPolicy
 
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 @click.argument("data_dir", type=OUTPUT_DIR)
 @options.shard_options
 @options.snapshot_policy
+@options.key_filter
 @options.processes(
     help="Once the file is read, load the shards in up to this many processes, each its share, "
     "to use several cores; the logs are the same as with one."
@@ -37,6 +39,7 @@ def import_rdb_command(
     processes: int,
     log_format: str,
     snapshots: SnapshotPolicy,
+    key_filter: FilterSpec,
 ) -> None:
     """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
     DATA_DIR as r rows (Debezium snapshot reads), one per key, routed by hash slot to
@@ -54,11 +57,14 @@ def import_rdb_command(
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4
 
         moonish wal import-rdb /var/lib/redis/dump.rdb data --shards 4 --processes 2
+
+        moonish wal import-rdb dump.rdb data --shards 4 --exclude-keys 'session:*' --dbs 0
     """
-    from cli.logs import CountLines, StderrLog
-    from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.rdbimport.importer import import_rdb
     from moonish.state.config import StreamConfig, parse_view
+
+    from ..logs import CountLines, StderrLog
+    from .rebuilding import rebuild_lines
 
     stream = StreamConfig(parse_view(view), max_value_bytes)
     log = StderrLog("import-rdb", log_format=log_format)
@@ -81,6 +87,7 @@ def import_rdb_command(
             processes=processes,
             snapshots=snapshots,
             on_recovery=rebuild_lines(log),
+            key_filter=key_filter,
         )
 
     if log.json:
@@ -100,5 +107,6 @@ def import_rdb_command(
         "per_shard": report.per_shard,
         "ops": report.ops,
         "resumed_from": report.resumed_from,
+        "filtered": dict(sorted(report.filtered.items())),
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
-from cli.logs import StderrLog
+from ..logs import StderrLog
 
 
 def rebuild_lines(log: StderrLog, quiet: bool = False) -> Callable[[str, int, int], None]:

@@ -16,6 +16,8 @@ from .argv import command_line, shown_line
 from .document import Document, read_document
 from .masking import mask
 from .schema import (
+    FILTER,
+    FILTER_KEYS,
     NOT_YET,
     SUPERVISOR,
     SUPERVISOR_SETTINGS,
@@ -110,7 +112,9 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
     for key, value in data.items():
         if key in NOT_YET:
             raise document.error(key, f"[{key}]: {NOT_YET[key]}")
-        if key in (TOP, SUPERVISOR):
+        if key in (TOP, SUPERVISOR, FILTER):
+            if key == FILTER and not isinstance(value, MappingABC):
+                raise document.error(key, f"{key} must be a table ([{key}])")
             continue
         if key not in known:
             names = ", ".join(f"[{name}]" for name in [*known, SUPERVISOR])
@@ -126,7 +130,12 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
     for section in sections:
         table = data.get(section.name)
         if isinstance(table, MappingABC):
-            parts.append(_part(document, section, table, data_dir, base))
+            origins: dict[str, str] = {}
+            if section.name == "source" and FILTER in data:
+                table, origins = _with_filter(document, table, data[FILTER])
+            parts.append(_part(document, section, table, data_dir, base, origins))
+    if FILTER in data and "source" not in data:
+        raise document.error(FILTER, f"[{FILTER}] filters the source: add [source]")
     if not parts:
         raise document.error(None, "the pipeline has no part: add [source], [kafka], ...")
     return Pipeline(document.path, data_dir, tuple(parts), _settings(document))
@@ -138,7 +147,10 @@ def _part(
     table: Mapping[str, object],
     data_dir: str,
     base: str,
+    origins: Mapping[str, str] | None = None,
 ) -> Part:
+    """The part ``section`` makes of ``table``; ``origins``: keys that another table of
+    the file gave (``[filter]``), named so in errors."""
     name = section.name
     command = _command(document, section, table)
 
@@ -151,7 +163,7 @@ def _part(
 
     values: dict[str, object] = {}
     for key, value in table.items():
-        dotted = f"{name}.{key}"
+        dotted = f"{(origins or {}).get(key, name)}.{key}"
         option = command.option(key)
         if option is None or option.top:
             raise document.error(dotted, _unknown(section, command, key))
@@ -175,6 +187,28 @@ def _part(
     masked_argv = command_line(command, values, data_dir, shown)
     masked = {key: shown(key, value) for key, value in values.items()}
     return Part(name, command, values, tuple(argv), shown_line(masked_argv), masked)
+
+
+def _with_filter(
+    document: Document, table: Mapping[str, object], filter_table: object
+) -> tuple[dict[str, object], dict[str, str]]:
+    """``[source]``'s table with ``[filter]``'s keys added, and where those came from.
+
+    Raises:
+        ConfigError: a key ``[filter]`` does not take, or one ``[source]`` sets too.
+    """
+    assert isinstance(filter_table, MappingABC)
+    merged = dict(table)
+    for key, value in filter_table.items():
+        dotted = f"{FILTER}.{key}"
+        if key not in FILTER_KEYS:
+            raise document.error(
+                dotted, f"unknown key {dotted!r} ([{FILTER}] takes {', '.join(FILTER_KEYS)})"
+            )
+        if key in table:
+            raise document.error(dotted, f"{key} is set in both [source] and [{FILTER}]")
+        merged[key] = value
+    return merged, {key: FILTER for key in filter_table}
 
 
 def _command(document: Document, section: SectionSpec, table: Mapping[str, object]) -> CommandSpec:

@@ -124,7 +124,12 @@ SUPERVISOR_SETTINGS = (
 """``[supervisor]``'s keys."""
 
 NOT_YET = {
-    "filter": "key filters are not supported yet (issue 28, section 2)",
     "metrics": "metrics are not supported yet (issue 28, section 3)",
 }
 """Sections the file format reserves for later: refused by name."""
+
+
+FILTER = "filter"
+FILTER_KEYS = ("include_keys", "exclude_keys", "dbs", "types")
+"""``[filter]``'s keys: the source command's filter options (docs/filters.md), in a table of
+their own; they apply to ``[source]``, whatever it runs."""

@@ -158,7 +158,30 @@ def test_config_check_prints_the_resolved_file_with_secrets_masked(
         (
             'data_dir = "d"\n[serve]\n\n[filter]\nexclude_keys = ["tmp:*"]\n',
             4,
-            "[filter]: key filters are not supported yet",
+            "[filter] filters the source: add [source]",
+        ),
+        (
+            'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\n'
+            'exclude_keys = ["tmp:[*"]\n',
+            6,
+            "filter.exclude_keys: key pattern 'tmp:[*' has an unclosed [",
+        ),
+        (
+            'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\nkeys = ["a"]\n',
+            6,
+            "unknown key 'filter.keys' ([filter] takes include_keys, exclude_keys, dbs, types)",
+        ),
+        (
+            'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\ndbs = [0]\n'
+            "[filter]\ndbs = [1]\n",
+            7,
+            "dbs is set in both [source] and [filter]",
+        ),
+        (
+            'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\n'
+            'types = ["strings"]\n',
+            6,
+            "filter.types: 'strings' is not one of",
         ),
         (
             'data_dir = "d"\n[serve]\n[metrics]\nport = 9464\n',

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from moonish.redis.routing.filterfile import load_filter
 from tests.support.moonish_run import running
 from tests.support.processes import gone
 from tests.support.redis.capture import events, our_state, redis_state, url_of, wait_for
@@ -24,13 +25,16 @@ from tests.support.servers.serve_util import request
 pytestmark = pytest.mark.redis
 
 
-def write_pipeline(tmp_path: Path, client: redis.Redis, serve: str = "port = 0\n") -> Path:
+def write_pipeline(
+    tmp_path: Path, client: redis.Redis, serve: str = "port = 0\n", more: str = ""
+) -> Path:
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(
         'data_dir = "data"\n\n[source]\n'
         f'url = "{url_of(client)}"\nshards = 2\nsync_interval_ms = 10\n\n'
         f"[serve]\n{serve}\n"
         "[supervisor]\nrestart_backoff_ms = 100\nstop_timeout_ms = 20000\n"
+        f"{more}"
     )
     return pipeline
 
@@ -120,3 +124,34 @@ def test_sigkill_of_the_supervisor_then_a_restart_loses_nothing(tmp_path: Path) 
             assert psync["answer"] == "+CONTINUE", psync
         assert our_state(data) == redis_state(client)
         assert client.lrange("seq", 0, -1) == [str(n).encode() for n in range(1, pushed + 1)]
+
+
+def test_keys_the_filter_leaves_out_reach_neither_the_wal_nor_the_feed(tmp_path: Path) -> None:
+    """``[filter]`` of the issue's example: writes to ``tmp:*`` and ``session:*`` keys, mixed
+    with kept ones (one MSET naming both), never reach the WAL or the change feed; the
+    shards hold Redis's keyspace without them, and ``filter.json`` counts them."""
+    more = '\n[filter]\nexclude_keys = ["tmp:*", "session:*"]\n'
+    with redis_server(tmp_path) as client:
+        with running(write_pipeline(tmp_path, client, more=more)) as run:
+            data = tmp_path / "data"
+            url = run.serve_url()
+            client.set("first", 0)
+            wait_for(lambda: "first" in keys_in_wal(data), "the capture to follow the stream")
+            for i in range(20):
+                client.set(f"tmp:{i}", i)
+                client.hset(f"session:{i}", "user", i)
+                client.set(f"user:{i}", i)
+            client.mset({"tmp:x": 1, "last": 2})
+            wait_for(lambda: "last" in keys_in_wal(data), "the last write in the WAL")
+            status, body = request(f"{url}/v1/changes?since=earliest&limit=1000")
+            assert status == 200
+            fed = {row["change"]["after"]["key"] for row in body["results"]}
+            assert fed == keys_in_wal(data) == {f"user:{i}" for i in range(20)} | {"last", "first"}
+            assert run.stop_all() == {"source": 0, "serve": 0}
+        kept = {
+            k: v for k, v in redis_state(client).items() if b":" not in k[1] or k[1][:5] == b"user:"
+        }
+        assert our_state(data) == kept
+    stored = load_filter(str(data))
+    assert stored is not None
+    assert stored[1] == {"exclude_keys:session:*": 20, "exclude_keys:tmp:*": 21}

@@ -52,6 +52,7 @@ from moonish.redis.aof.checks import check_import
 from moonish.redis.aof.files import READ_CHUNK_BYTES, starts_with_rdb
 from moonish.redis.aof.parallel import run_workers
 from moonish.redis.aof.replay import ImportReport, Setup, replay_aof
+from moonish.redis.routing.keyfilter import NO_FILTER, FilterSpec
 from moonish.redis.routing.shards import source_shards
 from moonish.state.autosnapshot import SnapshotPolicy
 from moonish.state.config import StreamConfig
@@ -74,6 +75,7 @@ def import_aof(
     processes: int = 1,
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    key_filter: FilterSpec = NO_FILTER,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -105,6 +107,9 @@ def import_aof(
             while existing shards' writers rebuild their keyspaces as they open (after the
             snapshot, then every batch of records replayed); what it raises stops the import
             before anything is written.
+        key_filter: the source filter (moonish.redis.routing.keyfilter): keys it leaves out
+            never reach the keyspace or the log; must be the data directory's
+            (``filter.json``), which a first import stores.
 
     Returns:
         An :class:`ImportReport`.
@@ -117,6 +122,9 @@ def import_aof(
             bad SELECT.
         SourceMismatchError: the data directory follows another source, or holds shards
             written without positions.
+        FilterMismatchError: ``key_filter`` is not the data directory's.
+        FilterConflictError: a command would compute a key the filter keeps from one it
+            leaves out (path and offset named).
         ResumeError: a command across shards is in some shards' logs only (an import
             stopped between its appends).
         RdbCorruptionError, RdbUnsupportedError: a damaged or unsupported RDB base file
@@ -140,17 +148,47 @@ def import_aof(
     location = os.path.realpath(aof_dir)
     stream = stream or StreamConfig()
     with source_shards(
-        out_dir, shards, "aof", location, log, stream, clock, snapshots, on_recovery
+        out_dir,
+        shards,
+        "aof",
+        location,
+        log,
+        stream,
+        clock,
+        snapshots,
+        on_recovery,
+        key_filter=key_filter,
     ) as opened:
         first = all(writer.next_lsn == 1 for writer in opened.writers)
-        if processes > 1 and shards > 1 and first and not any(map(_has_sort, paths)):
+        filter_file = opened.filter
+        assert filter_file is not None
+        if (
+            processes > 1
+            and shards > 1
+            and first
+            and key_filter.types is None
+            and not any(map(_has_sort, paths))
+        ):
             for writer in opened.writers:  # the workers open them again
                 writer.close()
-            setup = Setup(paths, shards, log, stream, clock, skip_unsupported, snapshots)
+            setup = Setup(
+                paths, shards, log, stream, clock, skip_unsupported, snapshots, key_filter
+            )
             with raised_gc_thresholds():  # (the workers inherit it)
-                return run_workers(setup, out_dir, min(processes, shards), progress)
-        with raised_gc_thresholds():
-            return replay_aof(paths, opened.writers, clock, skip_unsupported, progress, opened)
+                report = run_workers(setup, out_dir, min(processes, shards), progress)
+        else:
+            with raised_gc_thresholds():
+                report = replay_aof(
+                    paths,
+                    opened.writers,
+                    clock,
+                    skip_unsupported,
+                    progress,
+                    opened,
+                    key_filter=filter_file.key_filter,
+                )
+        filter_file.save(report.filtered)
+        return report
 
 
 _SORT: Final = re.compile(rb"\$4\r\n[sS][oO][rR][tT]\r\n")

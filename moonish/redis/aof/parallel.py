@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+from collections import Counter
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
@@ -35,6 +36,7 @@ from typing import Any
 from moonish.errors import UnavailableError
 from moonish.redis.aof.replay import ImportReport, Setup, replay_aof
 from moonish.redis.routing.exchange import PeerExchange
+from moonish.redis.routing.keyfilter import KeyFilter
 from moonish.redis.routing.shards import open_shard
 from moonish.slots import shard_groups
 from moonish.state.shadow import KeyspaceShard
@@ -149,6 +151,7 @@ def _work(
             progress,
             exchange=exchange,
             others=others,
+            key_filter=KeyFilter(setup.key_filter),
         )
         for writer in writers:
             writer.close()
@@ -174,4 +177,12 @@ def _merge(reports: list[ImportReport], groups: list[range]) -> ImportReport:
             merged.lsn_ranges[shard] = report.lsn_ranges[shard]
             merged.resumed_from[shard] = report.resumed_from[shard]
     merged.records = sum(merged.per_shard)
+    # Every worker filters every command alike, but loads only its own shards' RDB keys.
+    merged.filtered = Counter(
+        {rule: count for rule, count in merged.filtered.items() if not rule.startswith("keys:")}
+    )
+    for report in reports:
+        merged.filtered.update(
+            {rule: count for rule, count in report.filtered.items() if rule.startswith("keys:")}
+        )
     return merged

@@ -24,6 +24,7 @@ from moonish.log.writer import FsyncPolicy, WriterOptions
 from moonish.redis.aof.files import AofCommands, AofFormatError, starts_with_rdb
 from moonish.redis.aof.loop import FileReplay, Resume
 from moonish.redis.rdb.contents import read_file_contents
+from moonish.redis.routing.keyfilter import NO_FILTER, FilterSpec, KeyFilter, filtered_counts
 from moonish.redis.routing.router import Exchange, Router
 from moonish.redis.routing.shards import OpenShards, open_shards
 from moonish.redis.routing.sources import decode_position, describe, encode_position
@@ -63,6 +64,8 @@ class ImportReport:
             shards received the differences (:func:`import_aof`).
         rdb_keys: keys loaded from an RDB base file (``r`` rows written).
         position: the source position reached (``"none"`` for an empty AOF).
+        filtered: commands (by rule) and RDB keys (``keys:<rule>``) the source filter left
+            out in this run (moonish.redis.routing.keyfilter).
     """
 
     files: list[str] = field(default_factory=list)
@@ -79,6 +82,7 @@ class ImportReport:
     resynced: bool = False
     rdb_keys: int = 0
     position: str = "none"
+    filtered: Counter[str] = field(default_factory=Counter)
 
 
 @dataclass(frozen=True)
@@ -92,6 +96,7 @@ class Setup:
     clock: Clock
     skip_unsupported: bool
     snapshots: SnapshotPolicy | None = None
+    key_filter: FilterSpec = NO_FILTER
 
 
 def replay_aof(
@@ -103,14 +108,16 @@ def replay_aof(
     opened: OpenShards | None = None,
     exchange: Exchange | None = None,
     others: frozenset[int] = frozenset(),
+    key_filter: KeyFilter | None = None,
 ) -> ImportReport:
     """Replay the AOF files ``paths`` into ``writers`` (one per shard) from each shard's
     stored position, mark and sweep every shard, and report. ``opened``: where a resync
     (the positions name files that are gone) makes its scratch shards. A parallel import's
     worker (moonish.redis.aof.parallel; new shards, so no resync) passes ``others``, the shards
-    other workers write (they run nothing here), and its ``exchange``."""
+    other workers write (they run nothing here), and its ``exchange``. ``key_filter``: the
+    source filter, whose counts grow with this run's."""
     report = ImportReport(per_shard=[0] * len(writers))
-    router = Router(writers, clock, skip_unsupported, exchange)
+    router = Router(writers, clock, skip_unsupported, exchange, key_filter)
     positions = [decode_position(writer.source, writer.shard_dir) for writer in writers]
     report.resumed_from = [describe(position) for position in positions]
     names = [os.path.basename(path) for path in paths]
@@ -132,6 +139,8 @@ def replay_aof(
         writer.sync()
     report.commands, report.per_command = router.commands, router.per_command
     report.skipped = router.skipped
+    if key_filter is not None:
+        report.filtered = filtered_counts(key_filter)
     report.per_shard = list(router.records)
     report.records = sum(router.records)
     report.lsn_ranges = [
@@ -171,7 +180,9 @@ def _resync(
             SnapshotPolicy.off(),  # removed once the differences are applied
         )
         try:
-            scratch_router = Router(scratch.writers, clock, router.skip_unsupported)
+            scratch_router = Router(
+                scratch.writers, clock, router.skip_unsupported, key_filter=router.key_filter
+            )
             for index, path in enumerate(paths):
                 _replay_file(
                     path,
@@ -228,9 +239,10 @@ def _load_rdb_base(
     for shard in todo:
         set_libraries(router.writers[shard], contents.functions)
         loader = loader_for(router.writers[shard], b"RDB")
+        entries = contents.keys[shard]
         count = load_entries(
             loader,
-            contents.keys[shard],
+            entries if router.key_filter is None else router.key_filter.entries(entries),
             router.appender(shard),
             rows=True,
             source=position,

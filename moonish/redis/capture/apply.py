@@ -27,9 +27,11 @@ from moonish.log.records import KvChange
 from moonish.redis.capture.status import CaptureOptions
 from moonish.redis.rdb.contents import read_contents
 from moonish.redis.replication.resp import ReplCommand
+from moonish.redis.routing.keyfilter import KeyFilter
 from moonish.redis.routing.router import Entry, Exchange, Router, is_single, selected_db
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.slots import shard_of_key
+from moonish.state.commands.execute import keys_of
 from moonish.state.expiry import sweep
 from moonish.state.load import (
     load_entries,
@@ -86,6 +88,8 @@ class ApplierCounts:
         rdb_keys, removed_keys: keys of full resyncs written, and found gone.
         created, updated: of ``rdb_keys``, the ``c`` and ``u`` records of resyncs written as
             differences (the rest are ``r`` rows).
+        filtered: what the source filter left out (moonish.redis.routing.keyfilter's
+            ``counts``): each command counted by one applier, each resync key by its shard's.
     """
 
     commands: int = 0
@@ -95,10 +99,12 @@ class ApplierCounts:
     removed_keys: int = 0
     created: int = 0
     updated: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
 
     def __reduce__(self) -> tuple[Any, ...]:  # (compiled by mypyc: pickled explicitly)
         fields = (self.commands, self.transactions, self.records, self.rdb_keys)
-        return ApplierCounts, (*fields, self.removed_keys, self.created, self.updated)
+        more = (self.removed_keys, self.created, self.updated, dict(self.filtered))
+        return ApplierCounts, (*fields, *more)
 
 
 class ShardApplier:
@@ -111,6 +117,7 @@ class ShardApplier:
         options: the sync and mark periods.
         clock: commit times and periods.
         exchange: how commands across shards of other workers run (a worker's).
+        key_filter: the source filter, whose counts this applier adds to.
     """
 
     def __init__(
@@ -121,6 +128,7 @@ class ShardApplier:
         clock: Clock,
         exchange: Exchange | None = None,
         spread: SpreadLoad | None = None,
+        key_filter: KeyFilter | None = None,
     ) -> None:
         count = len(writers)
         self.spread, self.loads = spread, 0  # the workers' shared load order; full resyncs
@@ -129,9 +137,14 @@ class ShardApplier:
         self.foreign = [owned is not None and shard not in owned for shard in range(count)]
         for writer in writers:  # a command's time is when the master ran it
             writer.live_source = True
-        self.router = Router(writers, clock, exchange=exchange)
+        self.router = Router(writers, clock, exchange=exchange, key_filter=key_filter)
         self.router.skip = list(self.foreign)
+        self.key_filter = self.router.key_filter
+        if owned is not None:
+            self.router.counts_here = self._counts_here
         self.counts = ApplierCounts(records=self.router.records)
+        if self.key_filter is not None:  # (the same Counter: the counts stay current)
+            self.counts.filtered = self.key_filter.counts
         self.replid = ""
         self.applied = 0  # the offset this applier has applied up to (in memory)
         self.db = 0  # the stream's selected db after `applied`
@@ -142,6 +155,15 @@ class ShardApplier:
         self.last_sync_us = self.last_mark_us = clock.now_us()
         self.stream_db = 0
         self.transaction: list[Entry] | None = None
+
+    def _counts_here(self, argv: list[bytes]) -> bool:
+        """Whether this applier counts ``argv`` when the filter leaves it out: the one
+        that owns the shard of its first key (of shard 0 for a command without one)."""
+        try:
+            keys = keys_of(argv)
+        except UnsupportedFormatError:
+            return False
+        return not self.foreign[shard_of_key(keys[0], len(self.writers)) if keys else 0]
 
     def positions(self) -> dict[int, dict[str, Any]]:
         """The stored position of each owned shard.
@@ -186,6 +208,12 @@ class ShardApplier:
         position = encode_position({"replid": replid, "offset": offset, "db": 0})
         first: int | None = None
         last: int | None = None
+        if self.key_filter is not None:
+            kept = self.key_filter.entries
+            contents.keys = [
+                list(kept(keys)) if shard in self.own else keys
+                for shard, keys in enumerate(contents.keys)
+            ]
         loads = [bool(contents.keys[k]) and not w.source for k, w in enumerate(self.writers)]
         order = None
         if len(self.own) == len(self.writers):  # one process, every shard in order

@@ -55,6 +55,7 @@ import os
 import shutil
 import tempfile
 import threading
+from collections import Counter
 from collections.abc import Callable
 
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -85,6 +86,7 @@ from moonish.redis.replication.connection import (
     ReplicaConnection,
     parse_redis_url,
 )
+from moonish.redis.routing.filterfile import FilterFile
 from moonish.redis.routing.shards import source_shards
 from moonish.redis.routing.sources import describe
 from moonish.redis.routing.target import check_target
@@ -212,6 +214,8 @@ def _run(
 ) -> CaptureReport:
     """:func:`capture` once its arguments are checked."""
     address = parse_redis_url(url)
+    if options.key_filter.types is not None:  # it asks the keyspaces which keys they hold
+        processes = 1
     alone = min(processes, shards) == 1  # else the workers rebuild the keyspaces
     with source_shards(
         out_dir,
@@ -224,15 +228,21 @@ def _run(
         options.snapshots,
         recovering,
         rebuild=alone,
+        key_filter=options.key_filter,
     ) as opened:
+        filter_file = opened.filter
+        assert filter_file is not None
         for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
             if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)
                 os.unlink(os.path.join(out_dir, name))
         processes = min(processes, shards)
         if processes == 1:
-            applier = ShardApplier(opened.writers, None, options, clock)
+            applier = ShardApplier(
+                opened.writers, None, options, clock, key_filter=filter_file.key_filter
+            )
             positions = list(applier.positions().values())
             session = _Capture(url, out_dir, [LocalChannel(applier)], positions, options, clock)
+            session.filter_file = filter_file
             session.on_event = on_event
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
@@ -247,6 +257,7 @@ def _run(
             session = _Capture(
                 url, out_dir, workers.channels, positions, options, clock, workers.route
             )
+            session.filter_file = filter_file
             session.on_event = on_event
             session.report.master = address.path
             session.run(stop or threading.Event(), progress)
@@ -280,6 +291,7 @@ class _Capture:
         self.last_commands = 0
         self.on_event: OnEvent | None = None
         self.watch: MasterWatch | None = None
+        self.filter_file: FilterFile | None = None  # saved with each status
 
     # -- connections ------------------------------------------------------------------
 
@@ -441,6 +453,7 @@ class _Capture:
         self._count()
         self._measure()
         write_status(self.data_dir, self.report, self.clock.now_us(), running=False)
+        self._save_filtered()
 
     # -- durability, status -------------------------------------------------------------
 
@@ -465,6 +478,7 @@ class _Capture:
             self.report.commands_per_s = rate
         self.last_commands, self.last_status_us = self.report.commands, now
         write_status(self.data_dir, self.report, now, running=True)
+        self._save_filtered()
         if progress is not None:
             progress(self.report)
 
@@ -489,6 +503,15 @@ class _Capture:
         report.records = sum(channel.appended() for channel in self.channels)
         report.rdb_keys = sum(c.rdb_keys for c in counts)
         report.removed_keys = sum(c.removed_keys for c in counts)
+        filtered: Counter[str] = Counter()
+        for each in counts:
+            filtered.update(each.filtered)
+        report.filtered = dict(sorted(filtered.items()))
+
+    def _save_filtered(self) -> None:
+        """``filter.json`` with this run's counts so far (when it has a filter)."""
+        if self.filter_file is not None and self.report.filtered:
+            self.filter_file.save(Counter(self.report.filtered))
 
 
 __all__ = ["CaptureOptions", "CaptureReport", "capture"]

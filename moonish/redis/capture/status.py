@@ -46,6 +46,7 @@ from typing import Any
 from moonish.errors import UnsupportedFormatError
 from moonish.fileio import dump_checked, load_checked, replace_atomically
 from moonish.redis.replication.messages import Continue, FullResync, ReplicaOptions
+from moonish.redis.routing.keyfilter import NO_FILTER, FilterSpec
 from moonish.state.autosnapshot import SnapshotPolicy
 
 STATUS_NAME = "capture.json"
@@ -89,6 +90,8 @@ class CaptureOptions:
             measures it).
         snapshots: when the shards' writers take snapshots on their own
             (moonish.state.autosnapshot), in this process or the workers.
+        key_filter: the source filter (moonish.redis.routing.keyfilter): keys it leaves out
+            never reach the keyspaces or the logs; must be the data directory's.
     """
 
     sync_interval_ms: int = 100
@@ -102,6 +105,7 @@ class CaptureOptions:
     replica: ReplicaOptions = field(default_factory=ReplicaOptions)
     settle_gc: bool = False
     snapshots: SnapshotPolicy = field(default_factory=SnapshotPolicy)
+    key_filter: FilterSpec = NO_FILTER
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +226,8 @@ class CaptureReport:
         last_error: the last network error, or ``None``.
         resumed_from: per shard, its source position when the capture started.
         commands_per_s: commands applied per second since the previous progress call.
+        filtered: what the source filter left out in this run: commands by rule, keys of
+            full resyncs as ``keys:<rule>`` (moonish.redis.routing.keyfilter).
     """
 
     master: str = ""
@@ -246,6 +252,7 @@ class CaptureReport:
     last_error: str | None = None
     resumed_from: list[str] = field(default_factory=list)
     commands_per_s: float = 0.0
+    filtered: dict[str, int] = field(default_factory=dict)
 
     @property
     def pending_bytes(self) -> int:

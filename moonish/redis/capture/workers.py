@@ -49,6 +49,7 @@ from moonish.redis.capture.apply import ApplierCounts, ResumePoint, ShardApplier
 from moonish.redis.capture.status import CaptureOptions
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.exchange import PeerExchange, PeerStoppedError
+from moonish.redis.routing.keyfilter import KeyFilter
 from moonish.redis.routing.shards import open_shard
 from moonish.slots import shard_groups
 from moonish.state.config import StreamConfig
@@ -418,7 +419,13 @@ def _work(
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         exchange = PeerExchange(setup.owner, setup.number, peers, setup.stream, setup.clock)
         applier = ShardApplier(
-            writers, owned, setup.options, setup.clock, exchange, spread=setup.spread
+            writers,
+            owned,
+            setup.options,
+            setup.clock,
+            exchange,
+            spread=setup.spread,
+            key_filter=KeyFilter(setup.options.key_filter),
         )
         link.send(("positions", applier.positions()))
         _serve(applier, link, setup.options)

@@ -16,6 +16,7 @@ differences: ``c``/``u`` for keys that are new or changed, ``d`` for keys that a
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,6 +27,7 @@ from moonish.log.records import KvChange
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.rdb.contents import RdbContents, rdb_identity, read_file_contents
 from moonish.redis.rdbimport.parallel import LoadSetup, load_in_processes
+from moonish.redis.routing.keyfilter import NO_FILTER, FilterSpec, filtered_counts
 from moonish.redis.routing.shards import source_shards
 from moonish.redis.routing.sources import check_source, decode_position, describe, encode_position
 from moonish.redis.routing.target import check_target
@@ -65,6 +67,7 @@ class RdbImportReport:
     per_shard: list[int] = field(default_factory=list)
     ops: dict[str, int] = field(default_factory=dict)
     resumed_from: list[str] = field(default_factory=list)
+    filtered: Counter[str] = field(default_factory=Counter)
 
 
 def import_rdb(
@@ -79,6 +82,7 @@ def import_rdb(
     processes: int = 1,
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
+    key_filter: FilterSpec = NO_FILTER,
 ) -> RdbImportReport:
     """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
     module docstring).
@@ -97,6 +101,9 @@ def import_rdb(
         snapshots: when the shards' writers take snapshots on their own
             (moonish.state.autosnapshot); ``None``: the default policy.
         on_recovery: as for ``import_aof``: progress of existing shards' rebuilds.
+        key_filter: the source filter (moonish.redis.routing.keyfilter): keys it leaves out
+            are not loaded (counted in ``filtered`` as ``keys:<rule>``); must be the data
+            directory's (``filter.json``), which a first import stores.
 
     Returns:
         An :class:`RdbImportReport`.
@@ -105,6 +112,7 @@ def import_rdb(
         InvalidArgumentError: a missing or unreadable file, a bad target or shard count
             (as ``wal import-aof``).
         SourceMismatchError: the data directory follows another source.
+        FilterMismatchError: ``key_filter`` is not the data directory's.
         RdbCorruptionError, RdbUnsupportedError: a damaged file (a bad CRC-64, truncation),
             module values, an unknown type (file, byte offset and key in the error); nothing
             was written.
@@ -133,8 +141,23 @@ def import_rdb(
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     new_stream = stream or StreamConfig()
     with source_shards(
-        out_dir, shards, "rdb", location, log, new_stream, clock, snapshots, on_recovery
+        out_dir,
+        shards,
+        "rdb",
+        location,
+        log,
+        new_stream,
+        clock,
+        snapshots,
+        on_recovery,
+        key_filter=key_filter,
     ) as opened:
+        filter_file = opened.filter
+        assert filter_file is not None
+        if key_filter.active:
+            kept = filter_file.key_filter
+            contents.keys = [list(kept.entries(keys)) for keys in contents.keys]
+            report.filtered = filtered_counts(kept)
         position = encode_position({"rdb": identity})
         report.resumed_from = [describe(decode_position(w.source)) for w in opened.writers]
 
@@ -170,6 +193,7 @@ def import_rdb(
             done = [load(writer, shard, progress) for shard, writer in enumerate(opened.writers)]
             for writer in opened.writers:
                 writer.sync()
+        filter_file.save(report.filtered)
     for shard, each in enumerate(done):
         report.per_shard[shard] = each["records"]
         report.records += each["records"]

@@ -28,10 +28,16 @@ from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
 from moonish.clock import Clock
-from moonish.errors import CommandError, CorruptionError, UnsupportedFormatError
+from moonish.errors import (
+    CommandError,
+    CorruptionError,
+    InvalidArgumentError,
+    UnsupportedFormatError,
+)
 from moonish.log.records import MAX_DB, KvChange, Message, Replay, position_marker
 from moonish.redis.replication.resp import encode_command
 from moonish.redis.routing.commands import ALL_KEYS, KEYLESS
+from moonish.redis.routing.keyfilter import FilterConflictError, KeyFilter
 from moonish.slots import shard_of_key
 from moonish.state.commands.execute import COMMANDS, SCRIPTS, execute, keys_of
 from moonish.state.commands.sort import reads_patterns
@@ -69,6 +75,10 @@ class Router:
         records: records appended, per shard.
         commands, per_command: commands applied (by upper-case name).
         skipped: commands written as ``moonish.skipped`` messages, by name.
+        key_filter: the source filter applied before anything runs (``None``: none;
+            moonish.redis.routing.keyfilter), with its counts.
+        counts_here: whether this router counts a command the filter leaves out (``None``:
+            every one; a capture's workers each count a share).
         first_lsn: per shard, the first LSN this router appended, or ``None``.
         skip: per shard, whether the next command is already applied there.
         position: the source position to store with the next command's records.
@@ -80,8 +90,16 @@ class Router:
         clock: Clock,
         skip_unsupported: bool = False,
         exchange: Exchange | None = None,
+        key_filter: KeyFilter | None = None,
     ) -> None:
+        if key_filter is not None and key_filter.spec.types is not None and exchange is not None:
+            raise InvalidArgumentError(
+                "a types filter runs in one process (it asks the keyspace which keys it "
+                "holds): drop --processes or the types filter"
+            )
         self.writers = writers
+        self.key_filter = key_filter if key_filter is not None and key_filter.spec.active else None
+        self.counts_here: Callable[[list[bytes]], bool] | None = None
         self.exchange = exchange
         self.clock = clock
         self._now_us = clock.now_us  # (bound once: the command loop calls it per command)
@@ -111,6 +129,10 @@ class Router:
             Both name ``path`` and the command's offset.
             ResumeError: a command across shards applied in some of them only.
         """
+        if self.key_filter is not None:
+            entries = self._filtered(entries, path)
+            if not entries:
+                return
         now_us = self._now_us()
         per_shard: dict[int, list[KvChange | Message]] = {}
         single = len(entries) == 1 and not transaction
@@ -137,6 +159,29 @@ class Router:
             for shard in sorted(involved):
                 self.writers[shard].flush()
             involved.clear()
+
+    def _filtered(self, entries: list[Entry], path: str) -> list[Entry]:
+        """``entries`` as the source filter keeps them (commands left out or cut down)."""
+        key_filter, kept, here = self.key_filter, [], self.counts_here
+        assert key_filter is not None
+        for db, argv, offset in entries:
+            count = here is None or here(argv)
+            try:
+                run = key_filter.command(
+                    db, argv, self._holds, path=path, offset=offset, count=count
+                )
+            except FilterConflictError:
+                raise
+            except UnsupportedFormatError:
+                run = argv  # not a command moonish implements: refused (or skipped) below
+            if run is not None:
+                kept.append((db, run, offset))
+        return kept
+
+    def _holds(self, db: int, key: bytes) -> bool:
+        """Whether the keyspace of ``key``'s shard holds ``(db, key)``."""
+        writer = self.writers[shard_of_key(key, len(self.writers))]
+        return writer.keyspace.get(db, key) is not None
 
     def _checked_run(
         self,

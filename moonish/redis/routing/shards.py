@@ -17,6 +17,8 @@ from moonish.log.heartbeat import HEARTBEAT_NAME
 from moonish.log.lock import lock_shard
 from moonish.log.segment import index_path, list_segments, segment_path
 from moonish.log.writer import WriterOptions
+from moonish.redis.routing.filterfile import FILTER_NAME, FilterFile
+from moonish.redis.routing.keyfilter import NO_FILTER, FilterSpec
 from moonish.redis.routing.sources import SOURCE_NAME, check_source, remember_source, unknown_source
 from moonish.redis.routing.target import check_descriptors
 from moonish.state.autosnapshot import SnapshotPolicy
@@ -35,12 +37,15 @@ class OpenShards:
             deepest first.
         existed: whether any shard directory existed before.
         data_dir: the data directory.
+        filter: the source filter checked against the data directory's (``None`` until
+            :func:`source_shards` checked it).
     """
 
     writers: list[ShardWriter]
     new_dirs: list[str]
     created: list[str]
     data_dir: str = ""
+    filter: FilterFile | None = None
 
     @property
     def existed(self) -> bool:
@@ -59,6 +64,7 @@ def source_shards(
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
     rebuild: bool = True,
+    key_filter: FilterSpec = NO_FILTER,
 ) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
@@ -68,13 +74,18 @@ def source_shards(
     ``source.json``, unless its shards already hold records (written without positions). If
     the block raises before any record was written to shards this call created, what it
     created is removed again (:func:`undo_create`): a failed import leaves nothing behind.
+    ``key_filter`` is checked against the data directory's ``filter.json`` and stored there
+    when the shards hold no record yet (moonish.redis.routing.filterfile); ``opened.filter``
+    holds it.
 
     Raises:
         SourceMismatchError: another source, or records without a source.
+        FilterMismatchError: another filter than the data directory's.
         InvalidArgumentError, UnavailableError, WriterLockedError: as :func:`open_shards`
             and ``check_descriptors``.
     """
     remembered = check_source(data_dir, kind, location)
+    filtered_before = os.path.exists(os.path.join(data_dir, FILTER_NAME))
     check_descriptors(shards, raise_soft=True)
     opened = open_shards(data_dir, shards, log, stream, clock, snapshots, on_recovery, rebuild)
     try:
@@ -82,10 +93,15 @@ def source_shards(
             if any(writer.next_lsn > 1 for writer in opened.writers):
                 raise unknown_source(data_dir, kind, location)
             remember_source(data_dir, kind, location)
+        fresh = all(writer.next_lsn == 1 for writer in opened.writers)
+        opened.filter = FilterFile(data_dir, key_filter, fresh)
         yield opened
     except BaseException:
         if not opened.existed and not any(map(_holds_records, opened.writers)):
             undo_create(opened, data_dir, remove_source=not remembered)
+            if opened.filter is not None and not filtered_before:
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(data_dir, FILTER_NAME))
         raise
     finally:
         for writer in opened.writers:

@@ -52,17 +52,17 @@ OUTPUT_DIR = OutputDir()
 
 
 class KeyPatternParam(click.ParamType):  # type: ignore[type-arg]
-    """A Redis glob pattern (``SCAN MATCH``'s), checked as moonish.redis.routing.keyfilter
-    reads it; kept as given (text)."""
+    """A Redis glob pattern (``SCAN MATCH``'s), checked as moonish.keypatterns reads it;
+    kept as given (text)."""
 
     name = "pattern"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
-        from moonish.redis.routing.keyfilter import filter_spec
+        from moonish.keypatterns import pattern_bytes
 
         text = str(value)
         try:
-            filter_spec(exclude_keys=[text])
+            pattern_bytes(text)
         except InvalidArgumentError as error:
             self.fail(error.message, param, ctx)
         return text

@@ -9,6 +9,7 @@ from types import FrameType
 import click
 
 from .. import options
+from ..params import KEY_PATTERN
 
 
 def _client_setting(
@@ -21,6 +22,18 @@ def _client_setting(
             raise click.BadParameter(f"expected NAME=VALUE, got {value!r}", ctx, param)
         settings[name.strip()] = setting
     return settings
+
+
+def _route(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> tuple[tuple[str, str], ...]:
+    routes = []
+    for value in values:
+        pattern, sep, topic = value.rpartition("=")  # (a topic holds no "=")
+        if not sep or not pattern or not topic:
+            raise click.BadParameter(f"expected PATTERN=TOPIC, got {value!r}", ctx, param)
+        routes.append((KEY_PATTERN.convert(pattern, param, ctx), topic))
+    return tuple(routes)
 
 
 @click.command("kafka")
@@ -78,6 +91,30 @@ def _client_setting(
     callback=_client_setting,
     help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).",
 )
+@click.option(
+    "--route",
+    multiple=True,
+    metavar="PATTERN=TOPIC",
+    callback=_route,
+    help="Send the changes of keys matching PATTERN (a Redis glob) to TOPIC instead of "
+    "<prefix>.db<N>; repeatable, the first match wins. FLUSHDB/FLUSHALL go to every route's "
+    "topic too.",
+)
+@click.option(
+    "--include-keys",
+    multiple=True,
+    type=KEY_PATTERN,
+    metavar="PATTERN",
+    help="Send only the changes of keys matching one of these Redis glob patterns "
+    "(repeatable); the others are passed over, counted.",
+)
+@click.option(
+    "--exclude-keys",
+    multiple=True,
+    type=KEY_PATTERN,
+    metavar="PATTERN",
+    help="Pass over the changes of keys matching any of these patterns (repeatable).",
+)
 @options.log_format()
 def kafka(
     data_dir: str,
@@ -96,6 +133,9 @@ def kafka(
     replication_factor: int,
     timeout_ms: int,
     client_config: dict[str, str],
+    route: tuple[tuple[str, str], ...],
+    include_keys: tuple[str, ...],
+    exclude_keys: tuple[str, ...],
     log_format: str,
 ) -> None:
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
@@ -114,6 +154,8 @@ def kafka(
     Example:
 
         moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
+
+        moonish cdc kafka data -b localhost:9092 --route 'user:*=app.users' --exclude-keys 'tmp:*'
     """
     from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
@@ -134,6 +176,9 @@ def kafka(
         replication_factor=replication_factor,
         timeout_ms=timeout_ms,
         client_config=client_config,
+        routes=route,
+        include_keys=include_keys,
+        exclude_keys=exclude_keys,
     )
     if not no_consumer:
         options = dataclasses.replace(options, consumer=consumer or options.sink_name)
@@ -143,11 +188,18 @@ def kafka(
     def progress(stats: KafkaStats) -> None:
         where = ", ".join(f"shard {s}: {lsn}" for s, lsn in stats.positions.items())
         text = f"{stats.events} events, {stats.messages} Kafka records; {where}"
+        if stats.filtered:
+            text += f"; {stats.filtered} changes filtered"
         if not log.json:
             click.echo(f"moonish: {text}", err=True)
             return
         positions = {str(shard): lsn for shard, lsn in stats.positions.items()}
-        fields = {"events": stats.events, "messages": stats.messages, "positions": positions}
+        fields = {
+            "events": stats.events,
+            "messages": stats.messages,
+            "filtered": stats.filtered,
+            "positions": positions,
+        }
         log.line("progress", text, fields)
 
     with KafkaSink(data_dir, options, progress=progress) as sink:

@@ -133,6 +133,8 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
             origins: dict[str, str] = {}
             if section.name == "source" and FILTER in data:
                 table, origins = _with_filter(document, table, data[FILTER])
+            if section.name == "kafka" and isinstance(table.get("route"), list):
+                table = {**table, "route": _routes(document, table["route"])}
             parts.append(_part(document, section, table, data_dir, base, origins))
     if FILTER in data and "source" not in data:
         raise document.error(FILTER, f"[{FILTER}] filters the source: add [source]")
@@ -209,6 +211,31 @@ def _with_filter(
             raise document.error(dotted, f"{key} is set in both [source] and [{FILTER}]")
         merged[key] = value
     return merged, {key: FILTER for key in filter_table}
+
+
+def _routes(document: Document, routes: list[object]) -> list[object]:
+    """``[[kafka.route]]`` tables (``match``, ``topic``) as the command's ``PATTERN=TOPIC``
+    values; strings are taken as they are.
+
+    Raises:
+        ConfigError: a table without exactly ``match`` and ``topic`` (strings).
+    """
+    values: list[object] = []
+    for route in routes:
+        if not isinstance(route, MappingABC):
+            values.append(route)
+            continue
+        match, topic = route.get("match"), route.get("topic")
+        if (
+            set(route) != {"match", "topic"}
+            or not isinstance(match, str)
+            or not isinstance(topic, str)
+        ):
+            raise document.error(
+                "kafka.route", "each [[kafka.route]] takes match (a pattern) and topic (strings)"
+            )
+        values.append(f"{match}={topic}")
+    return values
 
 
 def _command(document: Document, section: SectionSpec, table: Mapping[str, object]) -> CommandSpec:

@@ -30,13 +30,13 @@ destination held. ``types`` that keep sorted sets must keep sets (``ZUNIONSTORE`
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
+from moonish.keypatterns import KeyPatterns, pattern_bytes, pattern_text
 from moonish.redis.rdb.values import TYPE_NAMES
 from moonish.state.commands import (
     bits,
@@ -116,8 +116,8 @@ class FilterSpec:
         """The spec as JSON members (patterns as text, bytes that are not UTF-8 escaped as
         ``\\udcXX``)."""
         return {
-            "include_keys": [_text(p) for p in self.include_keys],
-            "exclude_keys": [_text(p) for p in self.exclude_keys],
+            "include_keys": [pattern_text(p) for p in self.include_keys],
+            "exclude_keys": [pattern_text(p) for p in self.exclude_keys],
             "dbs": None if self.dbs is None else list(self.dbs),
             "types": None if self.types is None else list(self.types),
         }
@@ -156,8 +156,8 @@ def filter_spec(
             ``[``, a trailing ``\\``), an empty ``dbs`` or ``types``, a db outside 0..15 or a
             type that is not a Redis type, or ``types`` keeping ``zset`` but not ``set``.
     """
-    include = tuple(sorted({_pattern(p) for p in include_keys}))
-    exclude = tuple(sorted({_pattern(p) for p in exclude_keys}))
+    include = tuple(sorted({pattern_bytes(p) for p in include_keys}))
+    exclude = tuple(sorted({pattern_bytes(p) for p in exclude_keys}))
     kept_dbs = None if dbs is None else tuple(sorted(set(dbs)))
     if kept_dbs is not None and (not kept_dbs or not all(0 <= db <= 15 for db in kept_dbs)):
         raise InvalidArgumentError(f"dbs must name one or more of 0..15, not {list(kept_dbs)}")
@@ -177,63 +177,6 @@ def filter_spec(
     return FilterSpec(include, exclude, kept_dbs, kept_types)
 
 
-def glob_regex(pattern: bytes) -> re.Pattern[bytes]:
-    """``pattern`` (a Redis glob: ``*``, ``?``, ``[abc]``, ``[^a]``, ``[a-z]``, ``\\x``) as a
-    compiled regular expression for ``fullmatch``, following ``stringmatchlen`` (Redis
-    ``util.c``).
-
-    Raises:
-        InvalidArgumentError: an unclosed ``[`` or a trailing ``\\``.
-    """
-    out: list[bytes] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i : i + 1]
-        if c == b"*":
-            out.append(b".*")
-        elif c == b"?":
-            out.append(b".")
-        elif c == b"\\":
-            if i + 1 >= n:
-                raise _bad_pattern(pattern, "ends with a lone backslash")
-            i += 1
-            out.append(re.escape(pattern[i : i + 1]))
-        elif c == b"[":
-            i, part = _bracket(pattern, i + 1)
-            out.append(part)
-        else:
-            out.append(re.escape(c))
-        i += 1
-    return re.compile(b"".join(out), re.DOTALL)
-
-
-def _bracket(pattern: bytes, i: int) -> tuple[int, bytes]:
-    """The class starting after ``[`` at ``i``: (index of its ``]``, regex class)."""
-    n = len(pattern)
-    negate = i < n and pattern[i : i + 1] == b"^"
-    i += negate
-    members: list[bytes] = []
-    while True:
-        if i >= n:
-            raise _bad_pattern(pattern, "has an unclosed [")
-        c = pattern[i : i + 1]
-        if c == b"]":
-            break
-        if c == b"\\" and i + 1 < n:
-            i += 1
-            members.append(re.escape(pattern[i : i + 1]))
-        elif i + 2 < n and pattern[i + 1 : i + 2] == b"-" and pattern[i + 2 : i + 3] != b"]":
-            low, high = sorted((pattern[i], pattern[i + 2]))
-            members.append(b"\\x%02x-\\x%02x" % (low, high))
-            i += 2
-        else:
-            members.append(re.escape(c))
-        i += 1
-    if not members:  # Redis: "[]" matches nothing, "[^]" any one byte
-        return i, b"." if negate else b"(?!)"
-    return i, b"[" + (b"^" if negate else b"") + b"".join(members) + b"]"
-
-
 class KeyFilter:
     """A :class:`FilterSpec` compiled, with the counts of what it left out.
 
@@ -246,8 +189,9 @@ class KeyFilter:
 
     def __init__(self, spec: FilterSpec) -> None:
         self.spec = spec
-        self._include = [glob_regex(p) for p in spec.include_keys]
-        self._exclude = [(glob_regex(p), _text(p)) for p in spec.exclude_keys]
+        self._include = KeyPatterns(spec.include_keys)
+        self._exclude = KeyPatterns(spec.exclude_keys)
+        self._rules = ["exclude_keys:" + pattern_text(p) for p in spec.exclude_keys]
         self._by_keys = bool(self._include or self._exclude)
         self._dbs = None if spec.dbs is None else frozenset(spec.dbs)
         self._types = None if spec.types is None else frozenset(spec.types)
@@ -258,12 +202,10 @@ class KeyFilter:
         """The rule that leaves ``key`` out by its name, or ``None`` when it is kept."""
         if not self._by_keys:
             return None
-        if self._include and not any(regex.fullmatch(key) for regex in self._include):
+        if self._include and not self._include.any(key):
             return INCLUDE_RULE
-        for regex, text in self._exclude:
-            if regex.fullmatch(key):
-                return "exclude_keys:" + text
-        return None
+        index = self._exclude.first(key)
+        return None if index is None else self._rules[index]
 
     def entries(
         self, entries: Iterable[tuple[int, bytes, Entry]]
@@ -502,20 +444,6 @@ def _conflict(
         path=path or None,
         offset=offset,
     )
-
-
-def _pattern(pattern: str | bytes) -> bytes:
-    raw = pattern if isinstance(pattern, bytes) else pattern.encode("utf-8", "surrogateescape")
-    glob_regex(raw)
-    return raw
-
-
-def _text(pattern: bytes) -> str:
-    return pattern.decode("utf-8", "surrogateescape")
-
-
-def _bad_pattern(pattern: bytes, why: str) -> InvalidArgumentError:
-    return InvalidArgumentError(f"key pattern {_text(pattern)!r} {why}")
 
 
 def filtered_counts(key_filter: KeyFilter) -> Counter[str]:

@@ -1,11 +1,13 @@
 """The Kafka sink's topics and records: which topic, partition, key, value and headers each
 change event becomes (docs/kafka.md, "Topics, keys, partitions").
 
-- ``c``/``u``/``d``/``r``: topic ``<prefix>.db<N>`` (N: the row's Redis database), key
-  ``{"db", "key", "key_encoding"}``, value the envelope; after a ``d``, a tombstone (same key,
-  null value) unless tombstones are off.
-- ``t`` (``FLUSHDB``/``FLUSHALL`` of a plain kv record): the database's topic, null key, as
-  Debezium's truncate events (``FLUSHALL``: ``source.db`` is null and the topic is ``db0``'s).
+- ``c``/``u``/``d``/``r``: topic ``<prefix>.db<N>`` (N: the row's Redis database), or the
+  topic of the first route whose pattern the key matches; key ``{"db", "key",
+  "key_encoding"}``, value the envelope; after a ``d``, a tombstone (same key, null value)
+  unless tombstones are off. A key the sink's own filter leaves out sends nothing.
+- ``t`` (``FLUSHDB``/``FLUSHALL`` of a plain kv record): the database's topic and every
+  route's, null key, as Debezium's truncate events (``FLUSHALL``: ``source.db`` is null and
+  the topic is ``db0``'s).
 - ``BEGIN``/``END``: ``<prefix>.transaction``, key ``{"id": <transaction id>}``.
 - ``m`` (any non-data record, by the envelope's op, whatever its record type): ``<prefix>.message``
   (or left out), key ``{"prefix": <message.prefix>}``.
@@ -26,6 +28,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from moonish.cdc.events import EventBatch
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
+from moonish.keypatterns import KeyPatterns
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
 from moonish.log.payloads import change_key
@@ -64,6 +67,7 @@ class Topics:
         self.transaction = f"{prefix}.transaction"
         self.message = f"{prefix}.message"
         self._data: dict[int, str] = {}
+        self._made: set[str] = set()
 
     def _metadata(self) -> dict[str, int]:
         """Every topic of the cluster and its partition count."""
@@ -95,6 +99,13 @@ class Topics:
             topic = f"{self.prefix}.db{db}"
             self.ensure(topic, self.shards)
             self._data[db] = topic
+        return topic
+
+    def routed(self, topic: str) -> str:
+        """A route's topic, made if missing (one partition per shard)."""
+        if topic not in self._made:
+            self.ensure(topic, self.shards)
+            self._made.add(topic)
         return topic
 
     def ensure(self, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
@@ -132,12 +143,47 @@ def _header(value: int) -> bytes:
 
 
 class RecordMaker:
-    """Turns a shard's events into Kafka records (see the module docstring)."""
+    """Turns a shard's events into Kafka records (see the module docstring).
 
-    def __init__(self, topics: Topics, schemas: bool, tombstones: bool, messages: bool) -> None:
+    Args:
+        routes: ``(pattern, topic)`` pairs, the first match wins.
+        include_keys, exclude_keys: the sink's own filter (Redis glob patterns).
+
+    Attributes:
+        filtered: changes the sink's filter passed over.
+    """
+
+    def __init__(
+        self,
+        topics: Topics,
+        schemas: bool,
+        tombstones: bool,
+        messages: bool,
+        routes: tuple[tuple[str, str], ...] = (),
+        include_keys: tuple[str, ...] = (),
+        exclude_keys: tuple[str, ...] = (),
+    ) -> None:
         self.topics = topics
         self.form = SchemaForm() if schemas else None
         self.tombstones, self.messages = tombstones, messages
+        self._routes = KeyPatterns(pattern for pattern, _ in routes)
+        self._route_topics = [topic for _, topic in routes]
+        self._include, self._exclude = KeyPatterns(include_keys), KeyPatterns(exclude_keys)
+        self._filters = bool(self._include or self._exclude)
+        self.filtered = 0
+
+    def _topic(self, db: int, key: bytes) -> str | None:
+        """The topic of a change of ``(db, key)``, ``None`` when the sink's filter leaves
+        the key out."""
+        if self._filters and (
+            (self._include and not self._include.any(key)) or self._exclude.any(key)
+        ):
+            return None
+        if self._routes:
+            index = self._routes.first(key)
+            if index is not None:
+                return self.topics.routed(self._route_topics[index])
+        return self.topics.data(db)
 
     def produce(self, producer: Producer, shard: int, batch: EventBatch, delivered: Any) -> int:
         """Produce ``batch`` (of shard ``shard``, to partition ``shard``); returns how many
@@ -150,6 +196,7 @@ class RecordMaker:
         form, tombstones, topics = self.form, self.tombstones, self.topics
         shard_header: tuple[str, str | bytes | None] = ("moonish.shard", _header(shard))
         data, send = topics.data, _sender(producer, shard, delivered)
+        plain = not (self._routes or self._filters)
         count = 0
         change = RecordType.KV_CHANGE
         for frame, op, envelope in zip(batch.frames, batch.ops, batch.envelopes, strict=True):
@@ -160,7 +207,14 @@ class RecordMaker:
                     db, raw_key = change_key(frame.payload)  # the reader checked it
                 else:
                     db, raw_key = _image_key(envelope)
-                topic = data(db)
+                if plain:
+                    topic = data(db)
+                else:
+                    routed = self._topic(db, raw_key)
+                    if routed is None:
+                        self.filtered += 1
+                        continue
+                    topic = routed
                 key = key_payload(db, raw_key)
                 value: bytes | None = envelope
                 if form is not None:
@@ -178,10 +232,12 @@ class RecordMaker:
                 continue  # messages are off
             elif op == "t":
                 source = orjson.loads(envelope)["source"]
-                topic = data(source["db"] if source.get("db") is not None else 0)
-                value = envelope if form is None else form.change_value(topic, envelope)
-                send(topic, value, None, headers, ts_ms)
-                count += 1
+                first = data(source["db"] if source.get("db") is not None else 0)
+                others = [topics.routed(topic) for topic in dict.fromkeys(self._route_topics)]
+                for topic in [first, *others]:  # every topic that holds keys it removed
+                    value = envelope if form is None else form.change_value(topic, envelope)
+                    send(topic, value, None, headers, ts_ms)
+                    count += 1
             else:
                 raise _unknown_op(op, frame)
         return count

@@ -144,7 +144,13 @@ class KafkaSink:
             self._config, prefix, len(self._paths), options.replication_factor, options.timeout_ms
         )
         self._records = RecordMaker(
-            self.topics, options.schemas, options.tombstones, options.messages
+            self.topics,
+            options.schemas,
+            options.tombstones,
+            options.messages,
+            options.routes,
+            options.include_keys,
+            options.exclude_keys,
         )
 
     # -- start -----------------------------------------------------------------------------
@@ -343,6 +349,7 @@ class KafkaSink:
             self._advance(shard)
         self.stats.events += sum(len(batch) for batch in batches)
         self.stats.messages += count
+        self.stats.filtered = self._records.filtered
         self._ack()
         self._report()
 

@@ -8,12 +8,8 @@ from __future__ import annotations
 import pytest
 
 from moonish.errors import InvalidArgumentError
-from moonish.redis.routing.keyfilter import (
-    FilterConflictError,
-    KeyFilter,
-    filter_spec,
-    glob_regex,
-)
+from moonish.keypatterns import glob_regex
+from moonish.redis.routing.keyfilter import FilterConflictError, KeyFilter, filter_spec
 
 TMP = KeyFilter(filter_spec(exclude_keys=["tmp:*"]))
 

@@ -40,7 +40,7 @@ def source_kind(source: str) -> str:
 
 @click.command("materialize")
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
-@click.argument("table")
+@click.argument("table_dir", metavar="TABLE", type=click.Path(file_okay=False))
 @click.option(
     "--format",
     "table_format",
@@ -99,7 +99,7 @@ def source_kind(source: str) -> str:
 @options.log_format()
 def materialize(
     source: str,
-    table: str,
+    table_dir: str,
     checkpoint_dir: str,
     max_records_per_trigger: int | None,
     max_files_per_trigger: int | None,
@@ -156,7 +156,7 @@ def materialize(
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     assert table_format == "delta"
     kind = source_kind(source)
-    uri, storage_options = table_uri(table), parse_options(storage_option)
+    uri, storage_options = table_uri(table_dir), parse_options(storage_option)
     open_table(uri, storage_options)  # the format, the bucket, the endpoint: before Spark starts
     if kind == "wal" and not no_consumer and consumer is None:
         consumer = sink_name("spark", uri.rstrip("/").rpartition("/")[2] or uri)
@@ -182,7 +182,7 @@ def materialize(
         run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
     delta_table = require_table(uri, storage_options)
     version, keys = delta_table.version(), delta_table.count()
-    click.echo(f"table {table}: Delta version {version}, {keys} live keys ({kind} source)")
+    click.echo(f"table {table_dir}: Delta version {version}, {keys} live keys ({kind} source)")
 
 
 def _acknowledger(source: str, consumer: str | None) -> Any:

@@ -359,3 +359,18 @@ def spark_master(command: F) -> F:
         "--master", default="local[*]", show_default=True, help="Spark master URL."
     )
     return option(command)
+
+
+def storage_option(command: F) -> F:
+    """``--storage-option KEY=VALUE`` (repeatable): delta-rs's storage options of an s3://
+    table, passed as ``storage_options`` (a tuple of texts; moonish.spark.storage)."""
+    option = click.option(
+        "--storage-option",
+        "storage_option",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="For an s3:// table: an object store setting (AWS_REGION, AWS_ENDPOINT_URL, "
+        "AWS_ALLOW_HTTP, ...), over the AWS environment variables; repeatable "
+        "(docs/spark.md, Object storage).",
+    )
+    return option(command)

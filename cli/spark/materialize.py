@@ -40,7 +40,7 @@ def source_kind(source: str) -> str:
 
 @click.command("materialize")
 @click.argument("source", type=click.Path(exists=True, file_okay=False))
-@click.argument("table_dir", type=click.Path(file_okay=False))
+@click.argument("table_dir", metavar="TABLE", type=click.Path(file_okay=False))
 @click.option(
     "--format",
     "table_format",
@@ -89,9 +89,10 @@ def source_kind(source: str) -> str:
     show_default=True,
     help="Compact the table's small files every N micro-batches (0: never).",
 )
+@options.storage_option
 @options.spark_master
 @options.consumer(
-    help="WAL source: register the query as this named consumer (default: spark-<TABLE_DIR's "
+    help="WAL source: register the query as this named consumer (default: spark-<TABLE's "
     "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied."
 )
 @options.no_consumer
@@ -107,36 +108,46 @@ def materialize(
     table_format: str,
     buckets: int,
     optimize_every: int,
+    storage_option: tuple[str, ...],
     master: str,
     consumer: str | None,
     no_consumer: bool,
     log_format: str,
 ) -> None:
-    """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
+    """Keep TABLE at the latest state of every key of SOURCE, exactly once.
 
     SOURCE is a data directory (read through the moonish Spark data source) or an export
     directory written by `moonish cdc export` (read through Spark's file source). Without
     --follow, applies what is there now (trigger availableNow); with --follow, keeps applying
     new changes. Reading a data directory, the query is a named consumer of it
-    (spark-<TABLE_DIR's name> unless --consumer or --no-consumer), acknowledged as each
+    (spark-<TABLE's name> unless --consumer or --no-consumer), acknowledged as each
     micro-batch commits, so retention never removes what the table has not applied. Each
     micro-batch prints a progress line to stderr (batch id, rows, duration in ms, LSNs per
     shard or file-source offsets; --log-format json: a JSON line with batch_id, rows,
     duration_ms and lsn_ranges or offsets). Ctrl-C or SIGTERM stops the query cleanly
     after the running micro-batch (exit 0; a second one stops at once, and the micro-batch
     cut short is applied by the next run). At the end, prints the table's Delta version and
-    live keys. TABLE_DIR is a Delta Lake table (one MERGE per micro-batch, its commit carrying
+    live keys. TABLE is a Delta Lake table (one MERGE per micro-batch, its commit carrying
     the query id and batch id, so a replayed batch is skipped; Change Data Feed on), which
     delta-spark, DuckDB, polars and pandas read (docs/spark.md). A directory holding a table
     of moonish's earlier own format (_moonish_table.json) is refused (exit 5).
 
-    Example:
+    TABLE is a local directory or s3://BUCKET/PATH: credentials and endpoint from the AWS
+    environment variables (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    AWS_ENDPOINT_URL, AWS_ALLOW_HTTP) or --storage-option; commits use S3 conditional writes
+    (AWS_S3_ALLOW_UNSAFE_RENAME is refused). The bucket must exist (exit 2 otherwise; exit 6
+    when the endpoint cannot be reached). The checkpoint stays a local directory.
+
+    Examples:
 
         moonish spark materialize data table --checkpoint table-checkpoint --follow
+
+        moonish spark materialize data s3://lake/redis --checkpoint redis-checkpoint
     """
     import moonish.spark
-    from moonish.spark.delta import refuse_old_format, require_table
+    from moonish.spark.delta import open_table, require_table
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
+    from moonish.spark.storage import parse_options, table_uri
 
     from ..logs import StderrLog
     from ..params import sink_name
@@ -145,9 +156,10 @@ def materialize(
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     assert table_format == "delta"
     kind = source_kind(source)
-    refuse_old_format(table_dir)  # before Spark starts
+    uri, storage_options = table_uri(table_dir), parse_options(storage_option)
+    open_table(uri, storage_options)  # the format, the bucket, the endpoint: before Spark starts
     if kind == "wal" and not no_consumer and consumer is None:
-        consumer = sink_name("spark", table_dir)
+        consumer = sink_name("spark", uri.rstrip("/").rpartition("/")[2] or uri)
     spark = moonish.spark.session(master)
     gate, request = BatchGate(), StopRequest()
     with stop_on_signals(request):  # after the session: it replaces PySpark's SIGINT handler
@@ -156,19 +168,20 @@ def materialize(
         )
         query = moonish.spark.materialize(
             changes,
-            os.path.abspath(table_dir),
+            uri,
             os.path.abspath(checkpoint_dir),
             available_now=not follow,
             processing_time_ms=interval_ms,
             gate=gate,
             buckets=buckets,
             optimize_every=optimize_every,
+            storage_options=storage_options,
         )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
         report = _reporter(StderrLog("spark", log_format=log_format))
         run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
-    table = require_table(os.path.abspath(table_dir))
-    version, keys = table.version(), table.count()
+    delta_table = require_table(uri, storage_options)
+    version, keys = delta_table.version(), delta_table.count()
     click.echo(f"table {table_dir}: Delta version {version}, {keys} live keys ({kind} source)")
 
 

@@ -17,12 +17,16 @@ the MERGE keeps the newer change per key, so applying a change twice changes not
 Delta log lists, read on the executors; it takes the caller's session and starts none);
 ``moonish spark show`` reads it without Spark (``moonish.spark.delta.first_rows``);
 delta-spark, DuckDB, polars and pandas read it as a Delta table (docs/spark.md).
+
+The table may be an ``s3://bucket/path`` URI, with ``storage_options`` and the AWS environment
+variables (``moonish.spark.storage``); Spark's checkpoint directory stays a local (or shared)
+directory, and the table is written by the driver alone, with delta-rs.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import orjson
 from pyspark.sql import DataFrame, SparkSession, Window
@@ -32,6 +36,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from moonish.errors import InvalidArgumentError
 from moonish.spark import delta
 from moonish.spark.progress import BatchGate
+from moonish.spark.storage import is_object_store, table_uri
 from moonish.spark.tablerows import merge_rows
 
 DATA_OPS = ("c", "u", "d", "r")
@@ -62,21 +67,28 @@ def latest_changes(changes: DataFrame) -> DataFrame:
     )
 
 
-def apply_batch(table: str, changes: DataFrame, app_id: str, batch_id: int) -> delta.BatchResult:
+def apply_batch(
+    table: str,
+    changes: DataFrame,
+    app_id: str,
+    batch_id: int,
+    storage_options: Mapping[str, str] | None = None,
+) -> delta.BatchResult:
     """Apply one micro-batch of flat change rows to the Delta table ``table`` (which must
     exist) as batch ``batch_id`` of ``app_id``; a batch committed before is skipped.
 
     Raises:
-        InvalidArgumentError: no table at ``table``.
-        UnsupportedFormatError: ``table`` is not a moonish Delta table
+        InvalidArgumentError: no table at ``table``; or its storage is refused
             (``moonish.spark.delta.open_table``).
+        UnsupportedFormatError: ``table`` is not a moonish Delta table.
+        UnavailableError: the object store cannot be reached.
     """
-    existing = delta.require_table(table)
+    existing = delta.require_table(table, storage_options)
     done = delta.committed_batch(existing, app_id)
     if done is not None and done >= batch_id:  # skip before Spark computes anything
         return delta.BatchResult(False, existing.version(), {})
     rows = merge_rows(latest_changes(changes).toArrow(), delta.table_buckets(existing))
-    return delta.merge_batch(table, rows, app_id, batch_id)
+    return delta.merge_batch(table, rows, app_id, batch_id, storage_options)
 
 
 def query_id(checkpoint_dir: str) -> str:
@@ -96,15 +108,29 @@ def query_id(checkpoint_dir: str) -> str:
         ) from error
 
 
-def read_table(spark: SparkSession, table: str) -> DataFrame:
+def read_table(
+    spark: SparkSession, table: str, storage_options: Mapping[str, str] | None = None
+) -> DataFrame:
     """The table's current version: one row per live key (:data:`TABLE_COLUMNS`).
 
+    A local table's Parquet files are read by Spark, on the executors. An ``s3://`` table's
+    rows are read by delta-rs on the driver and handed to Spark (Spark has no S3 file system
+    without the hadoop-aws jars), so the driver holds the whole version in memory.
+
     Raises:
-        InvalidArgumentError: no Delta table at ``table`` (not a table, or nothing applied).
+        InvalidArgumentError: no Delta table at ``table`` (not a table, or nothing applied);
+            a missing bucket, refused credentials or storage options.
         UnsupportedFormatError: a table of moonish's earlier own format, a Delta table moonish
             did not make, or one whose protocol needs more than reader version 1.
+        UnavailableError: the object store cannot be reached.
     """
-    files = delta.readable_files(delta.require_table(table))
+    existing = delta.require_table(table, storage_options)
+    if is_object_store(table):
+        rows = delta.current_rows(existing)
+        if rows.num_rows == 0:
+            return spark.createDataFrame([], TABLE_COLUMNS)
+        return spark.createDataFrame(rows, TABLE_COLUMNS)
+    files = delta.readable_files(existing)
     if not files:
         return spark.createDataFrame([], TABLE_COLUMNS)
     return spark.read.schema(TABLE_COLUMNS).parquet(*files)
@@ -121,15 +147,17 @@ def materialize(
     buckets: int = delta.DEFAULT_BUCKETS,
     optimize_every: int = DEFAULT_OPTIMIZE_EVERY,
     on_applied: Callable[[int, delta.BatchResult], None] | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> StreamingQuery:
     """Start a streaming query that keeps the Delta table ``table`` at the latest state per key.
 
     Args:
         changes: a streaming DataFrame of flat change rows (the ``moonish`` data source or
             :func:`moonish.spark.files.read_envelope_files`).
-        table: the Delta table's directory (created with ``buckets`` buckets if missing).
+        table: the Delta table: a local directory or an ``s3://bucket/path`` URI (created
+            with ``buckets`` buckets if missing; an S3 bucket must exist).
         checkpoint_dir: Spark's checkpoint of this query (offsets, commits, the query id
-            that identifies its commits to the table).
+            that identifies its commits to the table), a local or shared directory.
         available_now: process what is there now, then stop (``trigger(availableNow=True)``);
             otherwise run micro-batches every ``processing_time_ms`` until stopped.
         gate: run each micro-batch inside it, so that a stop can wait for the running one
@@ -139,27 +167,35 @@ def materialize(
         optimize_every: compact the table's small files after every this many applied
             micro-batches (by batch id); 0: never.
         on_applied: called with each micro-batch's id and what :func:`apply_batch` did.
+        storage_options: for an ``s3://`` table, delta-rs's storage options (``AWS_REGION``,
+            ``AWS_ENDPOINT_URL``, ...), over the AWS environment variables
+            (``moonish.spark.storage``).
 
     Returns:
         the started query; ``awaitTermination()`` waits for it.
 
     Raises:
-        InvalidArgumentError: ``buckets`` below 1, or ``optimize_every`` below 0.
+        InvalidArgumentError: ``buckets`` below 1, or ``optimize_every`` below 0; a URI of
+            another scheme than ``s3://``, storage options refused
+            (``moonish.spark.storage.table_options``), a missing bucket, refused credentials.
         UnsupportedFormatError: ``table`` holds a table of moonish's earlier own format, or a
             Delta table moonish did not make.
+        UnavailableError: the object store cannot be reached.
     """
     if optimize_every < 0:
         raise InvalidArgumentError(f"optimize_every must be 0 or more, not {optimize_every}")
-    os.makedirs(table, exist_ok=True)
-    delta.create_table(table, buckets)
+    table = table_uri(table)
+    if not is_object_store(table):
+        os.makedirs(table, exist_ok=True)
+    delta.create_table(table, buckets, storage_options)
     app_ids: list[str] = []
 
     def apply(batch: DataFrame, batch_id: int) -> None:
         if not app_ids:
             app_ids.append(query_id(checkpoint_dir))
-        result = apply_batch(table, batch, app_ids[0], batch_id)
+        result = apply_batch(table, batch, app_ids[0], batch_id, storage_options)
         if result.applied and optimize_every and (batch_id + 1) % optimize_every == 0:
-            delta.compact(table)
+            delta.compact(table, storage_options)
         if on_applied is not None:
             on_applied(batch_id, result)
 

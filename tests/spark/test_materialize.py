@@ -22,7 +22,7 @@ from moonish.redis.aof.importer import import_aof
 from moonish.sinks.export import Exporter, ExportOptions
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import untext
-from tests.support.delta import txn_versions
+from tests.support.delta import txn_versions, uncommit
 from tests.support.servers.spark import (
     AOF,
     FULL_IMAGES,
@@ -97,12 +97,6 @@ def test_a_restarted_query_and_a_replayed_batch_apply_each_batch_once(
     assert table_keyspace(spark, table) == expected
     compactions = [h for h in DeltaTable(str(table)).history() if h["operation"] == "OPTIMIZE"]
     assert len(compactions) == (last + 1) // 3  # --optimize-every 3
-
-
-def uncommit(checkpoint: Path, batch_id: int) -> None:
-    """Undo Spark's commit of ``batch_id`` (as if it crashed after the sink, before it)."""
-    os.remove(checkpoint / "commits" / str(batch_id))
-    os.remove(checkpoint / "commits" / f".{batch_id}.crc")
 
 
 KEYS = [b"\xff\xfe\x00bin", "übergröße:ключ".encode(), b'{"_b64":"AAE="}', b"\x00\x01"]

@@ -4,6 +4,7 @@ the rows a MERGE takes, built from latest-change rows as Spark's ``latest_change
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ def txn_versions(table: Path, app_id: str) -> list[int]:
             if "txn" in action and action["txn"]["appId"] == app_id:
                 versions.append(action["txn"]["version"])
     return versions
+
+
+def uncommit(checkpoint: Path, batch_id: int) -> None:
+    """Undo Spark's commit of ``batch_id`` in a streaming checkpoint (as if Spark crashed
+    after the sink committed the batch to the table, before Spark did): the next run replays
+    the batch with the same id and offsets."""
+    os.remove(checkpoint / "commits" / str(batch_id))
+    os.remove(checkpoint / "commits" / f".{batch_id}.crc")
 
 
 def table_rows(*changes: dict[str, Any], buckets: int) -> Any:

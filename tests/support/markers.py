@@ -8,6 +8,7 @@ from __future__ import annotations
 MARKERS = {
     "redis": "starts or needs a redis-server (Debian's 7.0, or Redis 7.4 from .venv/redis-7.4)",
     "kafka": "starts or needs a Kafka-protocol broker (Tansu or noida-db, from the dev set)",
+    "s3": "starts an S3-compatible server (moto in server mode, moto[server] from the dev set)",
     "spark": "needs PySpark, which needs Java 17 or later",
     "java": "needs a JVM otherwise (Debezium's Kafka Connect classes through JPype)",
     "browser": "drives a headless chromium",

@@ -45,11 +45,14 @@ def mixed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def table_keyspace(spark: Any, table_dir: Path) -> dict[tuple[int, bytes], Any]:
+def table_keyspace(
+    spark: Any, table_dir: Path | str, storage_options: dict[str, str] | None = None
+) -> dict[tuple[int, bytes], Any]:
     """Each live key's value as :func:`comparable` gives it, or, where the image left the
-    value out (above max_value_bytes), its (type, length, expire_at_ms) as :func:`shape`."""
+    value out (above max_value_bytes), its (type, length, expire_at_ms) as :func:`shape`
+    (``table_dir``: a directory or an ``s3://`` URI with its ``storage_options``)."""
     keyspace = {}
-    for row in moonish.spark.read_table(spark, str(table_dir)).collect():
+    for row in moonish.spark.read_table(spark, str(table_dir), storage_options).collect():
         key = bytes(row.key)
         text = key.decode("utf-8", "replace")
         assert row.key_text == (text if text.encode() == key else None)
@@ -73,7 +76,7 @@ def like_table(redis: dict[tuple[int, bytes], Any], table: dict[tuple[int, bytes
     }
 
 
-def run(spark: Any, changes: Any, table: Path, checkpoint: Path, **options: Any) -> None:
+def run(spark: Any, changes: Any, table: Path | str, checkpoint: Path, **options: Any) -> None:
     """Materialize ``changes`` into ``table`` until the query ends (``options``: of
     :func:`moonish.spark.materialize`)."""
     moonish.spark.materialize(changes, str(table), str(checkpoint), **options).awaitTermination()

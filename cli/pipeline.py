@@ -69,7 +69,8 @@ _ARGUMENTS = {
     "url": "The Redis master, redis[s]://[[user]:password@]host[:port] (the command's REDIS_URL).",
     "aof": "The AOF's directory, with its manifest (the command's APPENDONLYDIR).",
     "rdb": "The RDB file (the command's RDB_FILE).",
-    "table_dir": "The table's directory (the command's TABLE; a local directory here).",
+    "table_dir": "The table: a directory (relative to the file's) or s3://BUCKET/PATH (the "
+    "command's TABLE).",
 }
 
 _SUMMARIES = {

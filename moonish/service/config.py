@@ -2,12 +2,14 @@
 its command, into a :class:`Pipeline` of parts with the command lines they run.
 
 Paths (the ``data_dir``, and every option or argument that is a path) are relative to the
-file's directory, so a pipeline runs the same from any working directory.
+file's directory, so a pipeline runs the same from any working directory; a URI
+(``s3://bucket/table``) is taken as it is.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from collections.abc import Mapping as MappingABC
 from dataclasses import dataclass
@@ -26,6 +28,9 @@ from .schema import (
     OptionSpec,
     SectionSpec,
 )
+
+_URI = re.compile(r"[a-z][a-z0-9+.-]*://")
+"""A path given as a URI (a table on object storage), taken as it is."""
 
 _TYPE_NAMES = {
     "bool": "true or false",
@@ -133,8 +138,9 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
             origins: dict[str, str] = {}
             if section.name == "source" and FILTER in data:
                 table, origins = _with_filter(document, table, data[FILTER])
-            if section.name == "kafka" and isinstance(table.get("route"), list):
-                table = {**table, "route": _routes(document, table["route"])}
+            routes = table.get("route")
+            if section.name == "kafka" and isinstance(routes, list):
+                table = {**table, "route": _routes(document, routes)}
             parts.append(_part(document, section, table, data_dir, base, origins))
     if FILTER in data and "source" not in data:
         raise document.error(FILTER, f"[{FILTER}] filters the source: add [source]")
@@ -300,6 +306,8 @@ def _one(
         raise document.error(key, f"{key} must be {expected}, not {type(value).__name__}")
     if kind == "path":
         assert isinstance(value, str)
+        if _URI.match(value):  # an object store's (s3://bucket/path), not a file's
+            return value
         return os.path.normpath(os.path.join(base, value))
     return value
 

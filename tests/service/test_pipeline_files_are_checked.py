@@ -307,3 +307,26 @@ def test_spark_materializes_the_data_directory_with_follow(tmp_path: Path) -> No
         "needs checkpoint"
         in refused(tmp_path, 'data_dir = "d"\n[spark]\ntable_dir = "t"\n').message
     )
+
+
+def test_a_table_on_object_storage_is_taken_as_it_is(tmp_path: Path) -> None:
+    text = (
+        'data_dir = "data"\n[spark]\ntable_dir = "s3://lake/redis"\ncheckpoint = "ckpt"\n'
+        'storage_option = ["AWS_REGION=eu-west-1"]\n'
+    )
+    (spark,) = load(tmp_path, text).parts
+    assert "s3://lake/redis" in spark.argv and str(tmp_path / "ckpt") in spark.argv
+
+
+def test_kafka_routes_are_tables_of_match_and_topic(tmp_path: Path) -> None:
+    text = (
+        'data_dir = "d"\n[kafka]\nbootstrap_servers = "b"\nexclude_keys = ["tmp:*"]\n'
+        '[[kafka.route]]\nmatch = "user:*"\ntopic = "app.users"\n'
+        '[[kafka.route]]\nmatch = "a=b*"\ntopic = "app.ab"\n'
+    )
+    (kafka,) = load(tmp_path, text).parts
+    argv = list(kafka.argv)
+    assert argv[argv.index("--route") + 1] == "user:*=app.users"
+    assert "a=b*=app.ab" in argv and argv[argv.index("--exclude-keys") + 1] == "tmp:*"
+    bad = text.replace('topic = "app.ab"', 'topics = "app.ab"')
+    assert "each [[kafka.route]] takes match" in refused(tmp_path, bad).message

@@ -79,6 +79,7 @@ def _client_setting(
     help="A librdkafka setting NAME=VALUE (security.protocol, sasl.*...).",
 )
 @options.log_format()
+@options.metrics_endpoint
 def kafka(
     data_dir: str,
     bootstrap_servers: str,
@@ -97,6 +98,8 @@ def kafka(
     timeout_ms: int,
     client_config: dict[str, str],
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
     BEGIN/END records on <prefix>.transaction, op m records on <prefix>.message; one
@@ -116,6 +119,7 @@ def kafka(
         moonish cdc kafka data --bootstrap-servers localhost:9092 --follow
     """
     from cli.logs import StderrLog
+    from cli.metrics import endpoint
     from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
     if no_consumer and consumer is not None:
@@ -149,7 +153,13 @@ def kafka(
         fields = {"events": stats.events, "messages": stats.messages, "positions": positions}
         log.line("progress", text, fields)
 
-    with KafkaSink(data_dir, options, progress=progress) as sink:
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with (
+        endpoint(metrics_port, metrics_host, data_dir, announce),
+        KafkaSink(data_dir, options, progress=progress) as sink,
+    ):
 
         def stop(signum: int, frame: FrameType | None) -> None:
             sink.stop()

@@ -96,6 +96,7 @@ def source_kind(source: str) -> str:
 )
 @options.no_consumer
 @options.log_format()
+@options.metrics_endpoint
 def materialize(
     source: str,
     table_dir: str,
@@ -111,6 +112,8 @@ def materialize(
     consumer: str | None,
     no_consumer: bool,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Keep TABLE_DIR at the latest state of every key of SOURCE, exactly once.
 
@@ -136,6 +139,7 @@ def materialize(
     """
     import moonish.spark
     from cli.logs import StderrLog
+    from cli.metrics import endpoint
     from moonish.spark.delta import refuse_old_format, require_table
     from moonish.spark.progress import BatchGate, StopRequest, run_until_stopped, stop_on_signals
 
@@ -150,7 +154,15 @@ def materialize(
         consumer = sink_name("spark", table_dir)
     spark = moonish.spark.session(master)
     gate, request = BatchGate(), StopRequest()
-    with stop_on_signals(request):  # after the session: it replaces PySpark's SIGINT handler
+    log = StderrLog("spark", log_format=log_format)
+
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with (
+        stop_on_signals(request),  # after the session: it replaces PySpark's SIGINT handler
+        endpoint(metrics_port, metrics_host, source, announce),
+    ):
         changes = _changes(
             spark, kind, source, max_records_per_trigger, max_files_per_trigger, consumer
         )
@@ -165,7 +177,7 @@ def materialize(
             optimize_every=optimize_every,
         )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
-        report = _reporter(StderrLog("spark", log_format=log_format))
+        report = _reporter(log)
         run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
     table = require_table(os.path.abspath(table_dir))
     version, keys = table.version(), table.count()

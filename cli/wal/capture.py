@@ -66,6 +66,8 @@ if TYPE_CHECKING:
     "reconnects are still logged).",
 )
 @options.log_format()
+@options.metrics_endpoint
+@options.ready_max_lag_ms
 def capture_command(
     redis_url: str,
     data_dir: str,
@@ -81,6 +83,9 @@ def capture_command(
     processes: int,
     quiet: bool,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    ready_max_lag_ms: int,
     snapshots: SnapshotPolicy,
 ) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
@@ -119,6 +124,7 @@ def capture_command(
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
     """
     from cli.logs import StderrLog
+    from cli.metrics import endpoint
     from cli.wal.rebuilding import rebuild_lines
     from moonish.redis.capture.runner import capture
     from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
@@ -148,24 +154,36 @@ def capture_command(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
     )
-    report = capture(
-        redis_url,
+
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with endpoint(
+        metrics_port,
+        metrics_host,
         data_dir,
-        shards,
-        stop=stop,
-        progress=progress,
-        options=CaptureOptions(
-            sync_interval_ms=sync_interval_ms,
-            replica=replica,
-            settle_gc=True,
-            snapshots=snapshots,
-        ),
-        stream=StreamConfig(parse_view(view), max_value_bytes),
-        segment_bytes=segment_bytes,
-        processes=processes,
-        on_recovery=rebuild_lines(log, quiet),
-        on_event=logged,
-    )
+        announce,
+        source=True,
+        max_lag_ms=ready_max_lag_ms,
+    ):
+        report = capture(
+            redis_url,
+            data_dir,
+            shards,
+            stop=stop,
+            progress=progress,
+            options=CaptureOptions(
+                sync_interval_ms=sync_interval_ms,
+                replica=replica,
+                settle_gc=True,
+                snapshots=snapshots,
+            ),
+            stream=StreamConfig(parse_view(view), max_value_bytes),
+            segment_bytes=segment_bytes,
+            processes=processes,
+            on_recovery=rebuild_lines(log, quiet),
+            on_event=logged,
+        )
     if not quiet:
         if log.tty:
             log.progress(report.line())

@@ -7,7 +7,8 @@ began, by op, and each named consumer's lag (moonish.cdc.lag).
 reads files only, so any process can serve it beside the one writing the log.
 
 Events by op (Debezium's TotalNumberOfCreate/Update/DeleteEventsSeen): each shard is tailed
-from where its log ended at the first scrape, and each new record counted by the op its
+from where its log ended when the collector was made (a shard made since, such as a first
+capture's, from its first record), and each new record counted by the op its
 envelope has (moonish.cdc.events: a kv_change's own ``c``/``u``/``d``/``r``; plain kv records by
 their command; checkpoints, messages and position markers are no events). A scrape reads at
 most :data:`MAX_RECORDS_PER_SCRAPE` records per shard and counts the rest at the next one. If
@@ -41,11 +42,17 @@ _POLL = 4096
 
 
 class _EventCount:
-    """One shard's tail and its counts by op."""
+    """One shard's tail and its counts by op: from ``start`` (an LSN), or from the end."""
 
-    def __init__(self, shard_dir: str) -> None:
+    def __init__(self, shard_dir: str, start: int | None = None) -> None:
         self.reader = ShardReader(shard_dir)
-        self.reader.seek_end()
+        if start is None:
+            self.reader.seek_end()
+        else:
+            try:
+                self.reader.seek(start)
+            except LsnNotRetainedError as error:
+                self.reader.seek(error.oldest_lsn)
         self.ops: dict[str, int] = {}
         self.last_commit_us: int | None = None
 
@@ -98,6 +105,11 @@ class DataDirCollector:
         self.clock, self.consumers = clock, consumers
         self._lock = threading.Lock()
         self._counts: dict[str, _EventCount] = {}
+        try:  # the shards there now are counted from their end
+            for shard_dir in data_shards(self.data_dir):
+                self._counts[shard_dir] = _EventCount(shard_dir)
+        except InvalidArgumentError:
+            pass  # none yet: each is counted from its first record
 
     def describe(self) -> list[Any]:
         """Nothing: the families depend on the directory (not checked at registration)."""
@@ -158,7 +170,7 @@ class DataDirCollector:
             segments.add_metric([shard], len(bases))
             count = self._counts.get(shard_dir)
             if count is None:
-                count = self._counts[shard_dir] = _EventCount(shard_dir)
+                count = self._counts[shard_dir] = _EventCount(shard_dir, start=1)
             count.advance()
             latest = count.reader.next_lsn - 1
             records.add_metric([shard], latest)

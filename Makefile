@@ -54,6 +54,9 @@ $(DEV): $(BUILD) | $(BIN)/python
 	@# The server tests (tests/serve/, tests/cli/) use curl as a client and openssl for a certificate.
 	command -v curl >/dev/null && command -v openssl >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl openssl >/dev/null; }
+	@# The metrics tests (tests/metrics/) check /metrics with promtool (Debian's prometheus).
+	command -v promtool >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	  apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
 	@# The status page test (tests/serve/test_status_page.py) drives a headless chromium over CDP.
 	command -v chromium >/dev/null || { apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

@@ -374,3 +374,42 @@ def storage_option(command: F) -> F:
         "(docs/spark.md, Object storage).",
     )
     return option(command)
+
+
+# The metrics endpoint: wal capture, cdc kafka, serve, spark materialize (cli/metrics.py).
+
+
+def metrics_endpoint(command: F) -> F:
+    """``--metrics-port`` and ``--metrics-host``: serve ``/metrics``, ``/healthz`` and
+    ``/readyz`` (moonish.metrics.http)."""
+    return stack(
+        command,
+        [
+            click.option(
+                "--metrics-port",
+                type=click.IntRange(0, 65535),
+                default=None,
+                help="Serve /metrics (Prometheus text format), /healthz and /readyz on this "
+                "port (0: any free one, logged); docs/operations.md lists the metrics.",
+            ),
+            click.option(
+                "--metrics-host",
+                default="127.0.0.1",
+                show_default=True,
+                help="The address --metrics-port listens on.",
+            ),
+        ],
+    )
+
+
+def ready_max_lag_ms(command: F) -> F:
+    """``--ready-max-lag-ms``: /readyz's bound on seconds behind the source."""
+    option = click.option(
+        "--ready-max-lag-ms",
+        type=click.IntRange(min=0),
+        default=60_000,
+        show_default=True,
+        help="/readyz says unready while the capture is more than this far behind the "
+        "master (moonish_source_behind_seconds), or its link is down.",
+    )
+    return option(command)

@@ -62,8 +62,8 @@ _PARTS: dict[
 }
 
 # options that are no keys of a section: ``moonish run`` gives them to every part (the log
-# format, through MOONISH_LOG_FORMAT)
-_FROM_RUN = ("--log-format",)
+# format, through MOONISH_LOG_FORMAT) or does it itself (the metrics endpoint: [metrics])
+_FROM_RUN = ("--log-format", "--metrics-port", "--metrics-host", "--ready-max-lag-ms")
 
 _ARGUMENTS = {
     "url": "The Redis master, redis[s]://[[user]:password@]host[:port] (the command's REDIS_URL).",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+from collections.abc import Iterator
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import click
 import orjson
@@ -14,6 +19,10 @@ import orjson
 from . import options
 from .logs import FORMAT_VARIABLE, StderrLog
 from .pipeline import launcher, sections
+
+if TYPE_CHECKING:
+    from moonish.service.config import Pipeline
+    from moonish.service.supervisor import Event, Supervisor
 
 
 @click.command("run")
@@ -90,8 +99,10 @@ def run(pipeline_file: str, log_format: str) -> None:
         )
     )
     ready = shards_ready(pipeline.data_dir, pipeline.shards)
+    supervisor = Supervisor(parts, settings, on_event, on_output, ready, env)
     try:
-        Supervisor(parts, settings, on_event, on_output, ready, env).run(stop)
+        with _metrics(pipeline, supervisor, env, logs["supervisor"], lock):
+            supervisor.run(stop)
     except PartFailedError as error:
         if log_format != "json":
             raise  # the command line's error line: moonish: <kind>: part [...] ...
@@ -99,6 +110,66 @@ def run(pipeline_file: str, log_format: str) -> None:
         on_event(Event("error", "supervisor", "exit", str(error), fields))
         raise LoggedExit(error.exit_code) from error
     on_event(Event("info", "supervisor", "exit", "stopped: exit 0", {"exit_code": 0}))
+
+
+@contextlib.contextmanager
+def _metrics(
+    pipeline: Pipeline,
+    supervisor: Supervisor,
+    env: dict[str, str],
+    log: StderrLog,
+    lock: threading.Lock,
+) -> Iterator[None]:
+    """With ``[metrics]``: the parts run in prometheus-client's multiprocess mode (``env``
+    gets ``PROMETHEUS_MULTIPROC_DIR``, a fresh directory removed at the end) and this process
+    serves their metrics, the data directory's and its own (docs/operations.md, "Metrics
+    and health"); a part's exit takes its live gauges out of the sums."""
+    settings = pipeline.metrics
+    if settings is None:
+        yield
+        return
+    from moonish.cdc.metrics import DataDirCollector
+    from moonish.metrics.http import (
+        MULTIPROC_ENV,
+        MetricsServer,
+        forget_process,
+        parts_collector,
+    )
+    from moonish.metrics.readiness import source_check
+    from moonish.service.metrics import SupervisorCollector, parts_check
+
+    directory = tempfile.mkdtemp(prefix="moonish-metrics-")
+    env[MULTIPROC_ENV] = directory
+    reported = supervisor.on_event
+
+    def on_event(event: Event) -> None:
+        if event.event in _EXITS and isinstance(event.fields.get("pid"), int):
+            forget_process(int(event.fields["pid"]), directory)  # type: ignore[call-overload]
+        reported(event)
+
+    supervisor.on_event = on_event
+    collector = DataDirCollector(pipeline.data_dir)
+    parts_only = parts_collector(directory)
+    served = parts_collector(directory, [SupervisorCollector(supervisor), collector])
+    live = any(part.name == "source" and not part.once for part in pipeline.parts)
+    lag_ms = settings["ready_max_lag_ms"]
+    assert isinstance(lag_ms, int)
+    checks = [source_check(parts_only, lag_ms / 1000, expected=live), parts_check(supervisor)]
+    host, port = settings["host"], settings["port"]
+    assert isinstance(host, str) and isinstance(port, int)
+    try:
+        with MetricsServer(host, port, served, checks) as server:
+            with lock:
+                url = server.url
+                log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+            yield
+    finally:
+        collector.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+_EXITS = frozenset({"finished", "failed", "restarting", "stopped"})
+"""The supervisor's events of a part's process that exited (its ``pid`` among the fields)."""
 
 
 def _relay_json(log: StderrLog, stream: str, line: str) -> None:

@@ -15,6 +15,7 @@ from moonish.serve.options import DEFAULT_HOST, DEFAULT_LINGER_MS, DEFAULT_PORT
 from . import options
 from .errors import EXIT_CODES, LoggedExit
 from .logs import LogHandler, StderrLog
+from .metrics import endpoint
 
 _DEFAULTS = Limits()
 _LOGGERS = ("moonish.serve", "aiohttp")  # their records are the errors of a running server
@@ -78,6 +79,7 @@ _LOGGERS = ("moonish.serve", "aiohttp")  # their records are the errors of a run
     "object per line, ts, level, part, event, message: listening with url and data_dir, "
     "stopped, and each error). The first stdout line is the same either way."
 )
+@options.metrics_endpoint
 def serve(
     data_dir: str,
     host: str,
@@ -92,6 +94,8 @@ def serve(
     linger_ms: float,
     messages: bool,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Serve DATA_DIR's changes: CouchDB-style feeds at /v1/changes, WebSocket push with
     credit at /v1/ws, consumers at /v1/consumers, facts at /v1/info (docs/server.md).
@@ -135,21 +139,25 @@ def serve(
             where = {"url": server.url, "data_dir": data_dir}
             log.line("listening", f"listening on {server.url}, serving {data_dir}", where)
 
-    if not log.json:
-        run(data_dir, options, on_ready=ready)
-        return
-    handler = LogHandler(log, "error")
-    for name in _LOGGERS:
-        logging.getLogger(name).addHandler(handler)
-    try:
-        run(data_dir, options, on_ready=ready)
-    except (MoonishError, OSError) as error:
-        kind = error.kind if isinstance(error, MoonishError) else "error"
-        exit_code = EXIT_CODES.get(kind, 1)
-        fields = {"kind": kind, "exit_code": exit_code}
-        log.line("exit", f"{kind}: {error}", fields, level="error")
-        raise LoggedExit(exit_code) from error
-    finally:
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with endpoint(metrics_port, metrics_host, data_dir, announce):
+        if not log.json:
+            run(data_dir, options, on_ready=ready)
+            return
+        handler = LogHandler(log, "error")
         for name in _LOGGERS:
-            logging.getLogger(name).removeHandler(handler)
-    log.line("stopped", "stopped: exit 0", {"exit_code": 0})
+            logging.getLogger(name).addHandler(handler)
+        try:
+            run(data_dir, options, on_ready=ready)
+        except (MoonishError, OSError) as error:
+            kind = error.kind if isinstance(error, MoonishError) else "error"
+            exit_code = EXIT_CODES.get(kind, 1)
+            fields = {"kind": kind, "exit_code": exit_code}
+            log.line("exit", f"{kind}: {error}", fields, level="error")
+            raise LoggedExit(exit_code) from error
+        finally:
+            for name in _LOGGERS:
+                logging.getLogger(name).removeHandler(handler)
+        log.line("stopped", "stopped: exit 0", {"exit_code": 0})

@@ -116,6 +116,7 @@ def _route(
     help="Pass over the changes of keys matching any of these patterns (repeatable).",
 )
 @options.log_format()
+@options.metrics_endpoint
 def kafka(
     data_dir: str,
     bootstrap_servers: str,
@@ -137,6 +138,8 @@ def kafka(
     include_keys: tuple[str, ...],
     exclude_keys: tuple[str, ...],
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Send the changes of DATA_DIR to Kafka: one topic per Redis database (<prefix>.db<N>),
     BEGIN/END records on <prefix>.transaction, op m records on <prefix>.message; one
@@ -160,6 +163,7 @@ def kafka(
     from moonish.sinks.kafka.sink import KafkaOptions, KafkaSink, KafkaStats
 
     from ..logs import StderrLog
+    from ..metrics import endpoint
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
@@ -202,7 +206,13 @@ def kafka(
         }
         log.line("progress", text, fields)
 
-    with KafkaSink(data_dir, options, progress=progress) as sink:
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with (
+        endpoint(metrics_port, metrics_host, data_dir, announce),
+        KafkaSink(data_dir, options, progress=progress) as sink,
+    ):
 
         def stop(signum: int, frame: FrameType | None) -> None:
             sink.stop()

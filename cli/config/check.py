@@ -27,7 +27,13 @@ def check(pipeline_file: str) -> None:
         moonish config check pipeline.toml
     """
     from moonish.service.config import load_pipeline
-    from moonish.service.schema import SUPERVISOR, SUPERVISOR_SETTINGS, TOP
+    from moonish.service.schema import (
+        METRICS,
+        METRICS_SETTINGS,
+        SUPERVISOR,
+        SUPERVISOR_SETTINGS,
+        TOP,
+    )
 
     specs = sections()
     pipeline = load_pipeline(pipeline_file, specs)
@@ -47,6 +53,12 @@ def check(pipeline_file: str) -> None:
         value = pipeline.settings[setting.key]
         note = "  (the default)" if value == setting.default else ""
         out.append(f"{'# ' if note else ''}{setting.key} = {value}{note}")
+    if pipeline.metrics is not None:
+        out += ["", f"[{METRICS}]"]
+        for metric in METRICS_SETTINGS:
+            given = pipeline.metrics[metric.key]
+            note = "  (the default)" if given == metric.default else ""
+            out.append(f"{'# ' if note else ''}{metric.key} = {_toml(given)}{note}")
     click.echo("\n".join(out))
 
 

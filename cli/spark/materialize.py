@@ -97,6 +97,7 @@ def source_kind(source: str) -> str:
 )
 @options.no_consumer
 @options.log_format()
+@options.metrics_endpoint
 def materialize(
     source: str,
     table_dir: str,
@@ -113,6 +114,8 @@ def materialize(
     consumer: str | None,
     no_consumer: bool,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Keep TABLE at the latest state of every key of SOURCE, exactly once.
 
@@ -138,7 +141,7 @@ def materialize(
     (AWS_S3_ALLOW_UNSAFE_RENAME is refused). The bucket must exist (exit 2 otherwise; exit 6
     when the endpoint cannot be reached). The checkpoint stays a local directory.
 
-    Examples:
+    Example:
 
         moonish spark materialize data table --checkpoint table-checkpoint --follow
 
@@ -150,6 +153,7 @@ def materialize(
     from moonish.spark.storage import parse_options, table_uri
 
     from ..logs import StderrLog
+    from ..metrics import endpoint
     from ..params import sink_name
 
     if no_consumer and consumer is not None:
@@ -162,7 +166,15 @@ def materialize(
         consumer = sink_name("spark", uri.rstrip("/").rpartition("/")[2] or uri)
     spark = moonish.spark.session(master)
     gate, request = BatchGate(), StopRequest()
-    with stop_on_signals(request):  # after the session: it replaces PySpark's SIGINT handler
+    log = StderrLog("spark", log_format=log_format)
+
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with (
+        stop_on_signals(request),  # after the session: it replaces PySpark's SIGINT handler
+        endpoint(metrics_port, metrics_host, source, announce),
+    ):
         changes = _changes(
             spark, kind, source, max_records_per_trigger, max_files_per_trigger, consumer
         )
@@ -178,7 +190,7 @@ def materialize(
             storage_options=storage_options,
         )
         acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
-        report = _reporter(StderrLog("spark", log_format=log_format))
+        report = _reporter(log)
         run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
     delta_table = require_table(uri, storage_options)
     version, keys = delta_table.version(), delta_table.count()

@@ -20,7 +20,7 @@ def show(table: str, limit: int, storage_option: tuple[str, ...]) -> None:
     --storage-option (exit 2 for a missing bucket or refused credentials, 6 for an endpoint
     that cannot be reached). The table is read with delta-rs; Spark is not started.
 
-    Examples:
+    Example:
 
         moonish spark show table --limit 5
 

@@ -68,6 +68,8 @@ if TYPE_CHECKING:
     "reconnects are still logged).",
 )
 @options.log_format()
+@options.metrics_endpoint
+@options.ready_max_lag_ms
 def capture_command(
     redis_url: str,
     data_dir: str,
@@ -83,6 +85,9 @@ def capture_command(
     processes: int,
     quiet: bool,
     log_format: str,
+    metrics_port: int | None,
+    metrics_host: str,
+    ready_max_lag_ms: int,
     snapshots: SnapshotPolicy,
     key_filter: FilterSpec,
 ) -> None:
@@ -129,6 +134,7 @@ def capture_command(
     from moonish.state.config import StreamConfig, parse_view
 
     from ..logs import StderrLog
+    from ..metrics import endpoint
     from .rebuilding import rebuild_lines
 
     stop = threading.Event()
@@ -154,25 +160,37 @@ def capture_command(
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
     )
-    report = capture(
-        redis_url,
+
+    def announce(url: str) -> None:
+        log.line("metrics", f"metrics on {url}/metrics", {"url": url})
+
+    with endpoint(
+        metrics_port,
+        metrics_host,
         data_dir,
-        shards,
-        stop=stop,
-        progress=progress,
-        options=CaptureOptions(
-            sync_interval_ms=sync_interval_ms,
-            replica=replica,
-            settle_gc=True,
-            snapshots=snapshots,
-            key_filter=key_filter,
-        ),
-        stream=StreamConfig(parse_view(view), max_value_bytes),
-        segment_bytes=segment_bytes,
-        processes=processes,
-        on_recovery=rebuild_lines(log, quiet),
-        on_event=logged,
-    )
+        announce,
+        source=True,
+        max_lag_ms=ready_max_lag_ms,
+    ):
+        report = capture(
+            redis_url,
+            data_dir,
+            shards,
+            stop=stop,
+            progress=progress,
+            options=CaptureOptions(
+                sync_interval_ms=sync_interval_ms,
+                replica=replica,
+                settle_gc=True,
+                snapshots=snapshots,
+                key_filter=key_filter,
+            ),
+            stream=StreamConfig(parse_view(view), max_value_bytes),
+            segment_bytes=segment_bytes,
+            processes=processes,
+            on_recovery=rebuild_lines(log, quiet),
+            on_event=logged,
+        )
     if not quiet:
         if log.tty:
             log.progress(report.line())

@@ -47,6 +47,7 @@ from moonish.errors import ConsumerNotFoundError, InvalidArgumentError, LsnDisca
 from moonish.fileio import fsync_dir
 from moonish.log.reader import ShardReader
 from moonish.log.segment import index_path, list_segments, list_snapshots, segment_path
+from moonish.metrics.families import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
 
 KEYSPACE_MARKER = "stream.json"
 """A shard with this file (moonish.state.config) has a keyspace its writer rebuilds from the
@@ -364,7 +365,8 @@ def prune(
 def delete_segments(shard_dir: str, deletions: Sequence[Deletion]) -> None:
     """Remove ``deletions`` (the oldest segments, oldest first): each index, then its segment,
     then an fsync of the directory, so a crash leaves a prefix removed. Already removed files
-    (another pruner, a person) are skipped.
+    (another pruner, a person) are skipped. Each removal is counted
+    (``moonish_retention_deleted_segments_total``, ``..._bytes_total``).
 
     Raises:
         InvalidArgumentError: ``deletions`` is not a run of the oldest segments in order.
@@ -378,11 +380,16 @@ def delete_segments(shard_dir: str, deletions: Sequence[Deletion]) -> None:
             "retention removes a run of the oldest sealed segments, oldest first, never the newest",
             path=shard_dir,
         )
+    shard = os.path.basename(os.path.normpath(shard_dir)).removeprefix("shard-")
     for deletion in deletions:
+        removed = os.path.exists(deletion.segment)  # (not counted if another pruner did)
         for path in (index_path(shard_dir, deletion.base_lsn), deletion.segment):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
         fsync_dir(shard_dir)
+        if removed:
+            RETENTION_DELETED_SEGMENTS.labels(shard).inc()
+            RETENTION_DELETED_BYTES.labels(shard).inc(deletion.bytes)
 
 
 def prune_shards(

@@ -37,6 +37,7 @@ from moonish.cdc.shard_read import DEFAULT_LIMIT, MAX_LIMIT
 from moonish.cdc.token import EARLIEST, Token
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, MoonishError
+from moonish.metrics.families import SERVE_SENT_BYTES
 from moonish.serve.chunks import ROWS, SSE, Filter, Framing, chunk_of
 from moonish.serve.errors import error_body
 from moonish.serve.hub import ServerState
@@ -184,6 +185,7 @@ async def _normal(state: ServerState, params: FeedParams) -> web.Response:
         return _results(b"".join(parts), token, state.pending(token))
 
     body = await asyncio.to_thread(run)
+    SERVE_SENT_BYTES.inc(len(body))
     return web.Response(body=body, content_type="application/json")
 
 
@@ -238,6 +240,7 @@ async def _longpoll(
         body = orjson.dumps(error_body(error)[1]) + b"\n"
     finally:
         await subscription.close()
+    SERVE_SENT_BYTES.inc(len(body))
     if beat is None:
         return web.Response(body=body, content_type="application/json")
     await response.write(body)

@@ -16,6 +16,7 @@ from moonish.cdc.token import NOW, Token
 from moonish.datadir import consumers
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, PositionNotRetainedError
+from moonish.metrics.families import SERVE_SUBSCRIBERS
 from moonish.serve.errors import LimitExceededError
 from moonish.serve.options import ServeOptions
 from moonish.serve.ring import Publisher, Ring, covers
@@ -73,10 +74,12 @@ class ServerState:
                 "max_subscribers", limit, f"the server has {limit} open feeds, its limit"
             )
         self.subscribers += 1
+        SERVE_SUBSCRIBERS.inc()
         try:
             yield
         finally:
             self.subscribers -= 1
+            SERVE_SUBSCRIBERS.dec()
 
     def start(self, since: str | None, consumer: str | None) -> tuple[Token, Consumer | None]:
         """Where a feed starts: after ``since`` (a token, ``earliest``, ``now``) or at a named

@@ -20,6 +20,8 @@ import asyncio
 
 from aiohttp import web
 
+from moonish.metrics.families import SERVE_SENT_BYTES
+
 BIG_BYTES = 256 * 1024
 """From this size a write goes to the socket in three parts (chunk header, the bytes, the
 chunk's end) instead of being copied into one."""
@@ -66,6 +68,7 @@ class Sink:
             transport.write(b"%x\r\n" % len(data))
             transport.write(data)
             transport.write(b"\r\n")
+        SERVE_SENT_BYTES.inc(len(data))
         return not self._protocol.writing_paused
 
     async def send(self, data: bytes) -> None:

@@ -35,6 +35,7 @@ from moonish.cdc.api import ack
 from moonish.cdc.token import Token
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, MoonishError
+from moonish.metrics.families import SERVE_SENT_BYTES
 from moonish.serve.chunks import ROWS
 from moonish.serve.errors import LimitExceededError, error_body, ws_close_code
 from moonish.serve.feeds import FeedParams
@@ -76,6 +77,7 @@ class _Feed:
                     continue
                 if delivery.data:
                     await self.ws.send_bytes(delivery.data)
+                    SERVE_SENT_BYTES.inc(len(delivery.data))
                 self.sent += delivery.rows
         except MoonishError as error:
             await self.fail(error)

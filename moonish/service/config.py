@@ -20,6 +20,8 @@ from .masking import mask
 from .schema import (
     FILTER,
     FILTER_KEYS,
+    METRICS,
+    METRICS_SETTINGS,
     NOT_YET,
     SUPERVISOR,
     SUPERVISOR_SETTINGS,
@@ -76,12 +78,14 @@ class Pipeline:
         data_dir: the data directory, absolute.
         parts: in start order: the source first.
         settings: ``[supervisor]``'s values, defaults included.
+        metrics: ``[metrics]``'s values, defaults included; ``None`` without the section.
     """
 
     path: str
     data_dir: str
     parts: tuple[Part, ...]
     settings: Mapping[str, int]
+    metrics: Mapping[str, object] | None = None
 
     @property
     def shards(self) -> int | None:
@@ -117,12 +121,12 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
     for key, value in data.items():
         if key in NOT_YET:
             raise document.error(key, f"[{key}]: {NOT_YET[key]}")
-        if key in (TOP, SUPERVISOR, FILTER):
-            if key == FILTER and not isinstance(value, MappingABC):
+        if key in (TOP, SUPERVISOR, FILTER, METRICS):
+            if key in (FILTER, METRICS) and not isinstance(value, MappingABC):
                 raise document.error(key, f"{key} must be a table ([{key}])")
             continue
         if key not in known:
-            names = ", ".join(f"[{name}]" for name in [*known, SUPERVISOR])
+            names = ", ".join(f"[{name}]" for name in [*known, FILTER, METRICS, SUPERVISOR])
             raise document.error(key, f"unknown key {key!r} (the file has {TOP} and {names})")
         if not isinstance(value, MappingABC):
             raise document.error(key, f"{key} must be a table ([{key}])")
@@ -146,7 +150,8 @@ def check_document(document: Document, sections: Sequence[SectionSpec]) -> Pipel
         raise document.error(FILTER, f"[{FILTER}] filters the source: add [source]")
     if not parts:
         raise document.error(None, "the pipeline has no part: add [source], [kafka], ...")
-    return Pipeline(document.path, data_dir, tuple(parts), _settings(document))
+    settings = _settings(document)
+    return Pipeline(document.path, data_dir, tuple(parts), settings, _metrics(document))
 
 
 def _part(
@@ -337,3 +342,40 @@ def _settings(document: Document) -> dict[str, int]:
             raise document.error(dotted, f"{dotted} must be an integer >= {setting.minimum}")
         settings[key] = value
     return settings
+
+
+def _metrics(document: Document) -> dict[str, object] | None:
+    """``[metrics]``'s values with the defaults, or ``None`` without the section."""
+    if METRICS not in document.data:
+        return None
+    table = document.data[METRICS]
+    if not isinstance(table, MappingABC):
+        raise document.error(METRICS, f"{METRICS} must be a table ([{METRICS}])")
+    by_key = {setting.key: setting for setting in METRICS_SETTINGS}
+    values: dict[str, object] = {}
+    for key, value in table.items():
+        dotted = f"{METRICS}.{key}"
+        setting = by_key.get(key)
+        if setting is None:
+            raise document.error(dotted, f"unknown key {dotted}; its keys: {', '.join(by_key)}")
+        if isinstance(value, str) and dotted in document.from_env and setting.kind == "int":
+            value = _coerce(value, "int")  # "${PORT}"
+        if setting.kind == "int":
+            low, high = setting.minimum, setting.maximum
+            if (
+                not isinstance(value, int)
+                or isinstance(value, bool)
+                or (low is not None and value < low)
+                or (high is not None and value > high)
+            ):
+                bounds = f" in {low}..{high}" if high is not None else f" >= {low}"
+                raise document.error(dotted, f"{dotted} must be an integer{bounds}")
+        elif not isinstance(value, str) or not value:
+            raise document.error(dotted, f"{dotted} must be a string")
+        values[key] = value
+    for setting in METRICS_SETTINGS:
+        if setting.key not in values:
+            if setting.default is None:
+                raise document.error(METRICS, f"[{METRICS}] needs {setting.key}")
+            values[setting.key] = setting.default
+    return values

@@ -8,7 +8,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from .argv import shown_line
-from .schema import NOT_YET, SUPERVISOR, SUPERVISOR_SETTINGS, TOP, OptionSpec, SectionSpec
+from .schema import (
+    METRICS,
+    METRICS_SETTINGS,
+    NOT_YET,
+    SUPERVISOR,
+    SUPERVISOR_SETTINGS,
+    TOP,
+    OptionSpec,
+    SectionSpec,
+)
 
 BEGIN = "<!-- the reference, made from the code: python -m tests.support.reference -->"
 END = "<!-- end of the reference -->"
@@ -50,14 +59,25 @@ def reference(sections: Sequence[SectionSpec]) -> str:
         f"{_cell(setting.help)} |"
         for setting in SUPERVISOR_SETTINGS
     ]
-    out += [
-        "",
-        "Reserved for later, refused by name today: "
-        + "; ".join(f"`[{name}]` ({why})" for name, why in NOT_YET.items())
-        + ".",
-        "",
-        END,
-    ]
+    out += ["", f"### `[{METRICS}]`", "", "| key | type | default | what |", "|---|---|---|---|"]
+    for metric in METRICS_SETTINGS:
+        kind = _TYPES[metric.kind]
+        if metric.minimum is not None:
+            kind += (
+                f" ({metric.minimum}..{metric.maximum})"
+                if metric.maximum is not None
+                else f" (≥ {metric.minimum})"
+            )
+        default = "required" if metric.default is None else f"`{metric.default}`"
+        out.append(f"| `{metric.key}` | {kind} | {default} | {_cell(metric.help)} |")
+    if NOT_YET:
+        out += [
+            "",
+            "Reserved for later, refused by name today: "
+            + "; ".join(f"`[{name}]` ({why})" for name, why in NOT_YET.items())
+            + ".",
+        ]
+    out += ["", END]
     return "\n".join(out) + "\n"
 
 

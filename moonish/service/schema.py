@@ -123,9 +123,7 @@ SUPERVISOR_SETTINGS = (
 )
 """``[supervisor]``'s keys."""
 
-NOT_YET = {
-    "metrics": "metrics are not supported yet (issue 28, section 3)",
-}
+NOT_YET: dict[str, str] = {}
 """Sections the file format reserves for later: refused by name."""
 
 
@@ -133,3 +131,47 @@ FILTER = "filter"
 FILTER_KEYS = ("include_keys", "exclude_keys", "dbs", "types")
 """``[filter]``'s keys: the source command's filter options (docs/filters.md), in a table of
 their own; they apply to ``[source]``, whatever it runs."""
+
+
+@dataclass(frozen=True)
+class MetricsSetting:
+    """A key of ``[metrics]``: the supervisor's metrics endpoint (moonish.metrics.http).
+
+    Attributes:
+        key: the key.
+        kind: ``int`` or ``str``.
+        default: its value when not given; ``None``: required (when the section is there).
+        minimum, maximum: an integer's range (``None``: unbounded).
+        help: one line for the reference.
+    """
+
+    key: str
+    kind: Kind
+    default: int | str | None
+    help: str
+    minimum: int | None = None
+    maximum: int | None = None
+
+
+METRICS = "metrics"
+METRICS_SETTINGS = (
+    MetricsSetting(
+        "port",
+        "int",
+        None,
+        "Serve /metrics (every part's metrics and the supervisor's), /healthz and /readyz "
+        "on this TCP port (0: any free one, logged).",
+        0,
+        65535,
+    ),
+    MetricsSetting("host", "str", "127.0.0.1", "The address the port listens on."),
+    MetricsSetting(
+        "ready_max_lag_ms",
+        "int",
+        60_000,
+        "/readyz is unready while the source is more than this far behind its master "
+        "(moonish_source_behind_seconds), its link is down, or a part is not running.",
+        0,
+    ),
+)
+"""``[metrics]``'s keys (docs/operations.md, "Metrics and health")."""

@@ -138,6 +138,10 @@ class Supervisor:
         """How often each part was restarted."""
         return {state.spec.name: state.restarts for state in self.parts}
 
+    def running(self) -> dict[str, bool]:
+        """Whether each part is as it should be: running, or (an import) done."""
+        return {s.spec.name: s.child is not None or s.done for s in self.parts}
+
     def pids(self) -> dict[str, int]:
         """The running parts' process ids."""
         return {s.spec.name: s.child.pid for s in self.parts if s.child is not None}

@@ -184,10 +184,12 @@ def test_config_check_prints_the_resolved_file_with_secrets_masked(
             "filter.types: 'strings' is not one of",
         ),
         (
-            'data_dir = "d"\n[serve]\n[metrics]\nport = 9464\n',
-            3,
-            "[metrics]: metrics are not supported yet",
+            'data_dir = "d"\n[serve]\n[metrics]\nport = 70000\n',
+            4,
+            "metrics.port must be an integer in 0..65535",
         ),
+        ('data_dir = "d"\n[serve]\n[metrics]\nprot = 9464\n', 4, "unknown key metrics.prot"),
+        ('data_dir = "d"\n[serve]\n[metrics]\nhost = "::1"\n', 3, "[metrics] needs port"),
         ('data_dir = "d"\n[serve]\n[sources]\n', 3, "unknown key 'sources'"),
         ('data_dir = "d"\nshards = 4\n[serve]\n', 2, "unknown key 'shards'"),
         ("[serve]\nport = 1\n", None, "data_dir must be set"),
@@ -330,3 +332,16 @@ def test_kafka_routes_are_tables_of_match_and_topic(tmp_path: Path) -> None:
     assert "a=b*=app.ab" in argv and argv[argv.index("--exclude-keys") + 1] == "tmp:*"
     bad = text.replace('topic = "app.ab"', 'topics = "app.ab"')
     assert "each [[kafka.route]] takes match" in refused(tmp_path, bad).message
+
+
+def test_metrics_section_takes_its_defaults_and_a_variable(tmp_path: Path) -> None:
+    from cli.pipeline import sections
+    from moonish.service.config import load_pipeline
+
+    path = tmp_path / "pipeline.toml"
+    path.write_text('data_dir = "d"\n[serve]\n[metrics]\nport = "${METRICS_PORT}"\n')
+    pipeline = load_pipeline(str(path), sections(), {"METRICS_PORT": "9464"})
+    assert pipeline.metrics == {"port": 9464, "host": "127.0.0.1", "ready_max_lag_ms": 60_000}
+    assert not [arg for part in pipeline.parts for arg in part.argv if arg.startswith("--metrics")]
+    path.write_text('data_dir = "d"\n[serve]\n')
+    assert load_pipeline(str(path), sections()).metrics is None

@@ -64,6 +64,7 @@ from moonish.gcpolicy import settle_gc
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture.apply import ShardApplier, StreamRoute, resume_point
 from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.capture.metrics import CaptureMetrics
 from moonish.redis.capture.status import (
     CONNECTED,
     RECONNECTING,
@@ -292,6 +293,7 @@ class _Capture:
         self.on_event: OnEvent | None = None
         self.watch: MasterWatch | None = None
         self.filter_file: FilterFile | None = None  # saved with each status
+        self.metrics: CaptureMetrics | None = None
 
     # -- connections ------------------------------------------------------------------
 
@@ -299,6 +301,7 @@ class _Capture:
         """Connect, sync and apply until ``stop``; reconnect after network errors."""
         options = self.options
         had_status = os.path.exists(os.path.join(self.data_dir, STATUS_NAME))
+        self.metrics = CaptureMetrics(self.report.master)
         self.watch = MasterWatch(self.url, options.replica, self.clock, options.status_interval_ms)
         try:
             self._run(stop, progress)
@@ -452,8 +455,11 @@ class _Capture:
         self.report.link = STOPPED
         self._count()
         self._measure()
-        write_status(self.data_dir, self.report, self.clock.now_us(), running=False)
+        now = self.clock.now_us()
+        write_status(self.data_dir, self.report, now, running=False)
         self._save_filtered()
+        if self.metrics is not None:
+            self.metrics.observe(self.report, now)
 
     # -- durability, status -------------------------------------------------------------
 
@@ -479,6 +485,8 @@ class _Capture:
         self.last_commands, self.last_status_us = self.report.commands, now
         write_status(self.data_dir, self.report, now, running=True)
         self._save_filtered()
+        if self.metrics is not None:
+            self.metrics.observe(self.report, now)
         if progress is not None:
             progress(self.report)
 

@@ -37,6 +37,7 @@ from typing import Any, Final
 
 from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 from moonish.keypatterns import KeyPatterns, pattern_bytes, pattern_text
+from moonish.metrics.families import count_filtered
 from moonish.redis.rdb.values import TYPE_NAMES
 from moonish.state.commands import (
     bits,
@@ -216,13 +217,14 @@ class KeyFilter:
         for item in entries:
             db, key, entry = item
             if dbs is not None and db not in dbs:
-                counts["keys:dbs"] += 1
-            elif (rule := self.key_rule(key)) is not None:
-                counts["keys:" + rule] += 1
-            elif types is not None and entry.type not in types:
-                counts["keys:types:" + entry.type] += 1
-            else:
-                yield item
+                rule = "dbs"
+            elif (rule := self.key_rule(key)) is None:  # type: ignore[assignment]
+                if types is None or entry.type in types:
+                    yield item
+                    continue
+                rule = "types:" + entry.type
+            counts["keys:" + rule] += 1
+            count_filtered("keys:" + rule)
 
     def command(
         self,
@@ -284,6 +286,7 @@ class KeyFilter:
     def _count(self, rule: str) -> None:
         if self._counting:
             self.counts[rule] += 1
+            count_filtered(rule)
 
     def _across_dbs(
         self,

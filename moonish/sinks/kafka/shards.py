@@ -4,6 +4,7 @@ position, and at-least-once's delivery reports still due."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from confluent_kafka import KafkaError, Producer
 
@@ -13,13 +14,18 @@ from moonish.cdc.shard_read import Tail
 class Pending:
     """At-least-once: the delivery reports still due for the records up to ``lsn``."""
 
-    __slots__ = ("error", "lsn", "remaining")
+    __slots__ = ("error", "lsn", "remaining", "reported")
 
-    def __init__(self, lsn: int) -> None:
+    def __init__(
+        self, lsn: int, reported: Callable[[KafkaError | None], None] | None = None
+    ) -> None:
         self.lsn, self.remaining, self.error = lsn, 0, ""
+        self.reported = reported  # told each report (the sink's metrics)
 
     def __call__(self, error: KafkaError | None, message: object) -> None:
         self.remaining -= 1
+        if self.reported is not None:
+            self.reported(error)
         if error is not None and not self.error:
             self.error = str(error)
 

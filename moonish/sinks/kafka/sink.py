@@ -63,6 +63,7 @@ from moonish.cdc.shard_read import Tail
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir import consumers
 from moonish.errors import MoonishError
+from moonish.sinks.kafka.metrics import SinkMetrics
 from moonish.sinks.kafka.offsets import (
     BrokerUnavailableError,
     DeliveryError,
@@ -139,6 +140,7 @@ class KafkaSink:
         self._reported_at = 0.0
         self._reported: tuple[int, int, dict[int, int]] | None = None  # what was reported
         self.stats = KafkaStats()
+        self.metrics = SinkMetrics(options.sink_name)
         prefix = options.prefix
         self.topics = Topics(
             self._config, prefix, len(self._paths), options.replication_factor, options.timeout_ms
@@ -325,7 +327,7 @@ class KafkaSink:
     def _send(self, shard: SinkShard, batches: list[EventBatch], last_lsn: int) -> None:
         producer, opts = shard.producer, self.options
         exactly_once = opts.delivery == EXACTLY_ONCE
-        tracker = None if exactly_once else Pending(last_lsn)
+        tracker = None if exactly_once else Pending(last_lsn, self.metrics.on_delivery)
         position = offset_value(last_lsn, self.source, len(self._shards))
         key = offset_key(opts.sink_name, opts.prefix, shard.index)
         count = 0
@@ -339,7 +341,7 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._failure(shard, exc.args[0]) from None
         if exactly_once:
-            self._commit(shard)
+            self.metrics.transaction(self._commit(shard), count)
             shard.position = last_lsn
             self.stats.transactions += 1
         else:
@@ -374,7 +376,7 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._failure(shard, exc.args[0]) from None
         if opts.delivery == EXACTLY_ONCE:
-            self._commit(shard)
+            self.metrics.transaction(self._commit(shard), 0)
             self.stats.transactions += 1
         else:
             producer.poll(0)
@@ -398,14 +400,15 @@ class KafkaSink:
                 partition=0,
             )
 
-    def _commit(self, shard: SinkShard) -> None:
+    def _commit(self, shard: SinkShard) -> bool:
         """Commit the shard's transaction: retried while retriable; aborted (and the log read
-        again from the stored position) when Kafka says so; fencing stops the sink."""
+        again from the stored position) when Kafka says so; fencing stops the sink. Whether
+        it was committed (``False``: aborted)."""
         deadline = time.monotonic() + self.options.timeout_ms / 1000
         while True:
             try:
                 shard.producer.commit_transaction(self.options.timeout_ms / 1000)
-                return
+                return True
             except KafkaException as exc:
                 error: KafkaError = exc.args[0]
                 if error.fatal():
@@ -422,7 +425,7 @@ class KafkaSink:
                         transactions=True,
                         messages=True,
                     )
-                    return
+                    return False
                 if not error.retriable() or time.monotonic() > deadline:
                     raise BrokerUnavailableError(
                         str(error), self.options.bootstrap_servers
@@ -433,6 +436,7 @@ class KafkaSink:
         if error.code() == KafkaError._FATAL:  # produce() says only "fatal": ask for which
             try:
                 shard.producer.abort_transaction(1)
+                self.metrics.aborted.inc()
             except KafkaException as exc:
                 error = exc.args[0]
         fenced = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
@@ -471,6 +475,7 @@ class KafkaSink:
         ``force``)."""
         stats = self.stats
         stats.positions = dict(enumerate(self.positions))
+        self.metrics.producers(shard.producer for shard in self._shards)
         now = time.monotonic()
         seen = (stats.events, stats.messages, stats.positions)
         if self._progress is None or (not force and seen == self._reported):

@@ -341,7 +341,10 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._failure(shard, exc.args[0]) from None
         if exactly_once:
-            self.metrics.transaction(self._commit(shard), count)
+            committed = self._commit(shard)
+            self.metrics.transaction(committed, count)
+            if not committed:  # the tail was rewound: the records go again
+                return
             shard.position = last_lsn
             self.stats.transactions += 1
         else:
@@ -376,7 +379,10 @@ class KafkaSink:
         except KafkaException as exc:
             raise self._failure(shard, exc.args[0]) from None
         if opts.delivery == EXACTLY_ONCE:
-            self.metrics.transaction(self._commit(shard), 0)
+            committed = self._commit(shard)
+            self.metrics.transaction(committed, 0)
+            if not committed:  # the position was not stored: pass over again
+                return
             self.stats.transactions += 1
         else:
             producer.poll(0)

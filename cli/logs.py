@@ -35,6 +35,25 @@ from .params import LOG_FORMATS as LOG_FORMATS
 
 _CLEAR_LINE = "\r\x1b[K"
 
+CHOSEN: dict[str, str] = {}
+"""The running command's ``--log-format`` (``format``) and name (``part``), once parsed."""
+
+
+def fatal_line(message: str, exit_code: int, error: BaseException | None = None) -> bool:
+    """Write the error a command ends with as one JSON log line (``level`` ``error``,
+    ``event`` ``exit``, ``exit_code``, and the error's ``kind``, ``path``, ``offset`` and
+    ``lsn`` when it has them), when the command was asked for JSON lines; whether it did."""
+    if CHOSEN.get("format") != "json":
+        return False
+    fields: dict[str, object] = {"exit_code": exit_code}
+    for name in ("kind", "path", "offset", "lsn"):
+        value = getattr(error, name, None)
+        if value is not None:
+            fields[name] = value
+    log = StderrLog(CHOSEN.get("part", "moonish"), log_format="json")
+    log.line("exit", message, fields, level="error")
+    return True
+
 
 class StderrLog:
     """Lines of one command on ``stream`` (stderr by default).

@@ -17,6 +17,7 @@ from moonish.errors import MoonishError
 from moonish.version import __version__
 
 from .errors import CliError, LoggedExit
+from .logs import fatal_line
 
 
 class StdoutClosed(Exception):
@@ -206,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     except LoggedExit as error:
         return error.exit_code
     except click.ClickException as error:
-        click.echo(f"moonish: {error.format_message()}", err=True)
+        cause = error.error if isinstance(error, CliError) else None
+        if not fatal_line(error.format_message(), error.exit_code, cause):
+            click.echo(f"moonish: {error.format_message()}", err=True)
         return error.exit_code
     except (click.Abort, KeyboardInterrupt):
         return 130  # interrupted (cdc tail --follow handles Ctrl-C itself and exits 0)

@@ -322,6 +322,15 @@ def processes(help: str) -> Callable[[F], F]:
 # materialize and run.
 
 
+def _remember_log_format(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """Note the command's log format, so that an error it ends with is written in it
+    (cli.main; cli.logs.fatal_line)."""
+    from .logs import CHOSEN
+
+    CHOSEN["format"], CHOSEN["part"] = value, str(ctx.info_name or "moonish")
+    return value
+
+
 def log_format(help: str | None = None) -> Callable[[F], F]:
     """``--log-format text|json``: how the command's log lines on stderr are written
     (``cli.logs.StderrLog``); the default is ``$MOONISH_LOG_FORMAT`` (how ``moonish run``
@@ -329,6 +338,7 @@ def log_format(help: str | None = None) -> Callable[[F], F]:
     return click.option(
         "--log-format",
         type=click.Choice(LOG_FORMATS),
+        callback=_remember_log_format,
         envvar=FORMAT_VARIABLE,
         show_envvar=True,
         default="text",

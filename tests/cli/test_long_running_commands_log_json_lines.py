@@ -213,3 +213,22 @@ def test_the_log_format_is_no_key_of_a_pipeline_section() -> None:
     for section in sections():
         for spec in section.commands.values():
             assert "log_format" not in {option.key for option in spec.options}, section.name
+
+
+def test_the_error_a_command_ends_with_is_a_json_line_too(tmp_path: Path) -> None:
+    """A refused import under ``--log-format json`` (or the variable): its error is one JSON
+    line with the exit code, the error's kind and its path; in text, the usual one line."""
+    bad = tmp_path / "appendonlydir"
+    bad.mkdir()
+    (bad / "appendonly.aof.manifest").write_text("garbage\n")
+    args = [*MOONISH, "wal", "import-aof", str(bad), str(tmp_path / "data"), "--shards", "1"]
+    for extra, env in (["--log-format", "json"], ENV), ([], {**ENV, "MOONISH_LOG_FORMAT": "json"}):
+        out = subprocess.run([*args, *extra], capture_output=True, env=env, timeout=60)
+        assert out.returncode == 2
+        (line,) = json_lines(out.stderr, "import-aof")
+        assert line["level"] == "error" and line["event"] == "exit" and line["exit_code"] == 2
+        assert line["kind"] == "invalid_argument"
+        assert line["path"] == str(bad / "appendonly.aof.manifest")
+        assert "manifest line 1" in line["message"]
+    text = subprocess.run(args, capture_output=True, env=ENV, timeout=60)
+    assert text.returncode == 2 and text.stderr.startswith(b"moonish: invalid_argument: ")

@@ -17,7 +17,6 @@ from moonish.errors import MoonishError
 from moonish.version import __version__
 
 from .errors import CliError, LoggedExit
-from .logs import fatal_line
 
 
 class StdoutClosed(Exception):
@@ -207,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     except LoggedExit as error:
         return error.exit_code
     except click.ClickException as error:
+        from .logs import fatal_line  # (here: a local read that succeeds never loads it)
+
         cause = error.error if isinstance(error, CliError) else None
         if not fatal_line(error.format_message(), error.exit_code, cause):
             click.echo(f"moonish: {error.format_message()}", err=True)

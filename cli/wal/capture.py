@@ -62,6 +62,14 @@ if TYPE_CHECKING:
     "cores (this process reads the stream and acknowledges); the logs are the same as with one."
 )
 @click.option(
+    "--accept-new-source",
+    is_flag=True,
+    help="Follow REDIS_URL's master even when its replication history does not hold DATA_DIR's "
+    "position (another data set): its full resync is written as the differences. Without it "
+    "such a node is refused (exit 2); a node whose history holds the position (a promoted "
+    "replica) is followed anyway.",
+)
+@click.option(
     "--quiet",
     is_flag=True,
     help="No progress or status lines on stderr (PSYNC answers, full resyncs and "
@@ -83,6 +91,7 @@ def capture_command(
     tls_cert_file: str | None,
     tls_key_file: str | None,
     processes: int,
+    accept_new_source: bool,
     quiet: bool,
     log_format: str,
     metrics_port: int | None,
@@ -91,16 +100,20 @@ def capture_command(
     snapshots: SnapshotPolicy,
     key_filter: FilterSpec,
 ) -> None:
-    """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port]) as a
-    replica: every change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or
-    Ctrl-C (then what was received is written, synced and acknowledged, and it exits 0).
+    """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port], or
+    redis[s]+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME: the
+    master Sentinel names, asked again after each lost connection) as a replica: every
+    change goes, routed by hash slot, to DATA_DIR/shard-<k>, until SIGTERM or Ctrl-C (then
+    what was received is written, synced and acknowledged, and it exits 0).
 
     The first run loads the master's full resync as r rows (snapshot reads), then applies
     the command stream (c/u/d; MULTI/EXEC atomic per shard). Redis's INFO replication shows
     the offset whose changes are synced. A restart continues after the last command every
     shard stored (PSYNC); when Redis can no longer continue (backlog overrun, failover) its
     full resync is written as differences only. Network errors reconnect with backoff.
-    DATA_DIR remembers its master and refuses another source. Commit times are when moonish
+    DATA_DIR remembers where it followed its master; another node continues it when its
+    replication history holds DATA_DIR's position (a promoted replica: PSYNC continues), and
+    one with another history is refused unless --accept-new-source. Commit times are when moonish
     received the changes (Redis sends none). A JSON summary at the end;
     DATA_DIR/capture.json holds the link's state, the offsets received and durable, and how
     far the durable offset is behind the master in bytes and seconds (asked with INFO
@@ -125,6 +138,8 @@ def capture_command(
         moonish wal capture redis://capture:secret@127.0.0.1:6379 data --shards 4
 
         moonish wal capture redis://127.0.0.1:6379 data --shards 4 --processes 2
+
+        moonish wal capture redis+sentinel://10.0.0.1,10.0.0.2,10.0.0.3/mymaster data
 
         moonish wal capture redis://127.0.0.1:6379 data --exclude-keys 'session:*'
     """
@@ -190,6 +205,7 @@ def capture_command(
             processes=processes,
             on_recovery=rebuild_lines(log, quiet),
             on_event=logged,
+            accept_new_source=accept_new_source,
         )
     if not quiet:
         if log.tty:

@@ -151,7 +151,9 @@ class CaptureEvent:
 
     Attributes:
         kind: ``psync`` (the master's answer), ``full_resync`` (applied), ``reconnect`` (the
-            link was lost or could not be made; the capture tries again after a backoff).
+            link was lost or could not be made; the capture tries again after a backoff),
+            ``source`` (another node than the last one is followed: a failover, Sentinel's
+            new master, or a node given by hand; moonish.redis.capture.source).
         time_us: when (the capture's clock).
         text: one line for a person.
         fields: the same as values (for a machine-readable log).
@@ -194,6 +196,11 @@ def reconnect_event(time_us: int, reason: str, attempt: int, backoff_ms: int) ->
     text = f"link lost: {reason}; reconnecting in {backoff_ms / 1000:g} s (attempt {attempt})"
     fields = {"reason": reason, "attempt": attempt, "backoff_ms": backoff_ms}
     return CaptureEvent("reconnect", time_us, text, dict(fields))
+
+
+def source_event(time_us: int, text: str, node: str) -> CaptureEvent:
+    """Another node than the last one is followed (``text`` says why it continues)."""
+    return CaptureEvent("source", time_us, text, {"node": node})
 
 
 @dataclass

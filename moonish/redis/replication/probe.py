@@ -84,6 +84,33 @@ def parse_replication_info(text: bytes, path: str) -> MasterStream:
         ) from None
 
 
+def read_reply(wire: Wire, step: str) -> object:
+    """One RESP2 reply from ``wire`` (hiredis's Python values), the reply to ``step`` (named in
+    errors with the server's address).
+
+    Raises:
+        UnavailableError: the connection failed or stayed silent (``Wire.recv``).
+        ReplicationAuthError: an ``AUTH`` refused, or a permission error (``-NOPERM``, ...).
+        ReplicationRefusedError: another error reply.
+        ReplicationProtocolError: bytes that are not RESP.
+    """
+    reader = hiredis.Reader()
+    try:
+        while (reply := reader.gets()) is False:
+            reader.feed(wire.recv(READ_BYTES, f"waiting for the reply to {step}"))
+    except hiredis.ProtocolError as exc:
+        raise ReplicationProtocolError(
+            f"a reply to {step} that is not RESP: {exc}", path=wire.path
+        ) from None
+    if isinstance(reply, hiredis.ReplyError):
+        text = str(reply)
+        code = text.split(" ", 1)[0]
+        if step == "AUTH" or code in AUTH_CODES:
+            raise ReplicationAuthError(f"Redis refused {step}", reply=text, path=wire.path)
+        raise ReplicationRefusedError(f"Redis refused {step}", reply=text, path=wire.path)
+    return reply
+
+
 class MasterProbe:
     """A side connection to a master that answers :meth:`ask`; it connects on the first ask
     and again after a failure. Not thread-safe: one thread asks.
@@ -142,21 +169,7 @@ class MasterProbe:
         return wire
 
     def _reply(self, wire: Wire, step: str) -> object:
-        reader = hiredis.Reader()
-        try:
-            while (reply := reader.gets()) is False:
-                reader.feed(wire.recv(READ_BYTES, f"waiting for the reply to {step}"))
-        except hiredis.ProtocolError as exc:
-            raise ReplicationProtocolError(
-                f"a reply to {step} that is not RESP: {exc}", path=self.path
-            ) from None
-        if isinstance(reply, hiredis.ReplyError):
-            text = str(reply)
-            code = text.split(" ", 1)[0]
-            if step == "AUTH" or code in AUTH_CODES:
-                raise ReplicationAuthError(f"Redis refused {step}", reply=text, path=self.path)
-            raise ReplicationRefusedError(f"Redis refused {step}", reply=text, path=self.path)
-        return reply
+        return read_reply(wire, step)
 
     def close(self) -> None:
         """Close the side connection (the next :meth:`ask` opens another); idempotent."""

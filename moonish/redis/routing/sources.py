@@ -118,11 +118,17 @@ def check_source(data_dir: str, kind: str, location: str) -> bool:
         return False
     if (stored["kind"], stored["location"]) != (kind, location):
         raise SourceMismatchError(
-            f"this data directory follows the {stored['kind']} {stored['location']}; refusing "
-            f"to add changes from the {kind} {location} (use a new data directory)",
+            f"this data directory follows {_named(stored['kind'], stored['location'])}; "
+            f"refusing to add changes from {_named(kind, location)} (use a new data directory)",
             path=data_dir,
         )
     return True
+
+
+def _named(kind: str, location: str) -> str:
+    """A source as a message names it (``the AOF /x``, ``the Redis master at host:port``)."""
+    what = {"aof": "the AOF", "rdb": "the RDB file", "replica": "the Redis master at"}
+    return f"{what.get(kind, f'the {kind}')} {location}"
 
 
 def unknown_source(data_dir: str, kind: str, location: str) -> SourceMismatchError:

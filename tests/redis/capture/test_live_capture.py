@@ -283,7 +283,7 @@ def test_another_source_is_refused(tmp_path: Path, workdir: Path) -> None:
         client.execute_command("BGREWRITEAOF")
         time.sleep(0.5)
         import_aof(workdir / "appendonlydir", tmp_path / "data", 1)
-        with pytest.raises(SourceMismatchError, match="follows the aof"):
+        with pytest.raises(SourceMismatchError, match="follows the AOF"):
             capture(url_of(client), tmp_path / "data", 1, options=FAST)
 
 

@@ -53,7 +53,7 @@ def test_import_rdb_loads_reloads_and_diffs(tmp_path: Path, workdir: Path) -> No
     assert second.ops == {"u": 1, "d": 1, "c": 1}
     other = tmp_path / "other.rdb"
     shutil.copy(dump, other)
-    with pytest.raises(SourceMismatchError, match="follows the rdb"):
+    with pytest.raises(SourceMismatchError, match="follows the RDB file"):
         import_rdb(other, data, 3)
 
 
@@ -105,7 +105,7 @@ def test_import_rdb_from_the_cli(tmp_path: Path, workdir: Path) -> None:
     assert again.returncode == 0 and orjson.loads(again.stdout)["records"] == 0
     aof = write_aof(tmp_path / "aof", [resp(b"SET", b"k", b"v")])
     wrong = run_cli("wal", "import-aof", str(aof), str(tmp_path / "data"), "--shards", "2")
-    assert wrong.returncode == 2 and "follows the rdb" in wrong.stderr
+    assert wrong.returncode == 2 and "follows the RDB file" in wrong.stderr
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -18,7 +18,7 @@ def test_a_data_directory_refuses_another_source(tmp_path: Path) -> None:
     first = write_aof(tmp_path / "a", [resp(b"SET", b"k", b"v")])
     second = write_aof(tmp_path / "b", [resp(b"SET", b"k", b"v")])
     import_aof(first, tmp_path / "data", 1)
-    with pytest.raises(SourceMismatchError, match="follows the aof"):
+    with pytest.raises(SourceMismatchError, match="follows the AOF"):
         import_aof(second, tmp_path / "data", 1)
     (tmp_path / "data" / "source.json").unlink()
     with pytest.raises(SourceMismatchError, match="does not say which source"):

@@ -17,6 +17,7 @@ from moonish.datadir import consumers
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, PositionNotRetainedError
 from moonish.metrics.families import SERVE_SUBSCRIBERS
+from moonish.serve.chunks import KeyRule
 from moonish.serve.errors import LimitExceededError
 from moonish.serve.options import ServeOptions
 from moonish.serve.ring import Publisher, Ring, covers
@@ -35,6 +36,8 @@ class ServerState:
         subscribers: open feeds (longpoll, continuous, eventsource, WebSocket).
         resyncs: times a subscriber read the log on its own (behind the ring's start).
         websockets: open WebSockets (closed with 1001 when the server stops).
+        keys: the server's own key patterns (``include_keys``/``exclude_keys`` of its
+            options), ANDed into every feed's filter; ``None``: none.
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class ServerState:
         self.websockets: set[web.WebSocketResponse] = set()
         self.batch_bytes = options.limits.batch_bytes
         self.messages = options.messages
+        self.keys = KeyRule.of(options.include_keys, options.exclude_keys)
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
         self.publisher = Publisher(
             data_dir,

@@ -15,6 +15,7 @@ import ssl
 from dataclasses import dataclass, field
 
 from moonish.errors import InvalidArgumentError
+from moonish.keypatterns import KeyPatterns
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
@@ -81,6 +82,16 @@ class ServeOptions:
         messages: also serve checkpoints and message records (``op: "m"``) in every feed;
             without it they are passed over (tokens still move past them), as every reader
             leaves them out unless asked (docs/envelopes.md).
+        include_keys, exclude_keys: Redis glob patterns (moonish.keypatterns) applied to
+            every feed of the server: only the changes of keys matching one of
+            ``include_keys`` (all when empty) and none of ``exclude_keys`` are sent, the
+            others passed over like a request's filters (the token still moves); a request's
+            own ``include_keys``/``exclude_keys`` are ANDed with them.
+
+    Raises:
+        InvalidArgumentError: a port outside 0..65535; one TLS file without the other; a
+            token shorter than 16 characters; a host other than loopback without a token; a
+            key pattern moonish.keypatterns refuses.
     """
 
     host: str = DEFAULT_HOST
@@ -93,6 +104,8 @@ class ServeOptions:
     fallback_poll_ms: int = 1000
     linger_ms: float = DEFAULT_LINGER_MS
     messages: bool = False
+    include_keys: tuple[str, ...] = ()
+    exclude_keys: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -112,6 +125,7 @@ class ServeOptions:
             raise InvalidArgumentError("resolved_ms and fallback_poll_ms must be > 0")
         if not 0 <= self.linger_ms <= 1000:
             raise InvalidArgumentError(f"linger_ms must be 0..1000, got {self.linger_ms}")
+        KeyPatterns([*self.include_keys, *self.exclude_keys])  # (refuses a bad pattern)
 
     @property
     def scheme(self) -> str:

@@ -21,6 +21,9 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
 MIN_TOKEN_CHARS = 16
 
+HISTORY_MS = 3_600_000
+"""How far back the status page's charts go: the samples the server keeps (one hour)."""
+
 DEFAULT_LINGER_MS = 2.0
 """The shared reader's linger (``ServeOptions.linger_ms``): docs/benchmarks.md §9."""
 
@@ -87,11 +90,14 @@ class ServeOptions:
             ``include_keys`` (all when empty) and none of ``exclude_keys`` are sent, the
             others passed over like a request's filters (the token still moves); a request's
             own ``include_keys``/``exclude_keys`` are ANDed with them.
+        history_interval_ms: how often the server samples its figures for the status page's
+            charts (events/s, seconds behind the source); it keeps the last hour of samples
+            (moonish.serve.history).
 
     Raises:
         InvalidArgumentError: a port outside 0..65535; one TLS file without the other; a
             token shorter than 16 characters; a host other than loopback without a token; a
-            key pattern moonish.keypatterns refuses.
+            key pattern moonish.keypatterns refuses; an interval out of range.
     """
 
     host: str = DEFAULT_HOST
@@ -106,6 +112,7 @@ class ServeOptions:
     messages: bool = False
     include_keys: tuple[str, ...] = ()
     exclude_keys: tuple[str, ...] = ()
+    history_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -126,6 +133,10 @@ class ServeOptions:
         if not 0 <= self.linger_ms <= 1000:
             raise InvalidArgumentError(f"linger_ms must be 0..1000, got {self.linger_ms}")
         KeyPatterns([*self.include_keys, *self.exclude_keys])  # (refuses a bad pattern)
+        if not 0 < self.history_interval_ms <= HISTORY_MS:
+            raise InvalidArgumentError(
+                f"history_interval_ms must be 1..{HISTORY_MS}, got {self.history_interval_ms}"
+            )
 
     @property
     def scheme(self) -> str:

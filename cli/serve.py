@@ -16,6 +16,7 @@ from . import options
 from .errors import EXIT_CODES, LoggedExit
 from .logs import LogHandler, StderrLog
 from .metrics import endpoint
+from .params import KEY_PATTERN
 
 _DEFAULTS = Limits()
 _LOGGERS = ("moonish.serve", "aiohttp")  # their records are the errors of a running server
@@ -74,6 +75,23 @@ _LOGGERS = ("moonish.serve", "aiohttp")  # their records are the errors of a run
     "to each subscriber. The first change after a quiet spell goes out at once.",
 )
 @options.messages(help='Also serve checkpoints and message records (op "m") in every feed.')
+@click.option(
+    "--include-keys",
+    multiple=True,
+    type=KEY_PATTERN,
+    metavar="PATTERN",
+    help="Serve only the changes of keys matching one of these Redis glob patterns "
+    "(repeatable), in every feed; the others are passed over (the token still moves). A "
+    "request's include_keys narrow it further.",
+)
+@click.option(
+    "--exclude-keys",
+    multiple=True,
+    type=KEY_PATTERN,
+    metavar="PATTERN",
+    help="Pass over the changes of keys matching any of these patterns (repeatable), in "
+    "every feed.",
+)
 @options.log_format(
     help="Log lines on stderr: text (as Python logs them: only errors) or json (one JSON "
     "object per line, ts, level, part, event, message: listening with url and data_dir, "
@@ -93,6 +111,8 @@ def serve(
     ring_bytes: int,
     linger_ms: float,
     messages: bool,
+    include_keys: tuple[str, ...],
+    exclude_keys: tuple[str, ...],
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
@@ -110,6 +130,8 @@ def serve(
         moonish serve data --port 8470
 
         curl -N 'http://127.0.0.1:8470/v1/changes?feed=continuous&since=now&heartbeat=5000'
+
+        moonish serve data --exclude-keys 'session:*' --exclude-keys 'tmp:*'
     """
     limits = Limits(
         max_subscribers=max_subscribers,
@@ -127,6 +149,8 @@ def serve(
         limits=limits,
         linger_ms=linger_ms,
         messages=messages,
+        include_keys=include_keys,
+        exclude_keys=exclude_keys,
     )
 
     log = StderrLog("serve", log_format=log_format)

@@ -2,7 +2,7 @@
 
 | method and path | what | body in | answer |
 |---|---|---|---|
-| ``GET /v1/info`` | ``cdc info`` of every shard, the tokens ``earliest`` and ``now``, the lag table, the live capture writing the data directory (``capture.json``, or ``null``), the server's own figures | | 200 |
+| ``GET /v1/info`` | ``cdc info`` of every shard, the tokens ``earliest`` and ``now``, the lag table, the live capture writing the data directory (``capture.json``, or ``null``), the server's own figures and their last hour (``server.history``, moonish.serve.history) | | 200 |
 | ``GET /v1/consumers`` | the lag table (``consumer list --json``) | | 200 ``{"consumers":[...]}`` |
 | ``POST /v1/consumers`` | create | ``{"name", "from"?, "owner"?, "replace"?}`` | 201 the consumer's lag |
 | ``GET /v1/consumers/<name>`` | one consumer's lag | | 200 |
@@ -52,6 +52,7 @@ async def info(request: web.Request, state: ServerState) -> web.Response:
     document["server"] = {
         "version": __version__,
         "subscribers": state.subscribers,
+        "events": ring.end,
         "resyncs": state.resyncs,
         "carried": state.ring.carried,
         "max_subscribers": state.options.limits.max_subscribers,
@@ -64,6 +65,7 @@ async def info(request: web.Request, state: ServerState) -> web.Response:
             "resolved": None if ring.resolved is None else orjson.loads(ring.resolved.to_json()),
             "error": None if ring.error is None else str(ring.error),
         },
+        "history": state.history.to_json(state.clock.now_us()),
     }
     return json_response(document)
 

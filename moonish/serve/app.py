@@ -28,9 +28,10 @@ from typing import Any
 import orjson
 from aiohttp import web
 
+from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import MoonishError
 from moonish.gcpolicy import settle_gc
-from moonish.serve import admin, feeds, status, websocket
+from moonish.serve import admin, feeds, history, status, websocket
 from moonish.serve.errors import (
     NotFoundError,
     RequestTooLargeError,
@@ -146,6 +147,7 @@ class Server:
         options: address, token, TLS and limits (moonish.serve.options).
         timer: the clock of heartbeats and timeouts (tests pass a
             :class:`~moonish.serve.timer.ManualTimer`); the event loop's by default.
+        clock: the wall clock of the status page's history (moonish.serve.history).
 
     Raises:
         InvalidArgumentError: at :meth:`start`, not a data directory; TLS files that do
@@ -158,11 +160,14 @@ class Server:
         options: ServeOptions | None = None,
         *,
         timer: Timer | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.data_dir = os.fspath(data_dir)
         self.options = options or ServeOptions()
         self._timer = timer
+        self._clock = clock
         self._runner: web.AppRunner | None = None
+        self._sampler: asyncio.Task[None] | None = None
         self.state: ServerState | None = None
         self.port = self.options.port
 
@@ -180,9 +185,21 @@ class Server:
         if isinstance(timer, ManualTimer):
             timer.bind(loop)
         context = self.options.ssl_context()
-        state = await asyncio.to_thread(ServerState, self.data_dir, self.options, timer, loop)
+        state = await asyncio.to_thread(
+            ServerState, self.data_dir, self.options, timer, loop, self._clock
+        )
         self.state = state
         state.publisher.start()
+        ring = state.ring
+        self._sampler = asyncio.create_task(
+            history.sample_forever(
+                state.history,
+                self.data_dir,
+                lambda: ring.end,
+                self._clock,
+                self.options.history_interval_ms,
+            )
+        )
         limits = self.options.limits
         runner = web.AppRunner(
             make_app(state),
@@ -200,6 +217,7 @@ class Server:
             await site.start()
         except BaseException:
             await runner.cleanup()
+            await history.stop(self._sampler)
             await asyncio.to_thread(state.publisher.stop)
             raise
         self._runner = runner
@@ -215,6 +233,8 @@ class Server:
         if state is None:
             return
         state.stopping = True
+        sampler, self._sampler = self._sampler, None
+        await history.stop(sampler)
         state.ring.release_riders()
         state.ring.wake()
         for ws in list(state.websockets):

@@ -20,7 +20,7 @@ Framing (docs/server.md, "Framing"):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 from operator import attrgetter
@@ -28,6 +28,7 @@ from operator import attrgetter
 from moonish.cdc.merged import MergedBatch, Resolved
 from moonish.cdc.token import VERSION, Token
 from moonish.errors import InvalidArgumentError
+from moonish.keypatterns import KeyPatterns
 from moonish.log.format import RecordType
 from moonish.log.frames import Frame
 from moonish.log.payloads import change_key, decode_payload
@@ -84,6 +85,44 @@ SSE = SseFraming()
 
 
 @dataclass(frozen=True, slots=True)
+class KeyRule:
+    """Which keys a feed delivers the changes of: a key passes when it matches one pattern
+    of every set in ``include`` and no pattern of any set in ``exclude`` (Redis glob
+    patterns, moonish.keypatterns). Sets from the server (``serve --include-keys``) and from
+    the request (``include_keys=``) are ANDed: :meth:`both`.
+
+    Changes without a key (a FLUSHDB's ``t``, messages, checkpoints) are not judged by key
+    patterns, as the Kafka sink's ``include_keys``/``exclude_keys`` do not judge them.
+    """
+
+    include: tuple[KeyPatterns, ...] = ()
+    exclude: tuple[KeyPatterns, ...] = ()
+
+    @classmethod
+    def of(cls, include_keys: Iterable[str], exclude_keys: Iterable[str]) -> KeyRule | None:
+        """The rule of these patterns (text as UTF-8), ``None`` when there are none.
+
+        Raises:
+            InvalidArgumentError: a pattern moonish.keypatterns refuses (an unclosed ``[``,
+                a trailing backslash).
+        """
+        include, exclude = KeyPatterns(include_keys), KeyPatterns(exclude_keys)
+        if not (include or exclude):
+            return None
+        return cls((include,) if include else (), (exclude,) if exclude else ())
+
+    def both(self, other: KeyRule | None) -> KeyRule:
+        """The rule that passes a key when this one and ``other`` both do."""
+        if other is None:
+            return self
+        return KeyRule(self.include + other.include, self.exclude + other.exclude)
+
+    def keeps(self, key: bytes) -> bool:
+        """Whether the changes of ``key`` are delivered."""
+        return all(p.any(key) for p in self.include) and not any(p.any(key) for p in self.exclude)
+
+
+@dataclass(frozen=True, slots=True)
 class Filter:
     """Which changes a feed delivers; the others still move its token.
 
@@ -93,12 +132,14 @@ class Filter:
             such as checkpoints, never match a prefix).
         ops: Debezium ops (``c``, ``u``, ``d``, ``r``, ``t``, ``m``).
         types: record types (``RecordType`` values).
+        keys: key patterns (:class:`KeyRule`; ``None``: any key).
     """
 
     dbs: frozenset[int] | None = None
     key_prefix: bytes | None = None
     ops: frozenset[str] | None = None
     types: frozenset[int] | None = None
+    keys: KeyRule | None = None
 
     @property
     def everything(self) -> bool:
@@ -106,18 +147,29 @@ class Filter:
             self.dbs is None
             and self.key_prefix is None
             and self.ops is None
-            and (self.types is None)
+            and self.types is None
+            and self.keys is None
         )
 
     @classmethod
     def parse(
-        cls, db: str | None, key_prefix: str | None, op: str | None, record_type: str | None
+        cls,
+        db: str | None,
+        key_prefix: str | None,
+        op: str | None,
+        record_type: str | None,
+        include_keys: Sequence[str] = (),
+        exclude_keys: Sequence[str] = (),
+        server_keys: KeyRule | None = None,
     ) -> Filter:
         """The filter of a request's ``db``, ``key_prefix``, ``op`` and ``type`` parameters
-        (comma-separated lists; the key prefix as UTF-8).
+        (comma-separated lists; the key prefix as UTF-8) and its ``include_keys`` and
+        ``exclude_keys`` (one pattern each, repeatable), ANDed with the server's own key
+        patterns ``server_keys``.
 
         Raises:
-            InvalidArgumentError: a value that is not a db number, op or record type name.
+            InvalidArgumentError: a value that is not a db number, op or record type name;
+                a key pattern moonish.keypatterns refuses.
         """
         dbs = None
         if db is not None:
@@ -140,24 +192,29 @@ class Filter:
                 )
             types = frozenset(RECORD_TYPES[name] for name in names)
         prefix = None if key_prefix is None else key_prefix.encode()
-        return cls(dbs, prefix, ops, types)
+        keys = KeyRule.of(include_keys, exclude_keys)
+        keys = server_keys if keys is None else keys.both(server_keys)
+        return cls(dbs, prefix, ops, types, keys)
 
     def select(self, frames: Sequence[Frame], ops: Sequence[str], lo: int, hi: int) -> list[int]:
         """The indexes in ``[lo, hi)`` of the events this filter passes, ascending."""
         keep = []
+        rule = self.keys
         for i in range(lo, hi):
             frame = frames[i]
             if self.ops is not None and ops[i] not in self.ops:
                 continue
             if self.types is not None and frame.record_type not in self.types:
                 continue
-            if self.dbs is not None or self.key_prefix is not None:
+            if self.dbs is not None or self.key_prefix is not None or rule is not None:
                 db, key = db_and_key(frame)
                 if self.dbs is not None and db not in self.dbs:
                     continue
                 if self.key_prefix is not None and (
                     key is None or not key.startswith(self.key_prefix)
                 ):
+                    continue
+                if rule is not None and key is not None and not rule.keeps(key):
                     continue
             keep.append(i)
         return keep

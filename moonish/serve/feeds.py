@@ -12,7 +12,9 @@ Parameters (docs/server.md has examples):
 - ``heartbeat`` (ms, or ``true`` for 60,000): written when the feed is idle that long; keeps
   the feed open, overriding ``timeout``. ``timeout`` (ms, default 60,000).
 - ``resolved`` (ms): resolved watermark markers at most this often (not with ``normal``).
-- filters ``db``, ``key_prefix``, ``op``, ``type`` (comma-separated): other changes are not
+- filters ``db``, ``key_prefix``, ``op``, ``type`` (comma-separated), ``include_keys`` and
+  ``exclude_keys`` (one Redis glob pattern each, repeatable; ANDed with the server's own
+  ``--include-keys``/``--exclude-keys``, which apply to every feed): other changes are not
   sent but still move the position (``last_seq``).
 
 Responses: ``normal`` and ``longpoll``: ``{"results":[{"seq","change"},...],"last_seq",
@@ -26,11 +28,11 @@ ends, never a stall.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 import orjson
 from aiohttp import web
+from multidict import MultiMapping
 
 from moonish.cdc.merged_read import read_merged
 from moonish.cdc.shard_read import DEFAULT_LIMIT, MAX_LIMIT
@@ -38,7 +40,7 @@ from moonish.cdc.token import EARLIEST, Token
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.metrics.families import SERVE_SENT_BYTES
-from moonish.serve.chunks import ROWS, SSE, Filter, Framing, chunk_of
+from moonish.serve.chunks import ROWS, SSE, Filter, Framing, KeyRule, chunk_of
 from moonish.serve.errors import error_body
 from moonish.serve.hub import ServerState
 from moonish.serve.options import Limits
@@ -59,6 +61,8 @@ PARAMS = frozenset(
         "key_prefix",
         "op",
         "type",
+        "include_keys",
+        "exclude_keys",
         "access_token",
     }
 )
@@ -83,15 +87,18 @@ class FeedParams:
     @classmethod
     def parse(
         cls,
-        query: Mapping[str, str],
+        query: MultiMapping[str],
         last_event_id: str | None,
         limits: Limits,
         stream_params: frozenset[str] = PARAMS,
+        server_keys: KeyRule | None = None,
     ) -> FeedParams:
-        """Parse a request's query (``Last-Event-ID`` overrides ``since``).
+        """Parse a request's query (``Last-Event-ID`` overrides ``since``); the filter is
+        ANDed with ``server_keys``, the server's own key patterns.
 
         Raises:
-            InvalidArgumentError: an unknown parameter or a bad value.
+            InvalidArgumentError: an unknown parameter or a bad value (a key pattern
+                moonish.keypatterns refuses).
         """
         unknown = sorted(set(query) - stream_params)
         if unknown:
@@ -120,7 +127,13 @@ class FeedParams:
         if feed in ("normal", "longpoll") and resolved_ms is not None:
             raise InvalidArgumentError("resolved goes with the continuous and eventsource feeds")
         where = Filter.parse(
-            query.get("db"), query.get("key_prefix"), query.get("op"), query.get("type")
+            query.get("db"),
+            query.get("key_prefix"),
+            query.get("op"),
+            query.get("type"),
+            query.getall("include_keys", []),
+            query.getall("exclude_keys", []),
+            server_keys,
         )
         return cls(
             feed,
@@ -137,7 +150,7 @@ class FeedParams:
         )
 
 
-def _number(query: Mapping[str, str], name: str, low: int, high: int) -> int | None:
+def _number(query: MultiMapping[str], name: str, low: int, high: int) -> int | None:
     text = query.get(name)
     if text is None:
         return None
@@ -149,7 +162,10 @@ def _number(query: Mapping[str, str], name: str, low: int, high: int) -> int | N
 async def changes(request: web.Request, state: ServerState) -> web.StreamResponse:
     """``GET /v1/changes``."""
     params = FeedParams.parse(
-        request.query, request.headers.get("Last-Event-ID"), state.options.limits
+        request.query,
+        request.headers.get("Last-Event-ID"),
+        state.options.limits,
+        server_keys=state.keys,
     )
     if params.feed == "normal":
         return await _normal(state, params)

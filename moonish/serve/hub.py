@@ -13,12 +13,15 @@ from aiohttp import web
 from moonish.cdc.merged_read import consumer_start, start_token
 from moonish.cdc.positions import data_shards, earliest, latest_lsn, now
 from moonish.cdc.token import NOW, Token
+from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.datadir import consumers
 from moonish.datadir.consumers import Consumer
 from moonish.errors import InvalidArgumentError, PositionNotRetainedError
 from moonish.metrics.families import SERVE_SUBSCRIBERS
+from moonish.serve.chunks import KeyRule
 from moonish.serve.errors import LimitExceededError
-from moonish.serve.options import ServeOptions
+from moonish.serve.history import History
+from moonish.serve.options import HISTORY_MS, ServeOptions
 from moonish.serve.ring import Publisher, Ring, covers
 from moonish.serve.timer import Timer
 
@@ -35,10 +38,20 @@ class ServerState:
         subscribers: open feeds (longpoll, continuous, eventsource, WebSocket).
         resyncs: times a subscriber read the log on its own (behind the ring's start).
         websockets: open WebSockets (closed with 1001 when the server stops).
+        keys: the server's own key patterns (``include_keys``/``exclude_keys`` of its
+            options), ANDed into every feed's filter; ``None``: none.
+        clock: the wall clock of the history's samples.
+        history: the status page's last hour of figures (moonish.serve.history), filled by
+            the server's sampler.
     """
 
     def __init__(
-        self, data_dir: str, options: ServeOptions, timer: Timer, loop: asyncio.AbstractEventLoop
+        self,
+        data_dir: str,
+        options: ServeOptions,
+        timer: Timer,
+        loop: asyncio.AbstractEventLoop,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.data_dir = data_dir
         self.shards = data_shards(data_dir)
@@ -50,7 +63,10 @@ class ServerState:
         self.websockets: set[web.WebSocketResponse] = set()
         self.batch_bytes = options.limits.batch_bytes
         self.messages = options.messages
+        self.keys = KeyRule.of(options.include_keys, options.exclude_keys)
         self.ring = Ring(now(self.shards), options.limits.ring_bytes)
+        self.clock = clock
+        self.history = History(options.history_interval_ms, HISTORY_MS, clock.now_us(), 0)
         self.publisher = Publisher(
             data_dir,
             self.ring,

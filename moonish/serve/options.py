@@ -15,10 +15,14 @@ import ssl
 from dataclasses import dataclass, field
 
 from moonish.errors import InvalidArgumentError
+from moonish.keypatterns import KeyPatterns
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8470
 MIN_TOKEN_CHARS = 16
+
+HISTORY_MS = 3_600_000
+"""How far back the status page's charts go: the samples the server keeps (one hour)."""
 
 DEFAULT_LINGER_MS = 2.0
 """The shared reader's linger (``ServeOptions.linger_ms``): docs/benchmarks.md §9."""
@@ -81,6 +85,19 @@ class ServeOptions:
         messages: also serve checkpoints and message records (``op: "m"``) in every feed;
             without it they are passed over (tokens still move past them), as every reader
             leaves them out unless asked (docs/envelopes.md).
+        include_keys, exclude_keys: Redis glob patterns (moonish.keypatterns) applied to
+            every feed of the server: only the changes of keys matching one of
+            ``include_keys`` (all when empty) and none of ``exclude_keys`` are sent, the
+            others passed over like a request's filters (the token still moves); a request's
+            own ``include_keys``/``exclude_keys`` are ANDed with them.
+        history_interval_ms: how often the server samples its figures for the status page's
+            charts (events/s, seconds behind the source); it keeps the last hour of samples
+            (moonish.serve.history).
+
+    Raises:
+        InvalidArgumentError: a port outside 0..65535; one TLS file without the other; a
+            token shorter than 16 characters; a host other than loopback without a token; a
+            key pattern moonish.keypatterns refuses; an interval out of range.
     """
 
     host: str = DEFAULT_HOST
@@ -93,6 +110,9 @@ class ServeOptions:
     fallback_poll_ms: int = 1000
     linger_ms: float = DEFAULT_LINGER_MS
     messages: bool = False
+    include_keys: tuple[str, ...] = ()
+    exclude_keys: tuple[str, ...] = ()
+    history_interval_ms: int = 10_000
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -112,6 +132,11 @@ class ServeOptions:
             raise InvalidArgumentError("resolved_ms and fallback_poll_ms must be > 0")
         if not 0 <= self.linger_ms <= 1000:
             raise InvalidArgumentError(f"linger_ms must be 0..1000, got {self.linger_ms}")
+        KeyPatterns([*self.include_keys, *self.exclude_keys])  # (refuses a bad pattern)
+        if not 0 < self.history_interval_ms <= HISTORY_MS:
+            raise InvalidArgumentError(
+                f"history_interval_ms must be 1..{HISTORY_MS}, got {self.history_interval_ms}"
+            )
 
     @property
     def scheme(self) -> str:

@@ -2,7 +2,8 @@
 demand), acknowledgements and cancel.
 
 Query parameters: ``since`` (token, ``earliest``, ``now``; default ``now``) or ``consumer``,
-``resolved`` (ms), and the filters of ``/v1/changes``.
+``resolved`` (ms), and the filters of ``/v1/changes`` (``include_keys``/``exclude_keys``
+too, repeatable, ANDed with the server's own key patterns).
 
 Protocol (docs/server.md, "GET /v1/ws: push with credit"):
 
@@ -43,7 +44,18 @@ from moonish.serve.hub import ServerState
 from moonish.serve.subscription import Subscription
 
 WS_PARAMS = frozenset(
-    {"since", "consumer", "resolved", "db", "key_prefix", "op", "type", "access_token"}
+    {
+        "since",
+        "consumer",
+        "resolved",
+        "db",
+        "key_prefix",
+        "op",
+        "type",
+        "include_keys",
+        "exclude_keys",
+        "access_token",
+    }
 )
 
 
@@ -126,7 +138,9 @@ def _message(text: str) -> dict[str, Any]:
 
 async def websocket(request: web.Request, state: ServerState) -> web.StreamResponse:
     """``GET /v1/ws`` (see the module docstring)."""
-    params = FeedParams.parse(request.query, None, state.options.limits, WS_PARAMS)
+    params = FeedParams.parse(
+        request.query, None, state.options.limits, WS_PARAMS, server_keys=state.keys
+    )
     limits = state.options.limits
     with state.subscriber():
         token, owner = await asyncio.to_thread(state.start, params.since, params.consumer)

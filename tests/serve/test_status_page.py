@@ -1,8 +1,8 @@
 """The status page at ``/`` in a real browser (Debian's chromium, headless, over CDP): it shows
-shards, consumers and the capture (or says a table is empty), changes written after it loaded
-appear in its live view, a screenshot
-is a real PNG, it passes its own Content-Security-Policy, and a token-protected server shows
-nothing without the token. A browser ``EventSource`` that reconnects resumes with
+shards, consumers and the capture (or says a table is empty), its charts of the last hour
+draw the server's samples, changes written after it loaded appear in its live view, a
+screenshot is a real PNG, it passes its own Content-Security-Policy, and a token-protected
+server shows nothing without the token. A browser ``EventSource`` that reconnects resumes with
 Last-Event-ID: no gap, no duplicate."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import orjson
 import pytest
 
 from moonish.cdc.merged_read import read_merged
@@ -134,8 +135,8 @@ async def _resume(url: str, data: Path, tmp_path: Path) -> None:
 
 def test_the_page_shows_the_capture_and_says_when_a_table_is_empty(tmp_path: Path) -> None:
     """No consumers: the table says so; a capture's row (master, link, bytes and seconds
-    behind, offsets, last full resync, reconnects), and once its file is gone, a row saying
-    no capture writes the data directory."""
+    behind, offsets, last full resync, full resyncs, reconnects), and once its file is gone,
+    a row saying no capture writes the data directory."""
     from moonish.redis.capture.status import CaptureReport, write_status
 
     data = tmp_path / "data"
@@ -172,6 +173,7 @@ async def _capture_view(url: str, data: Path, tmp_path: Path) -> None:
             "3.0 s",
             "1,500 / 2,000",
             "none",
+            "0",
             "4",
         ]
         (data / STATUS_NAME).unlink()
@@ -180,3 +182,59 @@ async def _capture_view(url: str, data: Path, tmp_path: Path) -> None:
             " === JSON.stringify(['no live capture writes this data directory'])"
         )
         assert browser.errors() == []
+
+
+def test_the_page_charts_events_per_second_and_seconds_behind_the_source(tmp_path: Path) -> None:
+    """The server samples its figures (here every 250 ms): the seconds-behind chart draws the
+    capture's lag from its status file, the events/s chart rises after writes, and the rates
+    it draws add up to the changes written (what /v1/info's history carries)."""
+    data = tmp_path / "data"
+    write_steps(data, 2, [(n % 2, 1, 1) for n in range(4)])
+    with Running(data, ServeOptions(port=0, history_interval_ms=250)) as server:
+        asyncio.run(_charts(server.url, data, tmp_path))
+
+
+def _capture_status(data: Path, seconds_behind: float) -> None:
+    from moonish.redis.capture.status import CaptureReport, write_status
+
+    report = CaptureReport(
+        master="redis://127.0.0.1:6379",
+        replid="a" * 40,
+        link="connected",
+        received_offset=2_000,
+        durable_offset=1_500,
+        master_offset=21_500,
+        bytes_behind=20_000,
+        seconds_behind=seconds_behind,
+    )
+    write_status(str(data), report, time.time_ns() // 1000, running=True)
+
+
+async def _charts(url: str, data: Path, tmp_path: Path) -> None:
+    chart = "document.getElementById('chart-%s').dataset.%s"
+    async with Browser(tmp_path) as browser:
+        await asyncio.to_thread(_capture_status, data, 3.0)
+        await browser.navigate(f"{url}/")
+        await browser.until(f"Number({chart % ('behind', 'points')}) >= 2")
+        assert await browser.evaluate(chart % ("behind", "last")) == "3"
+        assert await browser.evaluate("document.getElementById('behind').textContent") == "3.0 s"
+        assert await browser.evaluate(chart % ("events", "max")) == "0"  # nothing written yet
+        await asyncio.to_thread(write_steps, data, 2, [(n % 2, 1, 1) for n in range(40)])
+        await asyncio.to_thread(_capture_status, data, 7.5)
+        await browser.until(f"Number({chart % ('events', 'max')}) > 0")
+        await browser.until(f"{chart % ('behind', 'last')} === '7.5'")
+        drawn = "document.querySelector('#chart-%s polyline').points.numberOfItems"
+        assert await browser.evaluate(drawn % "events") >= 2
+        assert await browser.evaluate(drawn % "behind") >= 2
+        assert await browser.evaluate("document.getElementById('events').textContent") == "40"
+        assert browser.errors() == []
+    with urllib.request.urlopen(f"{url}/v1/info", timeout=10) as response:
+        server = orjson.loads(response.read())["server"]
+    history = server["history"]
+    times, rates = history["time_s"], history["events_per_s"]
+    seen = sum(
+        rate * (t - before)
+        for rate, t, before in zip(rates[1:], times[1:], times[:-1], strict=True)
+    )
+    assert server["events"] == 40 and abs(seen - 40) < 0.5
+    assert history["interval_ms"] == 250 and history["span_s"] == 3600

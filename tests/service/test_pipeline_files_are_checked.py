@@ -345,3 +345,18 @@ def test_metrics_section_takes_its_defaults_and_a_variable(tmp_path: Path) -> No
     assert not [arg for part in pipeline.parts for arg in part.argv if arg.startswith("--metrics")]
     path.write_text('data_dir = "d"\n[serve]\n')
     assert load_pipeline(str(path), sections()).metrics is None
+
+
+def test_serve_takes_key_patterns_as_lists(tmp_path: Path) -> None:
+    text = 'data_dir = "d"\n[serve]\nexclude_keys = ["tmp:*", "session:*"]\ninclude_keys = ["a*"]\n'
+    (serve,) = load(tmp_path, text).parts
+    argv = list(serve.argv)
+    pairs = [(argv[i], argv[i + 1]) for i in range(len(argv) - 1) if argv[i].endswith("-keys")]
+    assert sorted(pairs) == [
+        ("--exclude-keys", "session:*"),
+        ("--exclude-keys", "tmp:*"),
+        ("--include-keys", "a*"),
+    ]
+    bad = text.replace('"a*"', '"a["')
+    why = "serve.include_keys: key pattern 'a[' has an unclosed ["
+    assert why in refused(tmp_path, bad).message

@@ -107,7 +107,7 @@ pure:
 	rm -f $(BASE) $(DEV)
 
 # The markers of tests that need a service or a system package (tests/support/markers.py).
-SERVICES = not redis and not kafka and not s3 and not spark and not java and not browser
+SERVICES = not redis and not kafka and not s3 and not spark and not java and not browser and not promtool
 
 # The fast loop: every test that needs no service, on both cores (pytest-xdist), in about two
 # minutes. The crash adversaries and property tests run a third of `make test`'s rounds and

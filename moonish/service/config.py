@@ -214,6 +214,13 @@ def _with_filter(
     merged = dict(table)
     for key, value in filter_table.items():
         dotted = f"{FILTER}.{key}"
+        if key == "commands":
+            raise document.error(
+                dotted,
+                f"{dotted}: the source filter does not leave commands out: later images of "
+                "the keys they change would be untrue (docs/filters.md); leave keys out "
+                "instead, or filter a sink's envelopes",
+            )
         if key not in FILTER_KEYS:
             raise document.error(
                 dotted, f"unknown key {dotted!r} ([{FILTER}] takes {', '.join(FILTER_KEYS)})"

@@ -18,7 +18,7 @@ from tests.support.paths import ROOT
 from tests.support.redis.capture import url_of, wait_for
 from tests.support.servers.redis_server import _free_port, redis_server
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.promtool]
 
 
 def test_capture_metrics_lag_and_readiness(tmp_path: Path) -> None:

@@ -167,6 +167,12 @@ def test_config_check_prints_the_resolved_file_with_secrets_masked(
             "filter.exclude_keys: key pattern 'tmp:[*' has an unclosed [",
         ),
         (
+            'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\n'
+            'commands = ["FLUSHALL"]\n',
+            6,
+            "filter.commands: the source filter does not leave commands out",
+        ),
+        (
             'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\nkeys = ["a"]\n',
             6,
             "unknown key 'filter.keys' ([filter] takes include_keys, exclude_keys, dbs, types)",

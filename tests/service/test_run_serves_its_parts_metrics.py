@@ -17,7 +17,7 @@ from tests.support.moonish_run import running
 from tests.support.redis.capture import url_of, wait_for
 from tests.support.servers.redis_server import _free_port, redis_server
 
-pytestmark = pytest.mark.redis
+pytestmark = [pytest.mark.redis, pytest.mark.promtool]
 
 
 def test_run_serves_the_parts_metrics_and_restarts(tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from tests.support.redis.capture import url_of, wait_for
 from tests.support.servers.kafka_broker import Broker, broker, read_topics
 from tests.support.servers.redis_server import _free_port, redis_server
 
-pytestmark = [pytest.mark.redis, pytest.mark.kafka]
+pytestmark = [pytest.mark.redis, pytest.mark.kafka, pytest.mark.promtool]
 __all__ = ["broker"]  # the fixture
 
 ROUNDS = 600

@@ -12,4 +12,5 @@ MARKERS = {
     "spark": "needs PySpark, which needs Java 17 or later",
     "java": "needs a JVM otherwise (Debezium's Kafka Connect classes through JPype)",
     "browser": "drives a headless chromium",
+    "promtool": "checks /metrics with promtool (Debian's prometheus package, `make install`)",
 }

@@ -25,7 +25,7 @@ from moonish.state.config import (
     DEFAULT_SNAPSHOT_ON_CLOSE_RECORDS,
 )
 
-from .params import FORMAT_VARIABLE, KEY_PATTERN, LOG_FORMATS, LSN, VIEW
+from .params import BYTES, FORMAT_VARIABLE, KEY_PATTERN, LOG_FORMATS, LSN, VIEW
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -309,6 +309,51 @@ def key_filter(command: F) -> F:
         ),
     ]
     return stack(cast(F, with_filter), rules)
+
+
+def retention_policy(command: F) -> F:
+    """``--retention-max-bytes``, ``--retention-max-age-ms``, ``--retention-max-records``,
+    ``--retention-min-age-ms``, ``--retention-max-pinned-bytes``: the rules of every shard's
+    retention policy to set as the writers open (``moonish wal retention``'s, which cannot
+    change a shard a writer holds), passed as ``retention`` (the rules given, by name)."""
+
+    @functools.wraps(command)
+    def with_retention(*args: Any, **kwargs: Any) -> Any:
+        given = {}
+        for name in _RETENTION_RULES:
+            value = kwargs.pop(f"retention_{name}")
+            if value is not None:
+                given[name] = value
+        kwargs["retention"] = given
+        return command(*args, **kwargs)
+
+    helps = {
+        "max_bytes": "Retention: delete a shard's oldest segments past this size (512M, 10G).",
+        "max_age_ms": "Retention: delete segments whose newest record is older.",
+        "max_records": "Retention: keep at most this many LSNs per shard.",
+        "min_age_ms": "Retention: never delete a segment younger than this.",
+        "max_pinned_bytes": "Retention: the most consumers may hold beyond the rest; past it "
+        "the laggiest is marked lost.",
+    }
+    rules: list[Callable[[F], F]] = [
+        click.option(
+            f"--retention-{name.replace('_', '-')}",
+            type=BYTES if name.endswith("bytes") else click.IntRange(0),
+            default=None,
+            help=helps[name]
+            + (
+                " Set as the writers open (a rule not given keeps its stored value; moonish "
+                "wal retention shows them; docs/consumers.md)."
+                if name == "max_bytes"
+                else ""
+            ),
+        )
+        for name in _RETENTION_RULES
+    ]
+    return stack(cast(F, with_retention), rules)
+
+
+_RETENTION_RULES = ("max_bytes", "max_age_ms", "max_records", "min_age_ms", "max_pinned_bytes")
 
 
 def processes(help: str) -> Callable[[F], F]:

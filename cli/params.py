@@ -51,6 +51,27 @@ class OutputDir(click.Path):
 OUTPUT_DIR = OutputDir()
 
 
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+class BytesParam(click.ParamType):  # type: ignore[type-arg]
+    """A byte count: digits, optionally followed by K, M, G or T (powers of 1024)."""
+
+    name = "bytes"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+        digits, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "")
+        if not (digits.isascii() and digits.isdigit()):
+            self.fail(f"{value!r} is not a byte count (e.g. 1073741824, 512M, 1G)", param, ctx)
+        return int(digits) * _UNITS[unit]
+
+
+BYTES = BytesParam()
+
+
 class KeyPatternParam(click.ParamType):  # type: ignore[type-arg]
     """A Redis glob pattern (``SCAN MATCH``'s), checked as moonish.keypatterns reads it;
     kept as given (text)."""

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 @options.shard_options
 @options.snapshot_policy
 @options.key_filter
+@options.retention_policy
 @click.option(
     "--sync-interval-ms",
     type=click.IntRange(0, None),
@@ -99,6 +100,7 @@ def capture_command(
     ready_max_lag_ms: int,
     snapshots: SnapshotPolicy,
     key_filter: FilterSpec,
+    retention: dict[str, int],
 ) -> None:
     """Follow the Redis master at REDIS_URL (redis[s]://[[user]:password@]host[:port], or
     redis[s]+sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTER_NAME: the
@@ -206,6 +208,7 @@ def capture_command(
             on_recovery=rebuild_lines(log, quiet),
             on_event=logged,
             accept_new_source=accept_new_source,
+            retention=retention,
         )
     if not quiet:
         if log.tty:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 @options.shard_options
 @options.snapshot_policy
 @options.key_filter
+@options.retention_policy
 @click.option(
     "--skip-unsupported",
     is_flag=True,
@@ -50,6 +51,7 @@ def import_aof_command(
     log_format: str,
     snapshots: SnapshotPolicy,
     key_filter: FilterSpec,
+    retention: dict[str, int],
 ) -> None:
     """Replay a Redis 7 multi-part AOF (APPENDONLYDIR, with its manifest) into DATA_DIR.
 
@@ -115,6 +117,7 @@ def import_aof_command(
             snapshots=snapshots,
             on_recovery=rebuild_lines(log),
             key_filter=key_filter,
+            retention=retention,
         )
     if report.truncated_tail and log.json:
         fields = {"truncated_tail": report.truncated_tail}

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 @options.shard_options
 @options.snapshot_policy
 @options.key_filter
+@options.retention_policy
 @options.processes(
     help="Once the file is read, load the shards in up to this many processes, each its share, "
     "to use several cores; the logs are the same as with one."
@@ -40,6 +41,7 @@ def import_rdb_command(
     log_format: str,
     snapshots: SnapshotPolicy,
     key_filter: FilterSpec,
+    retention: dict[str, int],
 ) -> None:
     """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
     DATA_DIR as r rows (Debezium snapshot reads), one per key, routed by hash slot to
@@ -88,6 +90,7 @@ def import_rdb_command(
             snapshots=snapshots,
             on_recovery=rebuild_lines(log),
             key_filter=key_filter,
+            retention=retention,
         )
 
     if log.json:

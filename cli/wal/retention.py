@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 import click
 import orjson
@@ -12,25 +11,8 @@ from moonish.cdc.positions import data_shards
 from moonish.datadir.policy import RetentionPolicy
 from moonish.state.config import load_config, store_retention
 
-_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+from ..params import BYTES
 
-
-class BytesParam(click.ParamType):  # type: ignore[type-arg]
-    """A byte count: digits, optionally followed by K, M, G or T (powers of 1024)."""
-
-    name = "bytes"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
-        if isinstance(value, int):
-            return value
-        text = str(value).strip().upper().removesuffix("B").removesuffix("I")
-        digits, unit = (text[:-1], text[-1]) if text[-1:] in _UNITS else (text, "")
-        if not (digits.isascii() and digits.isdigit()):
-            self.fail(f"{value!r} is not a byte count (e.g. 1073741824, 512M, 1G)", param, ctx)
-        return int(digits) * _UNITS[unit]
-
-
-BYTES = BytesParam()
 MS = click.IntRange(0)
 
 

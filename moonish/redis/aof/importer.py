@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Final
 
 from moonish.clock import SYSTEM_CLOCK, Clock
@@ -76,6 +76,7 @@ def import_aof(
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
     key_filter: FilterSpec = NO_FILTER,
+    retention: Mapping[str, int] | None = None,
 ) -> ImportReport:
     """Replay a Redis 7 multi-part AOF into ``shards`` moonish shards under ``data_dir``,
     continuing each shard after the position its log stores (see the module docstring).
@@ -110,6 +111,9 @@ def import_aof(
         key_filter: the source filter (moonish.redis.routing.keyfilter): keys it leaves out
             never reach the keyspace or the log; must be the data directory's
             (``filter.json``), which a first import stores.
+        retention: rules of every shard's retention policy to set as the writers open
+            (``RetentionPolicy`` field names: ``max_bytes``, ``max_age_ms``, ...; the others
+            keep their stored values).
 
     Returns:
         An :class:`ImportReport`.
@@ -158,6 +162,7 @@ def import_aof(
         snapshots,
         on_recovery,
         key_filter=key_filter,
+        retention=retention,
     ) as opened:
         first = all(writer.next_lsn == 1 for writer in opened.writers)
         filter_file = opened.filter

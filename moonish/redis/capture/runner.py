@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError
@@ -92,6 +92,7 @@ def capture(
     on_recovery: Callable[[str, int, int], None] | None = None,
     on_event: OnEvent | None = None,
     accept_new_source: bool = False,
+    retention: Mapping[str, int] | None = None,
 ) -> CaptureReport:
     """Follow the Redis master at ``url`` into ``shards`` shards under ``data_dir`` until
     ``stop`` is set (see the module docstring); then sync, acknowledge and return.
@@ -125,6 +126,9 @@ def capture(
             lost connections, another node followed) as it happens, from the capture's thread.
         accept_new_source: follow a node whose history does not hold the data directory's
             position (another data set): its full resync is written as the differences.
+        retention: rules of every shard's retention policy to set as the writers open
+            (``RetentionPolicy`` field names: ``max_bytes``, ``max_age_ms``, ...; the others
+            keep their stored values).
 
     Returns:
         A :class:`CaptureReport`.
@@ -173,6 +177,7 @@ def capture(
             out_dir,
             shards,
             accept_new_source,
+            retention,
             log,
             stream,
             options,
@@ -198,6 +203,7 @@ def _run(
     out_dir: str,
     shards: int,
     accept_new_source: bool,
+    retention: Mapping[str, int] | None,
     log: WriterOptions,
     stream: StreamConfig,
     options: CaptureOptions,
@@ -224,6 +230,7 @@ def _run(
         recovering,
         rebuild=alone,
         key_filter=options.key_filter,
+        retention=retention,
     ) as opened:
         filter_file = opened.filter
         assert filter_file is not None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +83,7 @@ def import_rdb(
     snapshots: SnapshotPolicy | None = None,
     on_recovery: Callable[[str, int, int], None] | None = None,
     key_filter: FilterSpec = NO_FILTER,
+    retention: Mapping[str, int] | None = None,
 ) -> RdbImportReport:
     """Load the RDB file ``rdb_path`` into ``shards`` shards under ``data_dir`` (see the
     module docstring).
@@ -104,6 +105,9 @@ def import_rdb(
         key_filter: the source filter (moonish.redis.routing.keyfilter): keys it leaves out
             are not loaded (counted in ``filtered`` as ``keys:<rule>``); must be the data
             directory's (``filter.json``), which a first import stores.
+        retention: rules of every shard's retention policy to set as the writers open
+            (``RetentionPolicy`` field names: ``max_bytes``, ``max_age_ms``, ...; the others
+            keep their stored values).
 
     Returns:
         An :class:`RdbImportReport`.
@@ -151,6 +155,7 @@ def import_rdb(
         snapshots,
         on_recovery,
         key_filter=key_filter,
+        retention=retention,
     ) as opened:
         filter_file = opened.filter
         assert filter_file is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -65,6 +65,7 @@ def source_shards(
     on_recovery: Callable[[str, int, int], None] | None = None,
     rebuild: bool = True,
     key_filter: FilterSpec = NO_FILTER,
+    retention: Mapping[str, int] | None = None,
 ) -> Iterator[OpenShards]:
     """The shards of ``data_dir`` opened to receive changes from the source ``kind`` at
     ``location`` (moonish.redis.routing.sources), for the ``with`` block; closed after it.
@@ -76,7 +77,8 @@ def source_shards(
     created is removed again (:func:`undo_create`): a failed import leaves nothing behind.
     ``key_filter`` is checked against the data directory's ``filter.json`` and stored there
     when the shards hold no record yet (moonish.redis.routing.filterfile); ``opened.filter``
-    holds it.
+    holds it. ``retention``: rules of every shard's retention policy to set (the others keep
+    their stored values; ``RetentionPolicy``'s field names).
 
     Raises:
         SourceMismatchError: another source, or records without a source.
@@ -94,6 +96,11 @@ def source_shards(
                 raise unknown_source(data_dir, kind, location)
             remember_source(data_dir, kind, location)
         fresh = all(writer.next_lsn == 1 for writer in opened.writers)
+        if retention:
+            for writer in opened.writers:
+                policy = replace(writer.stream.retention, **retention)
+                if policy != writer.stream.retention:
+                    writer.set_retention(policy)
         opened.filter = FilterFile(data_dir, key_filter, fresh)
         yield opened
     except BaseException:

@@ -49,6 +49,16 @@ _PARTS: dict[
         (None, ("cdc", "kafka"), ".cdc.kafka:kafka", {"data_dir": "data_dir"}, ("--follow",), False)
     ],
     "serve": [(None, ("serve",), ".serve:serve", {"data_dir": "data_dir"}, (), False)],
+    "export": [
+        (
+            None,
+            ("cdc", "export"),
+            ".cdc.export:export",
+            {"source": "data_dir", "out_dir": "out_dir"},
+            ("--follow",),
+            False,
+        )
+    ],
     "spark": [
         (
             None,
@@ -69,6 +79,7 @@ _ARGUMENTS = {
     "url": "The Redis master, redis[s]://[[user]:password@]host[:port] (the command's REDIS_URL).",
     "aof": "The AOF's directory, with its manifest (the command's APPENDONLYDIR).",
     "rdb": "The RDB file (the command's RDB_FILE).",
+    "out_dir": "The directory the NDJSON files go to (the command's OUT_DIR).",
     "table_dir": "The table: a directory (relative to the file's) or s3://BUCKET/PATH (the "
     "command's TABLE).",
 }
@@ -78,6 +89,7 @@ _SUMMARIES = {
     "imported once",
     "kafka": "every change into Kafka, as Debezium puts it there",
     "serve": "the change feed over HTTP and WebSocket",
+    "export": "NDJSON files of every change, each complete or absent, exactly once",
     "spark": "a Delta Lake table of the latest state per key, kept by Spark",
 }
 

@@ -12,7 +12,10 @@ from pathlib import Path
 
 import orjson
 
+import moonish
+from tests.support.moonish_run import running
 from tests.support.paths import ROOT
+from tests.support.redis.aof import SLICE
 from tests.support.redis.capture import wait_for
 from tests.support.servers.serve_util import request
 
@@ -67,3 +70,31 @@ def test_an_import_alone_ends_the_run(tmp_path: Path) -> None:
     assert start(pipeline, log).wait(120) == 0
     assert "supervisor finished: every part is done" in log.read_text()
     assert (tmp_path / "data" / "shard-0").is_dir()
+
+
+def test_an_export_part_writes_every_change_once(tmp_path: Path) -> None:
+    """``[export]`` runs ``cdc export --follow``: after the import, the NDJSON files hold every
+    change of the data directory exactly once; SIGTERM stops it with 0."""
+    pipeline = tmp_path / "pipeline.toml"
+    pipeline.write_text(
+        f'data_dir = "data"\n[source]\naof = "{SLICE}"\nshards = 2\n'
+        '[export]\nout_dir = "export"\nmax_records_per_file = 500\nmax_file_age_ms = 200\n'
+    )
+    with running(pipeline) as run:
+        wait_for(lambda: run.events("source", "finished"), "the import", 120)
+        expected = 0
+        for shard_dir in moonish.shard_dirs(tmp_path / "data"):
+            with moonish.tail(shard_dir) as stream:
+                expected += sum(1 for _ in stream)
+
+        def exported() -> list[dict]:
+            return [
+                orjson.loads(line)
+                for path in sorted((tmp_path / "export").glob("shard-*.ndjson"))
+                for line in path.read_bytes().splitlines()
+            ]
+
+        wait_for(lambda: len(exported()) == expected, "every change in the files", 120)
+        assert run.stop_all() == {"export": 0}  # (the import had finished)
+    rows = exported()
+    assert len({(row["source"]["shard"], row["source"]["lsn"]) for row in rows}) == expected

@@ -18,7 +18,8 @@ docs/benchmarks.md:
    >= 1M kv_change records with NEW_AND_OLD_IMAGES (bench.state).
 6. spark: events/s of the WAL data source and of the envelope files on local[2] (bench.spark);
    delta: one micro-batch's MERGE of 1,000 changes into Delta tables of 10,000 and 1,000,000
-   keys (bench.delta).
+   keys (bench.delta); spark-url: the data source over a server's URL against the same source
+   over the directory (bench.spark_url).
 7. merged: one stream over 4 shards against reading them one by one (bench.merged);
    retention: plan and prune over a 1 GB log; consumers: ``consumer list`` of 1,000 consumers
    (bench.retention).
@@ -43,7 +44,7 @@ docs/benchmarks.md:
     snapshot in the background, and command latency while the child writes (bench.snapshots);
     restart: a capture's restart to PSYNC after 20,000 and 2,000,000 commands (bench.restart).
 
-The benchmark process pins itself to one core (spark, capture-cores, import-rdb and the
+The benchmark process pins itself to one core (spark, spark-url, capture-cores, import-rdb and the
 --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
 """
 
@@ -77,6 +78,7 @@ from bench.retention import bench_consumer_list, bench_prune
 from bench.serve import bench_serve
 from bench.snapshots import bench_snapshots
 from bench.spark import bench_spark
+from bench.spark_url import bench_spark_url
 from bench.state import aof_commands, bench_views, images_wal
 from bench.tail import bench_follow_memory, bench_poll, bench_tail, bench_tail_memory
 from moonish.cdc import shard_read
@@ -420,6 +422,7 @@ def main() -> None:
         ("follow", bench_follow),
         ("spark", lambda: bench_spark(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("delta", lambda: bench_delta(DATA)),
+        ("spark-url", lambda: bench_spark_url(DATA, images_wal(DATA, AOF, READ_RECORDS))),
         ("merged", lambda: bench_merged(DATA, AOF, READ_RECORDS)),
         ("retention", lambda: bench_prune(DATA)),
         ("consumers", lambda: bench_consumer_list(DATA)),

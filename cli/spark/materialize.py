@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -11,19 +12,24 @@ import click
 from moonish.errors import InvalidArgumentError
 
 from .. import options
+from ..remote import DATA_PATH
 
 if TYPE_CHECKING:
     from ..logs import StderrLog
 
 
 def source_kind(source: str) -> str:
-    """``"export"`` for a directory of envelope files (``cdc export``), ``"wal"`` for a data
-    directory or a shard.
+    """``"url"`` for a server's URL (``moonish serve``), ``"export"`` for a directory of
+    envelope files (``cdc export``), ``"wal"`` for a data directory or a shard.
 
     Raises:
-        InvalidArgumentError: neither.
+        InvalidArgumentError: none of these.
     """
+    from moonish.remote.options import is_url
     from moonish.sinks.export import FILE_NAME, STATE_NAME
+
+    if is_url(source):
+        return "url"
 
     entries = os.listdir(source)
     if STATE_NAME in entries or any(FILE_NAME.match(entry) for entry in entries):
@@ -39,7 +45,7 @@ def source_kind(source: str) -> str:
 
 
 @click.command("materialize")
-@click.argument("source", type=click.Path(exists=True, file_okay=False))
+@click.argument("source", type=DATA_PATH)
 @click.argument("table_dir", metavar="TABLE", type=click.Path(file_okay=False))
 @click.option(
     "--format",
@@ -59,7 +65,7 @@ def source_kind(source: str) -> str:
 @click.option(
     "--max-records-per-trigger",
     type=click.IntRange(1, None),
-    help="WAL source: most records per micro-batch (default: all available).",
+    help="WAL or server source: most records per micro-batch (default: all available).",
 )
 @click.option(
     "--max-files-per-trigger",
@@ -92,10 +98,12 @@ def source_kind(source: str) -> str:
 @options.storage_option
 @options.spark_master
 @options.consumer(
-    help="WAL source: register the query as this named consumer (default: spark-<TABLE's "
-    "name>), acknowledged as micro-batches commit, so retention keeps what it has not applied."
+    help="WAL or server source: register the query as this named consumer (default: "
+    "spark-<TABLE's name>), acknowledged as micro-batches commit, so retention keeps what it "
+    "has not applied."
 )
 @options.no_consumer
+@options.remote_options
 @options.log_format()
 @options.metrics_endpoint
 def materialize(
@@ -113,16 +121,20 @@ def materialize(
     master: str,
     consumer: str | None,
     no_consumer: bool,
+    token_file: str | None,
+    cacert: str | None,
     log_format: str,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
     """Keep TABLE at the latest state of every key of SOURCE, exactly once.
 
-    SOURCE is a data directory (read through the moonish Spark data source) or an export
-    directory written by `moonish cdc export` (read through Spark's file source). Without
+    SOURCE is a data directory (read through the moonish Spark data source), a `moonish
+    serve` server's URL (the same data source over HTTP, offsets the server's tokens,
+    --token-file and --cacert as for `cdc read`: executors then need only the network), or
+    an export directory written by `moonish cdc export` (read through Spark's file source). Without
     --follow, applies what is there now (trigger availableNow); with --follow, keeps applying
-    new changes. Reading a data directory, the query is a named consumer of it
+    new changes. Reading a data directory or a server, the query is a named consumer of it
     (spark-<TABLE's name> unless --consumer or --no-consumer), acknowledged as each
     micro-batch commits, so retention never removes what the table has not applied. Each
     micro-batch prints a progress line to stderr (batch id, rows, duration in ms, LSNs per
@@ -146,6 +158,8 @@ def materialize(
         moonish spark materialize data table --checkpoint table-checkpoint --follow
 
         moonish spark materialize data s3://lake/redis --checkpoint redis-checkpoint
+
+        moonish spark materialize http://cdc.example:8470 table --checkpoint table-ck
     """
     import moonish.spark
     from moonish.spark.delta import open_table, require_table
@@ -155,14 +169,19 @@ def materialize(
     from ..logs import StderrLog
     from ..metrics import endpoint
     from ..params import sink_name
+    from ..remote import connect
 
     if no_consumer and consumer is not None:
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     assert table_format == "delta"
     kind = source_kind(source)
+    if kind == "url":
+        _check_server(source, token_file, cacert, metrics_port)
+    else:
+        connect(source, token_file, cacert, ())  # refuses --token-file/--cacert
     uri, storage_options = table_uri(table_dir), parse_options(storage_option)
     open_table(uri, storage_options)  # the format, the bucket, the endpoint: before Spark starts
-    if kind == "wal" and not no_consumer and consumer is None:
+    if kind in ("wal", "url") and not no_consumer and consumer is None:
         consumer = sink_name("spark", uri.rstrip("/").rpartition("/")[2] or uri)
     spark = moonish.spark.session(master)
     gate, request = BatchGate(), StopRequest()
@@ -174,9 +193,16 @@ def materialize(
     with (
         stop_on_signals(request),  # after the session: it replaces PySpark's SIGINT handler
         endpoint(metrics_port, metrics_host, source, announce),
+        ExitStack() as closing,
     ):
         changes = _changes(
-            spark, kind, source, max_records_per_trigger, max_files_per_trigger, consumer
+            spark,
+            kind,
+            source,
+            max_records_per_trigger,
+            max_files_per_trigger,
+            consumer,
+            {"tokenFile": token_file, "caFile": cacert},
         )
         query = moonish.spark.materialize(
             changes,
@@ -189,7 +215,7 @@ def materialize(
             optimize_every=optimize_every,
             storage_options=storage_options,
         )
-        acknowledge = _acknowledger(source, consumer) if kind == "wal" else None
+        acknowledge = _acknowledger(source, consumer, kind, token_file, cacert, closing)
         report = _reporter(log)
         run_until_stopped(spark, query, gate, request, report, on_batch=acknowledge)
     delta_table = require_table(uri, storage_options)
@@ -197,12 +223,62 @@ def materialize(
     click.echo(f"table {table_dir}: Delta version {version}, {keys} live keys ({kind} source)")
 
 
-def _acknowledger(source: str, consumer: str | None) -> Any:
+def _check_server(
+    source: str, token_file: str | None, cacert: str | None, metrics_port: int | None
+) -> None:
+    """Ask the server at ``source`` for its info, before Spark starts.
+
+    Raises:
+        RemoteUnavailableError: it cannot be reached (exit 6).
+        RemoteUnauthorizedError: it refuses the bearer token (exit 2).
+        click.UsageError: ``--metrics-port`` (it reports a data directory on this machine).
+    """
+    from ..remote import connect
+
+    if metrics_port is not None:
+        raise click.UsageError(
+            "--metrics-port reports a data directory on this machine; a server's own "
+            "/metrics reports its WAL and consumers."
+        )
+    client = connect(source, token_file, cacert, ())
+    assert client is not None
+    with client:
+        client.info()
+
+
+def _acknowledger(
+    source: str,
+    consumer: str | None,
+    kind: str,
+    token_file: str | None,
+    cacert: str | None,
+    closing: ExitStack,
+) -> Any:
     """A callback that acknowledges each committed micro-batch's end offsets for the named
-    consumer (``None``: no consumer, no callback)."""
-    if consumer is None:
+    consumer (``None``: no consumer or an export source, no callback): in the data
+    directory, or on the server for a URL (the end token; its client closed by
+    ``closing``)."""
+    if consumer is None or kind == "export":
         return None
     import orjson
+
+    if kind == "url":
+        from moonish.spark.urlsource import token_of
+
+        from ..remote import connect
+
+        client = connect(source, token_file, cacert, ())
+        assert client is not None
+        closing.callback(client.close)
+
+        def acknowledge_token(progress: Any) -> None:
+            for each in progress.get("sources") or []:
+                end = each.get("endOffset")
+                offsets = orjson.loads(end) if isinstance(end, str) else end
+                if isinstance(offsets, dict):
+                    client.ack(consumer, token_of(offsets))
+
+        return acknowledge_token
 
     from moonish.datadir import consumers
     from moonish.spark.datasource import consumer_positions
@@ -243,17 +319,24 @@ def _changes(
     max_records: int | None,
     max_files: int | None,
     consumer: str | None,
+    remote: Mapping[str, str | None],
 ) -> Any:
     """The streaming DataFrame of flat change rows of SOURCE (``kind`` from
-    :func:`source_kind`)."""
+    :func:`source_kind`; ``remote``: the URL source's ``tokenFile`` and ``caFile``)."""
     import moonish.spark
 
-    if kind == "wal":
+    if kind in ("wal", "url"):
         reader = spark.readStream.format("moonish")
         if max_records:
             reader = reader.option("maxRecordsPerTrigger", max_records)
         if consumer is not None:
             reader = reader.option("consumer", consumer)
+        if kind == "url":
+            reader = reader.option("url", source)
+            for name, value in remote.items():
+                if value is not None:
+                    reader = reader.option(name, os.path.abspath(value))
+            return reader.load()
         return reader.load(os.path.abspath(source))
     return moonish.spark.read_envelope_files(
         spark, os.path.abspath(source), max_files_per_trigger=max_files

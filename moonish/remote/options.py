@@ -74,6 +74,9 @@ class ClientOptions:
     Attributes:
         cafile: PEM certificates to trust for ``https`` (a self-signed server's certificate);
             ``None``: the system's.
+        cadata: the same as PEM text instead of a file (with or instead of ``cafile``): what
+            a process that has no copy of the file is handed (the Spark data source's
+            executors, moonish.spark.urlsource).
         verify_tls: check the server's certificate and name (turn off only for tests).
         connect_timeout_ms: longest wait for a connection.
         request_timeout_ms: longest wait for a whole answer that is not a feed.
@@ -86,6 +89,7 @@ class ClientOptions:
     """
 
     cafile: str | None = None
+    cadata: str | None = None
     verify_tls: bool = True
     connect_timeout_ms: int = 10_000
     request_timeout_ms: int = 60_000
@@ -110,19 +114,19 @@ class ClientOptions:
             raise InvalidArgumentError(f"retry_for_ms must be >= 0, got {self.retry_for_ms}")
 
     def ssl_context(self) -> ssl.SSLContext | bool:
-        """What the HTTP client is given for ``https``: a context trusting ``cafile`` (or the
-        system's certificates), or ``False`` when ``verify_tls`` is off.
+        """What the HTTP client is given for ``https``: a context trusting ``cafile`` and
+        ``cadata`` (or the system's certificates), or ``False`` when ``verify_tls`` is off.
 
         Raises:
-            InvalidArgumentError: ``cafile`` does not load.
+            InvalidArgumentError: ``cafile`` or ``cadata`` does not load.
         """
         import ssl
 
         if not self.verify_tls:
             return False
         try:
-            context = ssl.create_default_context(cafile=self.cafile)
-        except (OSError, ssl.SSLError) as error:
+            context = ssl.create_default_context(cafile=self.cafile, cadata=self.cadata)
+        except (OSError, ssl.SSLError, ValueError) as error:
             raise InvalidArgumentError(
                 f"cannot load the CA file: {error}", path=self.cafile
             ) from None

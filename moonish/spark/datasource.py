@@ -28,6 +28,9 @@ Options:
 - ``messages``: ``true`` to include checkpoints and message records (``op: "m"`` rows);
   by default they are left out, as every reader leaves them out (docs/envelopes.md).
 
+- ``url`` (instead of a path): read a ``moonish serve`` server; offsets are then its tokens
+  (moonish.spark.urlsource has that source's options).
+
 Example::
 
     import moonish.spark
@@ -149,7 +152,8 @@ def _parse_offsets(text: str) -> Offsets:
 
 
 class MoonishDataSource(DataSource):
-    """The ``moonish`` format: batch and streaming reads of a data directory's WAL."""
+    """The ``moonish`` format: batch and streaming reads of a data directory's WAL, or with
+    the ``url`` option of a ``moonish serve`` server's (moonish.spark.urlsource)."""
 
     @classmethod
     def name(cls) -> str:
@@ -159,9 +163,17 @@ class MoonishDataSource(DataSource):
         return CHANGE_COLUMNS
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if self.options.get("url"):
+            from moonish.spark.urlsource import UrlBatchReader
+
+            return UrlBatchReader(self.options)
         return MoonishBatchReader(self.options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        if self.options.get("url"):
+            from moonish.spark.urlsource import UrlStreamReader
+
+            return UrlStreamReader(self.options)
         return MoonishStreamReader(self.options)
 
 
@@ -169,7 +181,10 @@ class _Options:
     def __init__(self, options: Any) -> None:
         self.path = options.get("path")
         if not self.path:
-            raise InvalidArgumentError('the moonish source needs a path: .load("<data dir>")')
+            raise InvalidArgumentError(
+                'the moonish source needs a path, .load("<data dir>"), or a server, '
+                '.option("url", "http://host:8470")'
+            )
         self.path = os.path.abspath(self.path)
         self.max_records = int(options.get("maxRecordsPerTrigger", 0)) or None
         self.per_partition = int(options.get("recordsPerPartition", DEFAULT_RECORDS_PER_PARTITION))
@@ -241,7 +256,7 @@ class MoonishStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for shard, lsn in start.items():
             end.setdefault(shard, lsn)
         if isinstance(limit, ReadMaxRows):
-            end = _share(start, end, limit.max_rows)
+            end = share(start, end, limit.max_rows)
         return end
 
     def reportLatestOffset(self) -> Offsets:
@@ -286,7 +301,7 @@ def consumer_positions(path: str, offsets: Offsets) -> list[int]:
     return positions
 
 
-def _share(start: Offsets, end: Offsets, budget: int) -> Offsets:
+def share(start: Offsets, end: Offsets, budget: int) -> Offsets:
     """``end`` cut so that at most ``budget`` records are read, shared fairly: every shard
     gets an equal share, and what a shard does not need goes to the others."""
     wanted = sorted((end[shard] - start.get(shard, 1), shard) for shard in end)

@@ -37,7 +37,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 def progress_line(progress: Mapping[str, Any]) -> str:
     """One line for one micro-batch's ``StreamingQueryProgress`` (a dict): batch id, input
     rows, duration in ms, and what each source read: per shard the inclusive LSN range for
-    the ``moonish`` source (offsets ``{"<shard>": <next LSN>}``), else the raw offsets
+    the ``moonish`` source (offsets ``{"<shard>": <next LSN>}``, or a server's
+    ``{"token": "<token>"}``), else the raw offsets
     (``{"logOffset": n}`` for the file source of ``cdc export`` files)."""
     parts = [
         f"batch {progress.get('batchId')}: {progress.get('numInputRows') or 0} rows in "
@@ -60,6 +61,7 @@ def progress_fields(progress: Mapping[str, Any]) -> dict[str, Any]:
     }
     for source in progress.get("sources") or ():
         start, end = _json(source.get("startOffset")), _json(source.get("endOffset"))
+        start, end = _next_lsns(start), _next_lsns(end)
         if isinstance(end, dict) and end and all(key.isdigit() for key in end):
             start = start if isinstance(start, dict) else {}
             ranges = fields.setdefault("lsn_ranges", {})
@@ -72,7 +74,7 @@ def progress_fields(progress: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _offsets(start_text: Any, end_text: Any) -> str:
-    start, end = _json(start_text), _json(end_text)
+    start, end = _next_lsns(_json(start_text)), _next_lsns(_json(end_text))
     if isinstance(end, dict) and end and all(key.isdigit() for key in end):
         start = start if isinstance(start, dict) else {}
         ranges = [
@@ -82,6 +84,21 @@ def _offsets(start_text: Any, end_text: Any) -> str:
         ]
         return ", ".join(ranges) or "no new LSN"
     return f"offsets {start_text} -> {end_text}"
+
+
+def _next_lsns(offsets: Any) -> Any:
+    """A URL source's offset, ``{"token": "<token>"}`` (last LSN delivered per shard), as
+    the directory source's, ``{"<shard>": <next LSN>}``; any other value as it is."""
+    from moonish.cdc.token import Token
+    from moonish.errors import InvalidArgumentError
+
+    if not (isinstance(offsets, dict) and set(offsets) == {"token"}):
+        return offsets
+    try:
+        token = Token.parse(str(offsets["token"]))
+    except InvalidArgumentError:
+        return offsets
+    return {str(shard): lsn + 1 for shard, lsn in enumerate(token.positions)}
 
 
 def _json(text: Any) -> Any:

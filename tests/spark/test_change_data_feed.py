@@ -2,10 +2,13 @@
 SparkSession: per micro-batch, one ``insert`` per new key, an ``update_preimage`` and
 ``update_postimage`` pair per changed key (its latest change in the batch), one ``delete`` per
 deleted key, nothing for a key created and deleted inside one batch; replayed from empty, the
-feed gives the table Spark reads."""
+feed gives the table Spark reads. The same from the directory source and from a ``moonish serve``
+server's URL."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import moonish.spark
 from moonish.state.shard import ShardOptions, ShardWriter
 from moonish.values.model import untext
 from tests.support.delta import txn_versions
+from tests.support.servers.serve_util import Running
 from tests.support.servers.spark import run, spark, wal_changes
 
 __all__ = ["spark"]  # the module-scoped fixture
@@ -47,16 +51,32 @@ def write(data: Path, commands: list[tuple[int, list[bytes]]]) -> None:
             writer.execute(db, command)
 
 
-def test_the_change_data_feed_holds_each_applied_change_once(spark: Any, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def source(spark: Any, data: Path, kind: str) -> Iterator[Any]:
+    """A function giving a new streaming DataFrame of ``data``'s changes: read from the
+    directory, or from a server over it (running inside the block)."""
+    if kind == "dir":
+        yield lambda: wal_changes(spark, data)
+        return
+    with Running(data) as server:
+        yield lambda: spark.readStream.format("moonish").option("url", server.url).load()
+
+
+@pytest.mark.parametrize("kind", ["dir", "url"])
+def test_the_change_data_feed_holds_each_applied_change_once(
+    spark: Any, tmp_path: Path, kind: str
+) -> None:
     import pyarrow as pa
     from deltalake import DeltaTable
 
     from moonish.spark.table import query_id  # imports pyspark: only once the module is kept
 
     data, table, checkpoint = tmp_path / "data", tmp_path / "table", tmp_path / "ck"
-    for commands in (FIRST, SECOND):  # one micro-batch each, on the same checkpoint
-        write(data, commands)
-        run(spark, wal_changes(spark, data), table, checkpoint)
+    write(data, FIRST)
+    with source(spark, data, kind) as changes:
+        run(spark, changes(), table, checkpoint)  # one micro-batch each, on one checkpoint
+        write(data, SECOND)
+        run(spark, changes(), table, checkpoint)
     assert txn_versions(table, query_id(str(checkpoint))) == [0, 1]
     feed = pa.table(DeltaTable(str(table)).load_cdf(starting_version=0)).to_pylist()
     changes = sorted(

@@ -21,6 +21,16 @@ def test_progress_lines_name_the_batch_rows_duration_and_lsns() -> None:
     assert progress_line(files).endswith('; offsets None -> {"logOffset":0}')
 
 
+def test_a_server_sources_token_offsets_are_lsn_ranges() -> None:
+    """The URL source's offsets are the server's tokens (last LSN delivered per shard)."""
+    source = {"startOffset": '{"token": "m2.c100.a7"}', "endOffset": '{"token": "m2.c600.a7"}'}
+    progress = {"batchId": 3, "numInputRows": 500, "batchDuration": 812, "sources": [source]}
+    assert progress_line(progress) == "batch 3: 500 rows in 812 ms; shard 0: LSN 101..600"
+    assert progress_fields(progress)["lsn_ranges"] == {"0": [101, 600]}
+    first = {**progress, "sources": [{"startOffset": None, "endOffset": source["endOffset"]}]}
+    assert progress_line(first).endswith("shard 0: LSN 1..600, shard 1: LSN 1..7")
+
+
 def test_progress_fields_are_the_line_as_values() -> None:
     source = {"startOffset": '{"0": 101, "1": 9}', "endOffset": '{"0": 601, "1": 9}'}
     progress = {"batchId": 3, "numInputRows": 900, "batchDuration": 812, "sources": [source]}

@@ -175,6 +175,13 @@ def materialize(
         raise click.UsageError("--consumer and --no-consumer exclude each other.")
     assert table_format == "delta"
     kind = source_kind(source)
+    if max_files_per_trigger is not None and kind != "export":
+        raise click.UsageError("--max-files-per-trigger applies to an export directory's files.")
+    if max_records_per_trigger is not None and kind == "export":
+        raise click.UsageError(
+            "--max-records-per-trigger applies to a data directory or a server, not to an "
+            "export directory (--max-files-per-trigger)."
+        )
     if kind == "url":
         _check_server(source, token_file, cacert, metrics_port)
     else:

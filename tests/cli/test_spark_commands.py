@@ -109,3 +109,34 @@ def test_materialize_follow_reports_each_batch_and_stops_cleanly(
     assert "moonish: batch 0: 400 rows in " in stderr, stderr
     assert "; shard 0: LSN 1..200, shard 1: LSN 1..200" in stderr, stderr
     assert out.startswith(f"table {tmp_path / 'table'}: Delta version ".encode()), out
+
+
+@pytest.mark.parametrize(
+    ("option", "says"),
+    [
+        (["--max-files-per-trigger", "2"], b"--max-files-per-trigger applies to an export"),
+        (["--max-records-per-trigger", "2", "--no-consumer"], None),
+    ],
+)
+def test_a_trigger_limit_of_the_other_source_is_refused_before_spark(
+    data: Path, tmp_path: Path, option: list[str], says: bytes | None
+) -> None:
+    """``--max-files-per-trigger`` limits an export directory's files: on a data directory
+    (or a server) it is refused with exit 2, not ignored; ``--max-records-per-trigger`` on an
+    export directory likewise."""
+    source = data
+    if says is None:  # an export directory
+        source = tmp_path / "export"
+        assert run("cdc", "export", str(data), str(source), "--no-consumer").returncode == 0
+        says = b"--max-records-per-trigger applies to a data directory or a server"
+    out = run(
+        "spark",
+        "materialize",
+        str(source),
+        str(tmp_path / "t"),
+        "--checkpoint",
+        str(tmp_path / "ck"),
+        *option,
+    )
+    assert out.returncode == 2 and says in out.stderr, out.stderr
+    assert not (tmp_path / "t").exists()

@@ -260,8 +260,9 @@ def snapshot_policy(command: F) -> F:
 
 def key_filter(command: F) -> F:
     """``--include-keys``, ``--exclude-keys`` (Redis glob patterns, repeatable), ``--dbs``,
-    ``--types`` (repeatable): the source filter, passed to the command as ``key_filter`` (a
-    ``FilterSpec``; moonish.redis.routing.keyfilter, docs/filters.md)."""
+    ``--types``, ``--exclude-commands`` (repeatable): the source filter, passed to the
+    command as ``key_filter`` (a ``FilterSpec``; moonish.redis.routing.keyfilter,
+    docs/filters.md)."""
 
     @functools.wraps(command)
     def with_filter(
@@ -270,11 +271,14 @@ def key_filter(command: F) -> F:
         exclude_keys: tuple[str, ...],
         dbs: tuple[int, ...],
         types: tuple[str, ...],
+        exclude_commands: tuple[str, ...],
         **kwargs: Any,
     ) -> Any:
         from moonish.redis.routing.keyfilter import filter_spec
 
-        kwargs["key_filter"] = filter_spec(include_keys, exclude_keys, dbs or None, types or None)
+        kwargs["key_filter"] = filter_spec(
+            include_keys, exclude_keys, dbs or None, types or None, exclude_commands
+        )
         return command(*args, **kwargs)
 
     rules: list[Callable[[F], F]] = [
@@ -306,6 +310,14 @@ def key_filter(command: F) -> F:
             type=click.Choice(["string", "hash", "list", "set", "zset", "stream"]),
             help="Keep only keys of these Redis types (repeatable; default: all; zset needs "
             "set). An AOF import or a capture with it runs in one process.",
+        ),
+        click.option(
+            "--exclude-commands",
+            multiple=True,
+            metavar="NAME",
+            help="Leave the changes of these commands out of the stream (FLUSHALL, DEL, ...; "
+            "repeatable); the keyspace still follows them, so later images stay true, and a "
+            "moonish.filtered message in the log stands for each.",
         ),
     ]
     return stack(cast(F, with_filter), rules)

@@ -217,9 +217,8 @@ def _with_filter(
         if key == "commands":
             raise document.error(
                 dotted,
-                f"{dotted}: the source filter does not leave commands out: later images of "
-                "the keys they change would be untrue (docs/filters.md); leave keys out "
-                "instead, or filter a sink's envelopes",
+                f"{dotted}: use exclude_commands (the commands whose changes the stream "
+                "leaves out; the keyspace still follows them: docs/filters.md)",
             )
         if key not in FILTER_KEYS:
             raise document.error(

@@ -128,7 +128,7 @@ NOT_YET: dict[str, str] = {}
 
 
 FILTER = "filter"
-FILTER_KEYS = ("include_keys", "exclude_keys", "dbs", "types")
+FILTER_KEYS = ("include_keys", "exclude_keys", "dbs", "types", "exclude_commands")
 """``[filter]``'s keys: the source command's filter options (docs/filters.md), in a table of
 their own; they apply to ``[source]``, whatever it runs."""
 

@@ -2,14 +2,19 @@
 the records after it (moonish.log.payloads: ``kv_change`` ``replay``; ``message`` records with
 prefix ``moonish.function``, moonish.state.libraries).
 
-Records are replayed at their commit time (relative TTLs, stream IDs). Other message prefixes
-(``moonish.skipped``) and checkpoints change nothing.
+Records are replayed at their commit time (relative TTLs, stream IDs). A ``moonish.filtered``
+message (:data:`FILTERED_PREFIX`: a command whose changes a source filter's
+``exclude_commands`` left out of the stream, its part in this shard as RESP) is run again on
+the keyspace, as the writer ran it. Other message prefixes (``moonish.skipped``) and
+checkpoints change nothing.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
+import hiredis
 import orjson
 
 from moonish.errors import (
@@ -29,6 +34,10 @@ from moonish.state.keyspace import Access, Keyspace
 from moonish.state.libraries import PREFIX, Libraries, apply_message, libraries_from_lines
 from moonish.state.snapshot import list_snapshots, read_snapshot, snapshot_path
 from moonish.values.model import entry_from_image
+
+FILTERED_PREFIX: Final = "moonish.filtered"
+"""The message that stands in a shard's log for a command whose changes the stream leaves
+out (a source filter's ``exclude_commands``): the command's part in the shard, as RESP."""
 
 REPLAY_BATCH_RECORDS = 4096
 
@@ -152,6 +161,10 @@ def replay_record(
         if isinstance(record, Message):
             if record.prefix == PREFIX:
                 apply_message(libraries, record.content)
+            elif record.prefix == FILTERED_PREFIX:
+                acc = Access(lambda key: keyspace, commit_us // 1000, expire=False)
+                acc.keyspaces = [keyspace]
+                execute(acc, record.db, _command(record.content))
             return record.source
         assert isinstance(record, KvChange)
         if record.replay is Replay.COMMAND:
@@ -169,3 +182,17 @@ def replay_record(
         raise CorruptionError(
             f"record does not replay: {exc}", path=segment_holding(shard_dir, lsn), lsn=lsn
         ) from None
+
+
+def _command(resp: bytes) -> list[bytes]:
+    """The command a :data:`FILTERED_PREFIX` message holds (a RESP array of bulk strings).
+
+    Raises:
+        ValueError: anything else (the caller reports it as a record that does not replay).
+    """
+    reader = hiredis.Reader()
+    reader.feed(resp)
+    argv = reader.gets()
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, bytes) for a in argv):
+        raise ValueError(f"a {FILTERED_PREFIX} message that is no command: {resp[:80]!r}")
+    return argv

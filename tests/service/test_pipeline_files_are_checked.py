@@ -170,12 +170,13 @@ def test_config_check_prints_the_resolved_file_with_secrets_masked(
             'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\n'
             'commands = ["FLUSHALL"]\n',
             6,
-            "filter.commands: the source filter does not leave commands out",
+            "filter.commands: use exclude_commands",
         ),
         (
             'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\n[filter]\nkeys = ["a"]\n',
             6,
-            "unknown key 'filter.keys' ([filter] takes include_keys, exclude_keys, dbs, types)",
+            "unknown key 'filter.keys' ([filter] takes include_keys, exclude_keys, dbs, types, "
+            "exclude_commands)",
         ),
         (
             'data_dir = "d"\n[source]\nurl = "redis://h"\nshards = 1\ndbs = [0]\n'

@@ -26,6 +26,10 @@ when lists are left out) becomes a ``DEL`` of the keys it writes (it may overwri
 kept type: ``SET`` over a hash), ``RESTORE`` is judged by its payload's type, and ``RENAME``,
 ``COPY`` or ``MOVE`` of a key moonish does not hold (so of a type left out) removes what the
 destination held. ``types`` that keep sorted sets must keep sets (``ZUNIONSTORE`` reads sets).
+
+``exclude_commands`` works the other way: the keyspace runs those commands, but their changes
+are left out of the stream; the router writes a ``moonish.filtered`` message in their place
+(moonish.state.rebuild replays it), so later images stay true.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from moonish.state.commands import (
     streams,
     strings,
 )
-from moonish.state.commands.execute import keys_of
+from moonish.state.commands.execute import COMMANDS, keys_of
 from moonish.state.commands.sort import reads_patterns
 from moonish.values.model import HASH, LIST, SET, STREAM, STRING, TYPES, ZSET, Entry
 
@@ -80,6 +84,10 @@ TYPE_OF: Final = {name: kind for kind, names in _TYPED.items() for name in names
 (``DEL``, ``EXPIRE``, ``RENAME``, ...) work on any type (``SORT ... STORE`` writes a list and
 ``RESTORE`` its payload's type: judged apart)."""
 
+PER_SHARD: Final = frozenset({b"DEL", b"UNLINK", b"MSET", b"FLUSHALL", b"FLUSHDB", b"SWAPDB"})
+"""Commands besides those of one key that each shard runs on its own part (what
+``exclude_commands`` may name)."""
+
 INCLUDE_RULE: Final = "include_keys"
 """The rule name under which keys matching none of ``include_keys`` are counted."""
 
@@ -99,17 +107,20 @@ class FilterSpec:
         dbs: the dbs kept (``None``: all).
         types: the Redis types kept (``None``: all): ``string``, ``hash``, ``list``, ``set``,
             ``zset``, ``stream``.
+        exclude_commands: commands (upper case) whose changes are left out of the stream;
+            the keyspace still follows them (module docstring).
     """
 
     include_keys: tuple[bytes, ...] = ()
     exclude_keys: tuple[bytes, ...] = ()
     dbs: tuple[int, ...] | None = None
     types: tuple[str, ...] | None = None
+    exclude_commands: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:
         """Whether the filter leaves anything out."""
-        return bool(self.include_keys or self.exclude_keys) or (
+        return bool(self.include_keys or self.exclude_keys or self.exclude_commands) or (
             self.dbs is not None or self.types is not None
         )
 
@@ -121,6 +132,7 @@ class FilterSpec:
             "exclude_keys": [pattern_text(p) for p in self.exclude_keys],
             "dbs": None if self.dbs is None else list(self.dbs),
             "types": None if self.types is None else list(self.types),
+            "exclude_commands": list(self.exclude_commands),
         }
 
     @classmethod
@@ -135,6 +147,7 @@ class FilterSpec:
             members.get("exclude_keys") or (),
             members.get("dbs"),
             members.get("types"),
+            members.get("exclude_commands") or (),
         )
 
 
@@ -146,6 +159,7 @@ def filter_spec(
     exclude_keys: Iterable[str | bytes] = (),
     dbs: Iterable[int] | None = None,
     types: Iterable[str] | None = None,
+    exclude_commands: Iterable[str] = (),
 ) -> FilterSpec:
     """A checked :class:`FilterSpec` (patterns given as text are encoded as UTF-8, with
     ``surrogateescape`` for bytes that are not; every list sorted and without repeats, so
@@ -155,7 +169,10 @@ def filter_spec(
     Raises:
         InvalidArgumentError: a pattern Redis would not read the same way (an unclosed
             ``[``, a trailing ``\\``), an empty ``dbs`` or ``types``, a db outside 0..15 or a
-            type that is not a Redis type, or ``types`` keeping ``zset`` but not ``set``.
+            type that is not a Redis type, ``types`` keeping ``zset`` but not ``set``, or
+            an ``exclude_commands`` name that is no write command moonish implements, or one
+            that can change keys of several shards at once (``RENAME``, ``SUNIONSTORE``, ...:
+            their changes cannot be replayed shard by shard).
     """
     include = tuple(sorted({pattern_bytes(p) for p in include_keys}))
     exclude = tuple(sorted({pattern_bytes(p) for p in exclude_keys}))
@@ -175,7 +192,20 @@ def filter_spec(
                 "sets into sorted sets, whose values moonish could then not compute; keep set "
                 "too (docs/filters.md)"
             )
-    return FilterSpec(include, exclude, kept_dbs, kept_types)
+    commands = tuple(sorted({name.upper() for name in exclude_commands}))
+    for name in commands:
+        found = COMMANDS.get(name.encode())
+        if found is None:
+            raise InvalidArgumentError(
+                f"exclude_commands: {name!r} is no write command moonish implements"
+            )
+        if not (found[1] == [1] or name.encode() in PER_SHARD):
+            raise InvalidArgumentError(
+                f"exclude_commands: {name} can change keys of several shards at once, whose "
+                "changes moonish logs as the keys' new values, not as the command: they "
+                "cannot be left out and replayed shard by shard (docs/filters.md)"
+            )
+    return FilterSpec(include, exclude, kept_dbs, kept_types, commands)
 
 
 class KeyFilter:
@@ -198,6 +228,7 @@ class KeyFilter:
         self._types = None if spec.types is None else frozenset(spec.types)
         self.counts: Counter[str] = Counter()
         self._counting = True
+        self._silenced = frozenset(name.encode() for name in spec.exclude_commands)
 
     def key_rule(self, key: bytes) -> str | None:
         """The rule that leaves ``key`` out by its name, or ``None`` when it is kept."""
@@ -282,6 +313,18 @@ class KeyFilter:
             return None
         kept = [key for key, rule in zip(keys, rules, strict=True) if rule is None]
         return _kept_part(name, argv, keys, kept, path, offset)
+
+    def silences(self, argv: list[bytes], count: bool = True) -> bool:
+        """Whether ``argv``'s changes are left out of the stream (``exclude_commands``; the
+        keyspace still runs it); counted (``exclude_commands:<NAME>``) when ``count``."""
+        if not self._silenced:
+            return False
+        name = argv[0].upper()
+        if name not in self._silenced:
+            return False
+        self._counting = count
+        self._count("exclude_commands:" + name.decode())
+        return True
 
     def _count(self, rule: str) -> None:
         if self._counting:

@@ -41,6 +41,7 @@ from moonish.redis.routing.keyfilter import FilterConflictError, KeyFilter
 from moonish.slots import shard_of_key
 from moonish.state.commands.execute import COMMANDS, SCRIPTS, execute, keys_of
 from moonish.state.commands.sort import reads_patterns
+from moonish.state.rebuild import FILTERED_PREFIX
 from moonish.state.shard import Prepared, ShardWriter
 
 SKIPPED_PREFIX: Final = "moonish.skipped"
@@ -136,10 +137,13 @@ class Router:
         now_us = self._now_us()
         per_shard: dict[int, list[KvChange | Message]] = {}
         single = len(entries) == 1 and not transaction
+        key_filter, here = self.key_filter, self.counts_here
         for db, argv, offset in entries:
             results = self._checked_run(db, argv, offset, now_us, path, per_shard)
             if results is None:  # skipped
                 continue
+            if key_filter is not None and key_filter.silences(argv, here is None or here(argv)):
+                results = [(shard, self._silenced(shard, db, argv, p)) for shard, p in results]
             if single and len(results) == 1 and not self._involved:
                 # Most commands: one, on one shard, appended without gathering per shard.
                 shard, prepared = results[0]
@@ -159,6 +163,26 @@ class Router:
             for shard in sorted(involved):
                 self.writers[shard].flush()
             involved.clear()
+
+    def _silenced(self, shard: int, db: int, argv: list[bytes], prepared: Prepared) -> Prepared:
+        """``prepared`` with its records replaced by one :data:`FILTERED_PREFIX` message of
+        the command's part in ``shard`` (``exclude_commands``: the keyspace ran it, the stream
+        leaves its changes out, a rebuild runs it again from the message)."""
+        reply, expired, records = prepared
+        if not records:
+            return prepared
+        name, count = argv[0].upper(), len(self.writers)
+        part = argv
+        if name in ALL_KEYS:
+            part = [argv[0], *[key for key in argv[1:] if shard_of_key(key, count) == shard]]
+        elif name == b"MSET":
+            pairs = zip(argv[1::2], argv[2::2], strict=True)
+            mine = [
+                x for key, value in pairs if shard_of_key(key, count) == shard for x in (key, value)
+            ]
+            part = [argv[0], *mine]
+        message = Message(FILTERED_PREFIX, encode_command(*part), db)
+        return Prepared(reply, expired, [message])
 
     def _filtered(self, entries: list[Entry], path: str) -> list[Entry]:
         """``entries`` as the source filter keeps them (commands left out or cut down)."""

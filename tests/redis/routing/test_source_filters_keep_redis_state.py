@@ -6,10 +6,12 @@ refuses another; what was left out is counted."""
 
 from __future__ import annotations
 
+import base64
 import random
 from pathlib import Path
 from typing import Any
 
+import hiredis
 import orjson
 import pytest
 import redis
@@ -250,3 +252,54 @@ def test_a_live_capture_under_a_filter_follows_redis_without_the_keys_left_out(
 
 def _fields(options: CaptureOptions) -> dict[str, Any]:
     return {name: getattr(options, name) for name in options.__slots__}  # type: ignore[attr-defined]
+
+
+def test_excluded_commands_leave_the_stream_but_not_the_keyspace(tmp_path: Path) -> None:
+    """``--exclude-commands FLUSHALL --exclude-commands DEL``: their changes are not in the
+    stream (no ``d`` of them), yet every later value is Redis's (an INCR after the FLUSHALL
+    starts again from 1), after a restart's rebuild too; a ``moonish.filtered`` message in
+    the log stands for each, and they are counted."""
+    redis_dir = tmp_path / "redis"
+    redis_dir.mkdir()
+    with redis_server(redis_dir, *RESP_AOF) as client:
+        for i in range(20):
+            client.set(f"k:{i}", i)
+        client.incr("counter", 5)
+        client.delete("k:0", "k:1", "k:2")
+        client.flushall()
+        client.incr("counter")  # Redis: 1, not 6
+        client.mset({"k:3": "again", "k:4": "again"})
+        client.delete("k:3")
+        expected = redis_state(client, (0,))
+    data = tmp_path / "data"
+    args = ["wal", "import-aof", str(redis_dir / "appendonlydir"), str(data), "--shards", "3"]
+    out = run(*args, "--exclude-commands", "FLUSHALL", "--exclude-commands", "del")
+    assert out.returncode == 0, out.stderr
+    assert orjson.loads(out.stdout)["filtered"] == {
+        "exclude_commands:DEL": 2,
+        "exclude_commands:FLUSHALL": 1,
+    }
+    assert our_state(data) == expected  # opens the shards: their keyspaces are rebuilt
+    changes = events(data)
+    assert not [event for event in changes if event["op"] == "d"]
+    counter = [event["after"]["value"] for event in changes if event["after"]["key"] == "counter"]
+    assert counter == ["5", "1"]
+    messages = run("cdc", "tail", str(data), "--messages")
+    filtered = [
+        orjson.loads(line)["message"]
+        for line in messages.stdout.splitlines()
+        if orjson.loads(line)["op"] == "m"
+    ]
+    assert {message["prefix"] for message in filtered} == {"moonish.filtered"}
+    commands = [aof_commands_of(base64.b64decode(m["content"])) for m in filtered]
+    assert sum(argv == [b"FLUSHALL"] for argv in commands) == 3  # every shard ran it
+    deleted = [key for argv in commands if argv[0] == b"DEL" for key in argv[1:]]
+    assert sorted(deleted) == [b"k:0", b"k:1", b"k:2", b"k:3"]  # each in its shard's part
+
+
+def aof_commands_of(resp: bytes) -> list[bytes]:
+    reader = hiredis.Reader()
+    reader.feed(resp)
+    command = reader.gets()
+    assert isinstance(command, list)
+    return command

@@ -43,7 +43,8 @@ def import_rdb_command(
     key_filter: FilterSpec,
     retention: dict[str, int],
 ) -> None:
-    """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4) into
+    """Load a Redis RDB file (RDB_FILE: dump.rdb, versions 9 to 12, Redis 6.2 to 7.4, or Valkey
+    9's VALKEY080) into
     DATA_DIR as r rows (Debezium snapshot reads), one per key, routed by hash slot to
     DATA_DIR/shard-<k>.
 

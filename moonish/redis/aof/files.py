@@ -7,8 +7,10 @@ stream of RESP arrays (one command each) as Redis writes them (``*<argc>\r\n`` t
 ``$<len>\r\n<bytes>\r\n`` per argument); lines starting with ``#`` are annotations that Redis's
 loader skips, and so do we. RESP is parsed with hiredis.
 
-A base file that starts with an RDB preamble (``REDIS``, ``aof-use-rdb-preamble yes``) is an RDB
-file: moonish.redis.rdb.reader reads it, :class:`AofCommands` refuses it.
+A base file that starts with an RDB preamble (``REDIS``, or Valkey 9's ``VALKEY``;
+``aof-use-rdb-preamble yes``) is an RDB file: moonish.redis.rdb.reader reads it,
+:class:`AofCommands` refuses it. Valkey 9 writes the same manifest and files (checked on
+Valkey 9.1.2: ``file appendonly.aof.1.base.rdb seq 1 type b``, a ``VALKEY080`` base).
 """
 
 from __future__ import annotations
@@ -28,17 +30,18 @@ READ_CHUNK_BYTES: Final = 1024 * 1024
 FEED_BYTES: Final = 64 * 1024
 """What :class:`AofCommands` reads and feeds hiredis at a time: its reader moves the unread
 rest of its buffer after each KiB it parses, which costs more the larger the buffer."""
-RDB_MAGIC: Final = b"REDIS"
+RDB_MAGICS: Final = (b"REDIS", b"VALKEY")
+"""How an RDB file starts: Redis ``rdb.c``; Valkey 9 ``rdb.c`` (moonish.redis.rdb.valkey)."""
 
 
 def starts_with_rdb(path: str) -> bool:
-    """Whether the file at ``path`` starts like an RDB file (``REDIS``, Redis ``rdb.c``).
+    """Whether the file at ``path`` starts like an RDB file (:data:`RDB_MAGICS`).
 
     Raises:
         OSError: the file cannot be read.
     """
     with open(path, "rb") as handle:
-        return handle.read(len(RDB_MAGIC)) == RDB_MAGIC
+        return handle.read(max(map(len, RDB_MAGICS))).startswith(RDB_MAGICS)
 
 
 class AofFormatError(InvalidArgumentError):

@@ -9,10 +9,12 @@ A DUMP payload (Redis ``cluster.c`` ``createDumpPayload`` / ``verifyDumpPayload`
 
 ``crc64`` is Redis's CRC-64 (moonish.redis.rdb.reader ``crc64``) of every byte before it. A
 payload of an RDB version above this reader's (:data:`moonish.redis.rdb.reader.MAX_VERSION`,
-12: Redis 7.4) or with a wrong CRC is refused as Redis refuses it. Redis 7.0 itself refuses
-versions above 10; moonish takes what Redis 7.2 and 7.4 write too, since their AOFs hold such
-payloads. The commands that take these payloads are in moonish.state.commands (``restore``,
-``functions``).
+12: Redis 7.4), other than Valkey 9's 80, or with a wrong CRC is refused as Redis refuses it.
+Redis 7.0 itself refuses versions above 10; moonish takes what Redis 7.2 and 7.4 write too,
+since their AOFs hold such payloads, and Valkey 9's (footer version 80, the same CRC-64; Valkey
+``cluster.c`` ``createDumpPayload`` / ``verifyDumpPayload``), whose body is read in Valkey's
+dialect (type 22 is its hash 2: moonish.redis.rdb.valkey). The commands that take these
+payloads are in moonish.state.commands (``restore``, ``functions``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import struct
 from moonish.errors import CommandError, UnsupportedFormatError
 from moonish.redis.rdb.contents import entry_of_key
 from moonish.redis.rdb.reader import MAX_VERSION, RdbCorruptionError, RdbKey, bytes_source, crc64
-from moonish.redis.rdb.values import TYPE_NAMES, UnsupportedValue, ValueCorrupt, read_value
+from moonish.redis.rdb.valkey import VALKEY_VERSIONS, value_dialect
+from moonish.redis.rdb.values import UnsupportedValue, ValueCorrupt
 from moonish.values.model import HASH, LIST, SET, ZSET, Entry
 
 FOOTER = struct.Struct(
@@ -45,19 +48,21 @@ def verify_dump_payload(payload: bytes) -> int:
     """The RDB version of a DUMP payload whose footer holds (``verifyDumpPayload``).
 
     Raises:
-        CommandError: shorter than the footer, a version above :data:`MAX_VERSION`, or a CRC
-            that does not match (Redis's error text).
+        CommandError: shorter than the footer, a version above :data:`MAX_VERSION` that is
+            not Valkey's (80), or a CRC that does not match (Redis's error text).
     """
     if len(payload) < FOOTER.size:
         raise CommandError(PAYLOAD_ERROR)
     version, stored = FOOTER.unpack_from(payload, len(payload) - FOOTER.size)
-    if version > MAX_VERSION or crc64(0, payload[:-8]) != stored:
+    supported = version <= MAX_VERSION or version in VALKEY_VERSIONS
+    if not supported or crc64(0, payload[:-8]) != stored:
         raise CommandError(PAYLOAD_ERROR)
     return int(version)
 
 
-def decode_dump(key: bytes, payload: bytes) -> Entry:
-    """The value of a key's verified DUMP payload as a keyspace entry (no expiry).
+def decode_dump(key: bytes, payload: bytes, rdb_version: int) -> Entry:
+    """The value of a key's verified DUMP payload as a keyspace entry (no expiry), its body
+    read in the dialect of ``rdb_version`` (:func:`verify_dump_payload`'s result).
 
     Raises:
         CommandError: ``Bad data format``: not a value type, bytes that do not follow the
@@ -65,9 +70,10 @@ def decode_dump(key: bytes, payload: bytes) -> Entry:
         UnsupportedFormatError: a module value (the key named).
     """
     src = bytes_source(payload, "RESTORE payload")
+    type_names, read_value = value_dialect(rdb_version)
     try:
         rdb_type = src.byte()
-        if rdb_type not in TYPE_NAMES:
+        if rdb_type not in type_names:
             raise CommandError(BAD_DATA)
         decoded = read_value(src, rdb_type)
     except (ValueCorrupt, RdbCorruptionError):

@@ -1,14 +1,17 @@
-"""A streaming reader of Redis RDB files (versions 9 to 12: Redis 6.2 to 7.4).
+"""A streaming reader of RDB files: Redis's versions 9 to 12 (Redis 6.2 to 7.4, Valkey 8) and
+Valkey's version 80 (Valkey 9; moonish.redis.rdb.valkey).
 
 Wire grammar (docs/rdb-format.md; Redis ``rdb.h``, ``rdbLoadRioWithLoadingCtx`` in ``rdb.c``)::
 
-    file    = "REDIS" version(4 ASCII digits) item* 0xFF crc64(8 bytes, little endian)
+    file    = ("REDIS" version(4 ASCII digits) | "VALKEY" version(3 ASCII digits))
+              item* 0xFF crc64(8 bytes, little endian)
     item    = 0xFA AUX        <string name> <string value>
             | 0xFE SELECTDB   <len db>
             | 0xFB RESIZEDB   <len keys> <len expiring keys>
             | 0xF4 SLOT_INFO  <len slot> <len keys> <len expiring keys>
             | 0xF5 FUNCTION2  <string library code>
             | 0xF7 MODULE_AUX (refused)
+            | 0xF3 SLOT_IMPORT (Valkey 9, refused)
             | [0xFC <i64 ms> | 0xFD <i32 s>] [0xF8 <len idle s>] [0xF9 <u8 freq>]
               <type byte> <string key> <value>       (values.py)
     len     = 00xxxxxx | 01xxxxxx yyyyyyyy (14 bits, big endian) | 0x80 <u32 big endian>
@@ -16,7 +19,10 @@ Wire grammar (docs/rdb-format.md; Redis ``rdb.h``, ``rdbLoadRioWithLoadingCtx`` 
     string  = <len n> <n bytes> | 0xC0 <i8> | 0xC1 <i16 le> | 0xC2 <i32 le>
             | 0xC3 <len compressed> <len uncompressed> <LZF data>
 
-The CRC covers every byte from the magic ``R`` through the ``0xFF`` EOF opcode; it is Redis's
+The value types depend on the version (``value_dialect``): 22 is Redis 7.4's pre-GA hash with
+field TTLs in versions 9 to 12, Valkey's hash 2 in version 80.
+
+The CRC covers every byte from the magic's first byte through the ``0xFF`` EOF opcode; it is Redis's
 CRC-64 "Jones" (``crc64.c``: reflected, polynomial 0xad93d23594c935a9, initial value 0,
 no final xor). A stored CRC of 0 means the file was written with ``rdbchecksum no``: not
 checked, as Redis does.
@@ -38,12 +44,18 @@ import anycrc  # type: ignore[import-untyped]
 import lzf  # type: ignore[import-not-found]
 
 from moonish.errors import CorruptionError, UnsupportedFormatError
+from moonish.redis.rdb.valkey import HEADER as VALKEY_HEADER
+from moonish.redis.rdb.valkey import (
+    OP_SLOT_IMPORT,
+    VALKEY_MAGIC,
+    VALKEY_VERSIONS,
+    ValueReader,
+    value_dialect,
+)
 from moonish.redis.rdb.values import (
-    TYPE_NAMES,
     RdbStreamMeta,
     UnsupportedValue,
     ValueCorrupt,
-    read_value,
 )
 
 MAGIC = b"REDIS"
@@ -298,6 +310,7 @@ class RdbReader:
     def __init__(self, file: IO[bytes], path: str | os.PathLike[str]) -> None:
         self._src = _Source(file, os.fspath(path))
         self.version: int | None = None
+        """The RDB version (80: Valkey's ``VALKEY080``) once the header was read."""
         self.checksum: int | None = None
         """The stored CRC-64 once the EOF opcode was read (0: written without one)."""
 
@@ -308,21 +321,13 @@ class RdbReader:
         Raises:
             RdbCorruptionError: a bad CRC, a truncated file, bytes that do not follow their
                 encoding, a duplicate member in a set, hash or zset, a NaN score.
-            RdbUnsupportedError: not an RDB file, a version outside 9..12, module data or a
-                module value, an unknown opcode or type.
+            RdbUnsupportedError: not an RDB file, a version outside 9..12 (``REDIS``) or 80
+                (``VALKEY``), module data or a module value, Valkey's slot import state, an
+                unknown opcode or type.
         """
         src = self._src
-        magic, digits = HEADER.unpack(src.read(HEADER.size))
-        if magic != MAGIC or not digits.isdigit():
-            src.unsupported(f"not a Redis RDB file (starts with {magic + digits!r})", 0)
-        version = int(digits)
-        if not MIN_VERSION <= version <= MAX_VERSION:
-            src.unsupported(
-                f"RDB version {version} is not supported (versions {MIN_VERSION} to "
-                f"{MAX_VERSION} are)",
-                5,
-            )
-        self.version = version
+        version = self.version = self._header()
+        type_names, read_value = value_dialect(version)
         db = 0
         expire_at_ms: int | None = None
         idle_s: int | None = None
@@ -345,10 +350,12 @@ class RdbReader:
                 lfu_freq = src.byte()
             else:
                 pending = expire_at_ms is not None or idle_s is not None or lfu_freq is not None
-                if pending and op not in TYPE_NAMES:
+                if pending and op not in type_names:
                     src.corrupt(f"opcode 0x{op:02x} between a key's attributes and the key", at)
-                if op in TYPE_NAMES:
-                    yield self._key(op, db, expire_at_ms, record_offset, idle_s, lfu_freq)
+                if op in type_names:
+                    yield self._key(
+                        read_value, op, db, expire_at_ms, record_offset, idle_s, lfu_freq
+                    )
                 elif op == OP_SELECTDB:
                     db = src.length()
                 elif op == OP_RESIZEDB:
@@ -363,8 +370,14 @@ class RdbReader:
                     src.unsupported("module data (MODULE_AUX) is not supported", at)
                 elif op == OP_FUNCTION_PRE_GA:
                     src.unsupported("pre-release (7.0 RC) functions are not supported", at)
+                elif op == OP_SLOT_IMPORT and version in VALKEY_VERSIONS:
+                    src.unsupported(
+                        "Valkey's atomic slot migration state (SLOT_IMPORT) is not supported", at
+                    )
                 else:
-                    src.unsupported(f"unknown opcode or value type 0x{op:02x}", at)
+                    src.unsupported(
+                        f"unknown opcode or value type 0x{op:02x} in RDB version {version}", at
+                    )
                 expire_at_ms = idle_s = lfu_freq = None
                 record_offset = None
         expected = src.crc()
@@ -376,8 +389,29 @@ class RdbReader:
                 src.offset - 8,
             )
 
+    def _header(self) -> int:
+        """The version of the ``REDIS`` or ``VALKEY`` header, checked (``rdbLoadRioWithLoadingCtx``;
+        Valkey 9 ``rdb.c``, the same function)."""
+        src = self._src
+        head = src.read(HEADER.size)  # both headers are 9 bytes
+        magic, digits = HEADER.unpack(head)
+        supported = f"REDIS versions {MIN_VERSION} to {MAX_VERSION} and VALKEY 080 are"
+        if magic == MAGIC and digits.isdigit():
+            version = int(digits)
+            if not MIN_VERSION <= version <= MAX_VERSION:
+                src.unsupported(f"RDB version {version} is not supported ({supported})", 5)
+            return version
+        magic, digits = VALKEY_HEADER.unpack(head)
+        if magic != VALKEY_MAGIC or not digits.isdigit():
+            src.unsupported(f"not a Redis or Valkey RDB file (starts with {head!r})", 0)
+        version = int(digits)
+        if version not in VALKEY_VERSIONS:
+            src.unsupported(f"Valkey RDB version {version} is not supported ({supported})", 6)
+        return version
+
     def _key(
         self,
+        read_value: ValueReader,
         rdb_type: int,
         db: int,
         expire_at_ms: int | None,

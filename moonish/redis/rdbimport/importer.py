@@ -89,7 +89,7 @@ def import_rdb(
     module docstring).
 
     Args:
-        rdb_path: a Redis RDB file (versions 9 to 12: Redis 6.2 to 7.4).
+        rdb_path: a Redis RDB file (versions 9 to 12: Redis 6.2 to 7.4; Valkey 9's 80).
         data_dir: the moonish data directory (created if missing).
         shards: number of shards, 1..16384; must match an existing data directory.
         clock: expiry judgement and the records' commit time.

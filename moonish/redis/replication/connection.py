@@ -7,8 +7,11 @@ transfer), ``replconfCommand`` and ``replicationSendAck`` (acknowledgements). Th
 
     -> PING                                   <- +PONG  (or -NOAUTH: AUTH comes next)
     -> AUTH [<user>] <password>               <- +OK    (when the URL has credentials)
+    -> INFO server                            <- $<n> … valkey_version:9.1.2 …  (or an error)
     -> REPLCONF listening-port <port>         <- +OK
     -> REPLCONF capa eof capa psync2          <- +OK
+    -> REPLCONF version 9.0.0                 <- +OK    (only to Valkey: Valkey 9 then sends
+                                                         VALKEY080; Valkey ``syncWithPrimary``)
     -> PSYNC <replid> <offset + 1> | PSYNC ? -1
     <- "\\n"* +FULLRESYNC <replid> <offset>  then the RDB payload (wire.py), or
     <- "\\n"* +CONTINUE [<replid>]
@@ -46,6 +49,7 @@ from moonish.errors import InvalidArgumentError
 from moonish.redis.replication.messages import (
     AUTH_CODES,
     REPLID,
+    VALKEY_REPLICA_VERSION,
     Continue,
     FullResync,
     RedisAddress,
@@ -55,6 +59,7 @@ from moonish.redis.replication.messages import (
     ReplicationUnavailableError,
     parse_redis_url,
     reply_error,
+    valkey_version,
 )
 from moonish.redis.replication.resp import (
     CommandSplitter,
@@ -123,6 +128,9 @@ class ReplicaConnection:
         self._splitter: CommandSplitter | None = None
         self.replid: str | None = None
         """The master's replication ID once :meth:`psync` returned."""
+        self.valkey_version: str | None = None
+        """The master's ``valkey_version`` (``INFO server``) once :meth:`psync` returned, or
+        ``None``: Redis, or an ``INFO`` the user may not run."""
         self._durable = 0
         self._acked = -1
         self._ack_due_us = 0
@@ -195,8 +203,9 @@ class ReplicaConnection:
         return Wire(sock, self.path, self._options.timeout_ms)
 
     def _handshake(self, wire: Wire) -> None:
-        """PING, then AUTH and both REPLCONFs in one write, replies read in order (as
-        ``syncWithMaster`` does)."""
+        """PING, then AUTH, ``INFO server`` and both REPLCONFs in one write, replies read in
+        order (as ``syncWithMaster`` does); then, to Valkey only, ``REPLCONF version`` (Redis
+        refuses an option it does not know; an ``INFO`` refused means Redis's handshake)."""
         address = self.address
         wire.send(encode_command(b"PING"))
         pong = self._reply(wire, "PING")
@@ -214,6 +223,7 @@ class ReplicaConnection:
         if address.password is not None:
             user = () if address.username is None else (address.username.encode(),)
             commands.append(("AUTH", encode_command(b"AUTH", *user, address.password.encode())))
+        commands.append(("INFO server", encode_command(b"INFO", b"server")))
         commands.append(
             (
                 "REPLCONF listening-port",
@@ -226,11 +236,35 @@ class ReplicaConnection:
         wire.send(b"".join(command for _, command in commands))
         for step, _ in commands:
             reply = self._reply(wire, step)
+            if step == "INFO server":
+                self.valkey_version = self._info_valkey(wire, reply)
+                continue
             if reply.startswith("-"):
                 code = reply[1:].split(" ", 1)[0]
                 # Redis ignores REPLCONF errors (older masters); a permission error is not one.
                 if step == "AUTH" or code in AUTH_CODES:
                     raise reply_error(step, reply, self.path)
+        if self.valkey_version is not None:
+            wire.send(encode_command(b"REPLCONF", b"version", VALKEY_REPLICA_VERSION))
+            reply = self._reply(wire, "REPLCONF version")
+            if reply.startswith("-") and reply[1:].split(" ", 1)[0] in AUTH_CODES:
+                raise reply_error("REPLCONF version", reply, self.path)
+
+    def _info_valkey(self, wire: Wire, reply: str) -> str | None:
+        """The ``valkey_version`` of the ``INFO server`` reply whose first line is ``reply``
+        (its bulk body read here), or ``None`` (Redis; or an error: INFO refused).
+
+        Raises:
+            ReplicationProtocolError: a reply that is neither a bulk string nor an error.
+        """
+        if reply.startswith("-"):
+            return None
+        if not (reply.startswith("$") and reply[1:].isdigit()):
+            raise ReplicationProtocolError(
+                f"unexpected reply to INFO server: {reply[:60]!r}", path=self.path
+            )
+        body = wire.read_exact(int(reply[1:]) + 2, "reading the reply to INFO server")
+        return valkey_version(body)
 
     def _reply(self, wire: Wire, step: str) -> str:
         line = wire.readline(f"waiting for the reply to {step}")

@@ -22,6 +22,11 @@ from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
 DEFAULT_PORT = 6379
 REPLID = re.compile(r"[0-9a-f]{40}")
 AUTH_CODES = ("NOAUTH", "NOPERM", "WRONGPASS")
+VALKEY_REPLICA_VERSION = b"9.0.0"
+"""The version moonish announces to a Valkey master (``REPLCONF version``): the newest whose
+formats it reads. Valkey 9 sends a ``VALKEY080`` full sync only to a replica of version 9 or
+above, ``REDIS0011`` (no hash field TTLs) otherwise (checked on Valkey 9.1.2)."""
+_VALKEY_VERSION = re.compile(rb"^valkey_version:([0-9.]+)\r?$", re.MULTILINE)
 _TRY_LATER_CODES = ("LOADING", "MASTERDOWN", "NOMASTERLINK", "BUSY", "TRYAGAIN")
 
 
@@ -186,6 +191,13 @@ class Continue:
     replid: str
     offset: int
     previous_replid: str | None
+
+
+def valkey_version(info: bytes) -> str | None:
+    """The ``valkey_version`` field of an ``INFO server`` reply (Valkey ``server.c``,
+    ``genValkeyInfoString``), or ``None``: not Valkey (Redis has no such field)."""
+    match = _VALKEY_VERSION.search(info)
+    return match.group(1).decode() if match else None
 
 
 def reply_error(step: str, reply: str, path: str) -> MoonishError:

@@ -180,6 +180,17 @@ class Wire:
         line, self.buf = self.buf[:end], self.buf[end + 1 :]
         return line[:-1] if line.endswith(b"\r") else line
 
+    def read_exact(self, size_bytes: int, what: str) -> bytes:
+        """Exactly ``size_bytes`` bytes, the buffer first (a bulk reply's body).
+
+        Raises:
+            UnavailableError: as :meth:`recv`.
+        """
+        while len(self.buf) < size_bytes:
+            self.buf += self._recv_blocking(READ_BYTES, what)
+        data, self.buf = self.buf[:size_bytes], self.buf[size_bytes:]
+        return data
+
     def close(self) -> None:
         self.sock.close()
 

@@ -65,8 +65,7 @@ def cmd_restore(acc: Access, db: int, argv: list[bytes]) -> Any:
     ttl = parse.integer(argv[2])
     if ttl < 0:
         raise CommandError("ERR Invalid TTL value, must be >= 0")
-    verify_dump_payload(argv[3])
-    entry = decode_dump(key, argv[3])
+    entry = decode_dump(key, argv[3], verify_dump_payload(argv[3]))
     acc.by_value = True
     if ttl and not absttl:
         ttl += acc.now_ms

@@ -28,7 +28,7 @@ from tests.support.servers.redis_server import stream_state
 
 
 def test_not_an_rdb_file() -> None:
-    with pytest.raises(RdbUnsupportedError, match="not a Redis RDB file"):
+    with pytest.raises(RdbUnsupportedError, match="not a Redis or Valkey RDB file"):
         list(RdbReader(io.BytesIO(b"*2\r\n$6\r\nSELECT\r\n"), "x.aof"))
 
 

@@ -34,7 +34,9 @@ from moonish.redis.replication.resp import CommandSplitter, encode_command
 
 REPLID = "a" * 39 + "b"
 MARK = b"0123456789abcdef0123456789abcdef01234567"
-HANDSHAKE_REPLIES = b"+PONG\r\n+OK\r\n+OK\r\n"
+REDIS_INFO = b"# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
+INFO_REPLY = b"$%d\r\n%s\r\n" % (len(REDIS_INFO), REDIS_INFO)
+HANDSHAKE_REPLIES = b"+PONG\r\n" + INFO_REPLY + b"+OK\r\n+OK\r\n"
 argvs = st.lists(st.lists(st.binary(max_size=40), min_size=1, max_size=4), max_size=12)
 
 
@@ -189,7 +191,8 @@ def test_conversation_cut_anywhere(
     commands = [[b"SELECT", b"0"], *commands]
     stream = stream_of(commands)
     torn_command = encode_command(b"SET", torn)[: -1 - len(torn) // 2]
-    before = HANDSHAKE_REPLIES + full_resync_bytes(payload, diskless)
+    auth_replies = b"+PONG\r\n+OK\r\n" + HANDSHAKE_REPLIES[7:]  # the URL has a password
+    before = auth_replies + full_resync_bytes(payload, diskless)
     after = stream + torn_command
     if diskless:
         fake = ScriptedMaster(cut(before, cuts), cut(after, cuts))
@@ -216,6 +219,7 @@ def test_conversation_cut_anywhere(
         [
             [b"PING"],
             [b"AUTH", b"u", b"p"],
+            [b"INFO", b"server"],
             [b"REPLCONF", b"listening-port", b"54321"],
             [b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"],
             [b"PSYNC", b"?", b"-1"],
@@ -242,7 +246,7 @@ def test_continue_and_new_replid(scripted: list[ScriptedMaster]) -> None:
 
 
 def test_handshake_bytes_for_a_continue(scripted: list[ScriptedMaster]) -> None:
-    fake = ScriptedMaster([b"-NOAUTH Authentication required.\r\n+OK\r\n+OK\r\n+OK\r\n"])
+    fake = ScriptedMaster([b"-NOAUTH Authentication required.\r\n+OK\r\n" + HANDSHAKE_REPLIES[7:]])
     fake.parts[0].append(b"+CONTINUE\r\n")
     scripted.append(fake)
     with ReplicaConnection("redis://:pw@master", ReplicaOptions(listening_port=7000)) as link:
@@ -251,6 +255,7 @@ def test_handshake_bytes_for_a_continue(scripted: list[ScriptedMaster]) -> None:
         [
             [b"PING"],
             [b"AUTH", b"pw"],
+            [b"INFO", b"server"],
             [b"REPLCONF", b"listening-port", b"7000"],
             [b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"],
             [b"PSYNC", REPLID.encode(), b"100"],
@@ -301,7 +306,7 @@ def test_psync_replies(scripted: list[ScriptedMaster], name: str) -> None:
 def test_ping_errors(scripted: list[ScriptedMaster]) -> None:
     scripted.append(ScriptedMaster([b"-NOAUTH Authentication required.\r\n"]))
     scripted.append(ScriptedMaster([b"-LOADING Redis is loading\r\n"]))
-    scripted.append(ScriptedMaster([b"+PONG\r\n-ERR unknown option\r\n+OK\r\n+OK\r\n"]))
+    scripted.append(ScriptedMaster([b"+PONG\r\n-ERR unknown option\r\n" + HANDSHAKE_REPLIES[7:]]))
     with ReplicaConnection("redis://master") as link, pytest.raises(ReplicationAuthError):
         link.psync()
     with ReplicaConnection("redis://master") as link, pytest.raises(ReplicationUnavailableError):
@@ -416,3 +421,48 @@ def test_payload_memory_is_bounded(scripted: list[ScriptedMaster], diskless: boo
             tracemalloc.stop()
         assert total == 320 * len(block)
         assert peak < 4 << 20
+
+
+VALKEY_INFO = b"# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n"
+
+
+def test_valkey_is_told_the_replica_version(scripted: list[ScriptedMaster]) -> None:
+    """``INFO server`` names ``valkey_version``: ``REPLCONF version 9.0.0`` follows the capas
+    (Valkey 9 then sends ``VALKEY080``); Redis never gets it (it refuses unknown options)."""
+    info = b"$%d\r\n%s\r\n" % (len(VALKEY_INFO), VALKEY_INFO)
+    fake = ScriptedMaster([b"+PONG\r\n" + info + b"+OK\r\n+OK\r\n+OK\r\n+CONTINUE\r\n"])
+    scripted.append(fake)
+    with ReplicaConnection("redis://master", ReplicaOptions(listening_port=7000)) as link:
+        link.psync(REPLID, 99)
+        assert link.valkey_version == "9.1.2"
+    assert bytes(fake.sent) == stream_of(
+        [
+            [b"PING"],
+            [b"INFO", b"server"],
+            [b"REPLCONF", b"listening-port", b"7000"],
+            [b"REPLCONF", b"capa", b"eof", b"capa", b"psync2"],
+            [b"REPLCONF", b"version", b"9.0.0"],
+            [b"PSYNC", REPLID.encode(), b"100"],
+        ]
+    )
+
+
+def test_an_info_the_user_may_not_run_means_redis_s_handshake(
+    scripted: list[ScriptedMaster],
+) -> None:
+    fake = ScriptedMaster([b"+PONG\r\n-NOPERM no INFO for you\r\n+OK\r\n+OK\r\n+CONTINUE\r\n"])
+    scripted.append(fake)
+    with ReplicaConnection("redis://master", ReplicaOptions(listening_port=7000)) as link:
+        link.psync(REPLID, 99)
+        assert link.valkey_version is None
+    assert b"version" not in bytes(fake.sent)
+    assert bytes(fake.sent).endswith(encode_command(b"PSYNC", REPLID.encode(), b"100"))
+
+
+def test_a_bad_info_reply(scripted: list[ScriptedMaster]) -> None:
+    scripted.append(ScriptedMaster([b"+PONG\r\n+OK\r\n+OK\r\n+OK\r\n"]))
+    with (
+        ReplicaConnection("redis://master") as link,
+        pytest.raises(ReplicationProtocolError, match="INFO server"),
+    ):
+        link.psync()

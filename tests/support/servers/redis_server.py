@@ -45,8 +45,9 @@ def redis_server(workdir: Path, *extra: str, binary: str | None = None) -> Itera
     """A redis-server in ``workdir`` on a free port; yields a client (bytes replies).
     ``binary``: another redis-server than the installed one (:func:`redis74_binary`)."""
     env = dict(os.environ)
-    if binary is not None:  # .venv/redis-7.4/bin/redis-server needs .venv/redis-7.4/lib
-        env["LD_LIBRARY_PATH"] = str(Path(binary).parent.parent / "lib")
+    libs = None if binary is None else Path(binary).parent.parent / "lib"
+    if libs is not None and libs.is_dir():  # .venv/redis-7.4/bin/redis-server needs its lib
+        env["LD_LIBRARY_PATH"] = str(libs)
     binary = binary or shutil.which("redis-server")
     assert binary, "redis-server is missing: `make install` installs it (Debian package)"
     port = _free_port()

@@ -41,6 +41,13 @@ if TYPE_CHECKING:
     "every second); INFO replication's view of the capture is this fresh.",
 )
 @click.option(
+    "--password-file",
+    type=click.Path(exists=True, dir_okay=False),
+    default=None,
+    help="A file whose first line is the password of REDIS_URL's user (the master's, and "
+    "every node's a Sentinel names), so that it is on no command line or shell history.",
+)
+@click.option(
     "--tls-ca-file",
     type=click.Path(exists=True, dir_okay=False),
     default=None,
@@ -88,6 +95,7 @@ def capture_command(
     segment_bytes: int,
     sync_interval_ms: int,
     ack_interval_ms: int,
+    password_file: str | None,
     tls_ca_file: str | None,
     tls_cert_file: str | None,
     tls_key_file: str | None,
@@ -171,6 +179,11 @@ def capture_command(
     def logged(event: CaptureEvent) -> None:
         log.line(event.kind, event.text, event.fields, event.time_us)
 
+    if password_file is not None:
+        from moonish.redis.replication.messages import with_password
+
+        with open(password_file, encoding="utf-8") as file:
+            redis_url = with_password(redis_url, file.readline().rstrip("\r\n"))
     replica = ReplicaOptions(
         ack_interval_ms=ack_interval_ms,
         tls_ca_file=tls_ca_file,

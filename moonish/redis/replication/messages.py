@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import BinaryIO
-from urllib.parse import unquote, urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
 
@@ -119,6 +119,29 @@ def parse_redis_url(url: str) -> RedisAddress:
     return RedisAddress(parts.hostname, port, username, password, parts.scheme == "rediss")
 
 
+def with_password(url: str, password: str) -> str:
+    """``url`` (``redis[s]://`` or ``redis[s]+sentinel://``) with ``password`` as its
+    password (percent-encoded), the user kept: how ``--password-file`` keeps the secret off
+    the command line.
+
+    Raises:
+        InvalidArgumentError: the URL has a password already, or no ``scheme://``.
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise InvalidArgumentError(f"not a URL: {_redact(url)}")
+    authority = rest.split("/", 1)[0]
+    auth, at, _ = authority.rpartition("@")
+    if at and ":" in auth:
+        raise InvalidArgumentError(
+            f"{_redact(url)} has a password already: give it in one place (the URL or "
+            "--password-file)"
+        )
+    user = auth if at else ""
+    hosts = rest[len(auth) + 1 :] if at else rest
+    return f"{scheme}://{user}:{quote(password, safe='')}@{hosts}"
+
+
 def _redact(url: str) -> str:
     return re.sub(r"//[^@/]*@", "//***@", url)
 
@@ -211,7 +234,10 @@ def reply_error(step: str, reply: str, path: str) -> MoonishError:
             f"Redis cannot serve a replica now ({step})", reply=text, path=path
         )
     return ReplicationRefusedError(
-        f"Redis refused {step} (a server that forbids SYNC/PSYNC needs the AOF path)",
+        f"Redis refused {step}: a server that renames or forbids PSYNC (as managed services "
+        "do) cannot be followed as a replica; import its data instead: moonish wal "
+        "import-aof <appendonlydir> (its append-only files) or moonish wal import-rdb "
+        "<dump.rdb> (a snapshot, e.g. an exported backup)",
         reply=text,
         path=path,
     )

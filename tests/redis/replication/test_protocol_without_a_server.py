@@ -275,7 +275,7 @@ REPLIES: dict[str, tuple[bytes, type[Exception], str]] = {
         ReplicationAuthError,
         "refused PSYNC: NOPERM",
     ),
-    "unknown": (b"-ERR unknown command 'PSYNC'", ReplicationRefusedError, "AOF path"),
+    "unknown": (b"-ERR unknown command 'PSYNC'", ReplicationRefusedError, "wal import-aof"),
     "bad fullresync": (b"+FULLRESYNC short 0", ReplicationProtocolError, "PSYNC"),
     "bad offset": (b"+FULLRESYNC %s x" % REPLID.encode(), ReplicationProtocolError, "offset"),
     "continue unasked": (b"+CONTINUE", ReplicationProtocolError, "PSYNC"),

@@ -306,7 +306,7 @@ def test_acl_user_and_wrong_credentials(tmp_path: Path) -> None:
 def test_renamed_psync_is_refused(tmp_path: Path) -> None:
     """What managed services do: replication is not available; the AOF path is."""
     with master(tmp_path, "--rename-command", "PSYNC", "") as c, ReplicaConnection(url(c)) as link:
-        with pytest.raises(ReplicationRefusedError, match="AOF path") as refused:
+        with pytest.raises(ReplicationRefusedError, match="wal import-aof") as refused:
             link.psync()
         assert refused.value.reply.startswith("ERR unknown command")
 

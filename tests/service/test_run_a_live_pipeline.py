@@ -74,7 +74,8 @@ def test_a_part_failing_for_good_stops_the_pipeline_with_its_status(tmp_path: Pa
             assert run.process.wait(60) == 2
             (failed,) = run.events("serve", "failed")
             assert failed["level"] == "error" and failed["exit_code"] == 2
-            assert any("--token-file" in line["message"] for line in run.events("serve", "stderr"))
+            (refusal,) = run.events("serve", "exit")  # the part's own error, a JSON line too
+            assert refusal["kind"] == "invalid_argument" and "--token-file" in refusal["message"]
             (exit_line,) = run.events("supervisor", "exit")  # JSON to the last line
             assert exit_line["exit_code"] == 2 and exit_line["failed_part"] == "serve"
             assert "part [serve] exited with status 2" in exit_line["message"]

@@ -367,3 +367,19 @@ def test_serve_takes_key_patterns_as_lists(tmp_path: Path) -> None:
     bad = text.replace('"a*"', '"a["')
     why = "serve.include_keys: key pattern 'a[' has an unclosed ["
     assert why in refused(tmp_path, bad).message
+
+
+def test_the_issues_file_as_written_is_a_pipeline(tmp_path: Path) -> None:
+    """The file of issue 28 §1, word for word: the capture leaves the two patterns out, Kafka
+    and the server run beside it, the supervisor serves the metrics."""
+    text = (
+        'data_dir = "data"\n\n[source]\nurl = "redis://127.0.0.1:6379"\nshards = 4\n\n'
+        '[filter]\nexclude_keys = ["tmp:*", "session:*"]\n\n'
+        '[kafka]\nbootstrap_servers = "127.0.0.1:9092"\ntopic_prefix = "app"\n\n'
+        "[serve]\nport = 8470\n\n[metrics]\nport = 9464\n"
+    )
+    pipeline = load(tmp_path, text)
+    source, kafka, serve = pipeline.parts
+    assert source.argv[-4:] == ("--exclude-keys", "tmp:*", "--exclude-keys", "session:*")
+    assert kafka.argv[:2] == ("cdc", "kafka") and serve.argv[-2:] == ("--port", "8470")
+    assert pipeline.metrics is not None and pipeline.metrics["port"] == 9464

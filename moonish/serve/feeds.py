@@ -48,23 +48,13 @@ from moonish.serve.sink import Sink
 from moonish.serve.subscription import Subscription
 
 FEEDS = ("normal", "longpoll", "continuous", "eventsource")
-PARAMS = frozenset(
-    {
-        "feed",
-        "since",
-        "consumer",
-        "limit",
-        "heartbeat",
-        "timeout",
-        "resolved",
-        "db",
-        "key_prefix",
-        "op",
-        "type",
-        "include_keys",
-        "exclude_keys",
-        "access_token",
-    }
+FILTER_PARAMS = frozenset({"db", "key_prefix", "op", "type", "include_keys", "exclude_keys"})
+"""The filters of a feed, ``/v1/changes`` and ``/v1/ws`` alike (:class:`Filter`)."""
+PARAMS = (
+    frozenset(
+        {"feed", "since", "consumer", "limit", "heartbeat", "timeout", "resolved", "access_token"}
+    )
+    | FILTER_PARAMS
 )
 DEFAULT_HEARTBEAT_MS = 60_000
 MAX_SCAN_RECORDS = 100_000

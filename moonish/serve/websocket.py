@@ -39,24 +39,11 @@ from moonish.errors import InvalidArgumentError, MoonishError
 from moonish.metrics.families import SERVE_SENT_BYTES
 from moonish.serve.chunks import ROWS
 from moonish.serve.errors import LimitExceededError, error_body, ws_close_code
-from moonish.serve.feeds import FeedParams
+from moonish.serve.feeds import FILTER_PARAMS, FeedParams
 from moonish.serve.hub import ServerState
 from moonish.serve.subscription import Subscription
 
-WS_PARAMS = frozenset(
-    {
-        "since",
-        "consumer",
-        "resolved",
-        "db",
-        "key_prefix",
-        "op",
-        "type",
-        "include_keys",
-        "exclude_keys",
-        "access_token",
-    }
-)
+WS_PARAMS = frozenset({"since", "consumer", "resolved", "access_token"}) | FILTER_PARAMS
 
 
 class _Feed:

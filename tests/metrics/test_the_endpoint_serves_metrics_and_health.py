@@ -5,9 +5,6 @@ an UnavailableError."""
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
-
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 from prometheus_client.parser import text_string_to_metric_families
@@ -15,14 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from moonish.errors import UnavailableError
 from moonish.metrics.http import Collectors, MetricsServer
 from moonish.metrics.readiness import source_check
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as error:
-        return error.code, error.read().decode()
+from tests.metrics.promtool import get
 
 
 def source_registry() -> tuple[CollectorRegistry, Gauge, Gauge]:

@@ -144,18 +144,33 @@ class MasterProbe:
             ReplicationRefusedError: another error reply (``INFO`` renamed).
             ReplicationProtocolError: the reply is not ``INFO replication``'s.
         """
-        try:
-            wire = self._wire or self._connect()
-            wire.send(encode_command(b"INFO", b"replication"))
-            text = self._reply(wire, "INFO")
-        except BaseException:
-            self.close()
-            raise
+        text = self.command(b"INFO", b"replication")
         if not isinstance(text, bytes):
             raise ReplicationProtocolError(
                 f"INFO replied {text!r}, not a bulk string", path=self.path
             )
         return parse_replication_info(text, self.path)
+
+    def command(self, *argv: bytes) -> object:
+        """Send one command and return its reply (hiredis's values: bytes, int, list, ...).
+
+        Raises:
+            UnavailableError: the node cannot be reached or did not answer in time (the next
+                command connects again).
+            ReplicationAuthError: the credentials are refused, or a permission error.
+            ReplicationRefusedError: another error reply (the command's name in the error).
+            ReplicationProtocolError: a reply that is not RESP.
+        """
+        step = b" ".join(argv[:2]).decode(errors="replace")
+        try:
+            wire = self._wire or self._connect()
+            wire.send(encode_command(*argv))
+            return self._reply(wire, step)
+        except ReplicationRefusedError:
+            raise  # an error reply: the connection stays usable
+        except BaseException:
+            self.close()
+            raise
 
     def _connect(self) -> Wire:
         address = self.address

@@ -1,0 +1,167 @@
+"""A real Redis Cluster for the tests: ``masters`` redis-servers with ``--cluster-enabled yes``
+on 127.0.0.1, each with ``replicas`` replicas, joined by ``redis-cli --cluster create``, started
+and stopped by the tests."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+
+CLUSTER_BUS_OFFSET = 10_000
+"""A node's cluster bus listens on its port plus this (Redis's ``CLUSTER_PORT_INCR``)."""
+
+
+def _free_cluster_port(taken: set[int]) -> int:
+    """A port that is free, and whose cluster bus port (plus 10,000) is free too."""
+    for _ in range(200):
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port + CLUSTER_BUS_OFFSET > 65_535 or port in taken:
+            continue
+        with socket.socket() as bus:
+            try:
+                bus.bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET))
+            except OSError:
+                continue
+        return port
+    raise AssertionError("no free port pair for a cluster node")
+
+
+@dataclass
+class Cluster:
+    """A running cluster. ``ports``: every node's port, masters first (as created)."""
+
+    ports: list[int]
+    masters: int
+    processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def client(self, port: int) -> redis.Redis:
+        """A client of one node (text replies; the caller closes it)."""
+        return redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+
+    def url(self, port: int | None = None) -> str:
+        return f"redis://127.0.0.1:{port or self.ports[0]}"
+
+    def master_ports(self) -> list[int]:
+        """The ports of the nodes that are masters now (``ROLE``)."""
+        found = []
+        for port in self.ports:
+            with contextlib.closing(self.client(port)) as client:
+                if client.execute_command("ROLE")[0] == "master":
+                    found.append(port)
+        return found
+
+
+def _start(binary: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+    node_dir = workdir / f"node-{port}"
+    node_dir.mkdir(parents=True)
+    args = [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(node_dir),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--daemonize",
+        "no",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        f"nodes-{port}.conf",
+        "--cluster-node-timeout",
+        "2000",
+        "--repl-diskless-sync-delay",
+        "0",
+    ]
+    return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+
+
+def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if predicate():
+                return
+        except redis.RedisError:
+            pass
+        assert time.monotonic() < deadline, f"the cluster did not get ready: {what}"
+        time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def redis_cluster(
+    workdir: Path, masters: int = 3, replicas: int = 1, binary: str | None = None
+) -> Iterator[Cluster]:
+    """A cluster of ``masters`` masters (the 16,384 hash slots split evenly, as ``redis-cli
+    --cluster create`` splits them) with ``replicas`` replicas each; yields it once every node
+    reports ``cluster_state:ok`` and every replica is in sync."""
+    binary = binary or shutil.which("redis-server")
+    cli = shutil.which("redis-cli")
+    assert binary, "redis-server is missing: `make install` installs it (Debian package)"
+    assert cli, "redis-cli is missing: `make install` installs it (Debian package)"
+    taken: set[int] = set()
+    for _ in range(masters * (1 + replicas)):
+        taken.add(_free_cluster_port(taken))
+    cluster = Cluster(sorted(taken), masters)
+    try:
+        for port in cluster.ports:
+            cluster.processes[port] = _start(binary, workdir, port)
+        for port in cluster.ports:
+            with contextlib.closing(cluster.client(port)) as client:
+                _wait(client.ping, f"node {port} answers PING")
+        addresses = [f"127.0.0.1:{port}" for port in cluster.ports]
+        subprocess.run(
+            [
+                cli,
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                str(replicas),
+                "--cluster-yes",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
+        for port in cluster.ports:
+            with contextlib.closing(cluster.client(port)) as client:
+                _wait(
+                    lambda client=client: client.cluster("info")["cluster_state"] == "ok",
+                    f"node {port} sees cluster_state:ok",
+                )
+                _wait(
+                    lambda client=client: _settled(client, masters * replicas),
+                    f"node {port} sees {masters * replicas} replicas, and its own link is up",
+                )
+        yield cluster
+    finally:
+        for process in cluster.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in cluster.processes.values():
+            process.wait(10)
+
+
+def _settled(client: redis.Redis, replicas: int) -> bool:
+    """The node knows every replica as one, and is a master or a replica in sync."""
+    lines = client.execute_command("CLUSTER", "NODES").splitlines()
+    if sum(" slave " in f" {line.split()[2].replace(',', ' ')} " for line in lines) != replicas:
+        return False
+    info = client.info("replication")
+    return info["role"] == "master" or info.get("master_link_status") == "up"

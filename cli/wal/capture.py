@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 from types import FrameType
@@ -78,6 +79,12 @@ if TYPE_CHECKING:
     "replica) is followed anyway.",
 )
 @click.option(
+    "--no-cluster",
+    is_flag=True,
+    help="REDIS_URL is a Redis Cluster node: follow that node alone (the keys of the hash slots "
+    "it serves; a failover or a slot migration is not followed) instead of the whole cluster.",
+)
+@click.option(
     "--quiet",
     is_flag=True,
     help="No progress or status lines on stderr (PSYNC answers, full resyncs and "
@@ -101,6 +108,7 @@ def capture_command(
     tls_key_file: str | None,
     processes: int,
     accept_new_source: bool,
+    no_cluster: bool,
     quiet: bool,
     log_format: str,
     metrics_port: int | None,
@@ -140,6 +148,13 @@ def capture_command(
     restart rebuilds it from the newest snapshot and the records after it (a line a second
     on stderr while it does; SIGTERM or Ctrl-C then stops at once, before connecting).
 
+    REDIS_URL may be any node of a Redis Cluster: the whole cluster is followed, one
+    replication link per master (the topology read from that node), each shard storing every
+    link's position, so a restart continues each link by PSYNC; a link's full resync is written
+    as the differences of its node's slots; capture.json and moonish cdc info show each link.
+    A failover or slot migration while it runs is not followed yet (docs/redis-source.md, "A
+    Redis Cluster"). --no-cluster follows that one node alone, the keys of its own hash slots.
+
     The user needs the psync, replconf and ping commands, and info for the figures against
     the master (ACL +psync +replconf +ping +info).
 
@@ -151,10 +166,14 @@ def capture_command(
 
         moonish wal capture redis+sentinel://10.0.0.1,10.0.0.2,10.0.0.3/mymaster data
 
+        moonish wal capture redis://10.0.0.5:7000 data --shards 8   # a cluster node
+
         moonish wal capture redis://127.0.0.1:6379 data --exclude-keys 'session:*'
     """
     from moonish.redis.capture.runner import capture
+    from moonish.redis.capture.source import is_cluster_node
     from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
+    from moonish.redis.cluster.runner import capture_cluster
     from moonish.redis.replication.messages import ReplicaOptions
     from moonish.state.config import StreamConfig, parse_view
 
@@ -189,11 +208,17 @@ def capture_command(
         tls_ca_file=tls_ca_file,
         tls_cert_file=tls_cert_file,
         tls_key_file=tls_key_file,
+        cluster_node=no_cluster,
     )
 
     def announce(url: str) -> None:
         log.line("metrics", f"metrics on {url}/metrics", {"url": url})
 
+    cluster = not no_cluster and is_cluster_node(redis_url, replica)
+    if cluster and processes > 1:
+        raise click.UsageError(
+            "a Redis Cluster is captured in one process in this build: drop --processes"
+        )
     with endpoint(
         metrics_port,
         metrics_host,
@@ -202,7 +227,8 @@ def capture_command(
         source=True,
         max_lag_ms=ready_max_lag_ms,
     ):
-        report = capture(
+        follow = capture_cluster if cluster else functools.partial(capture, processes=processes)
+        report = follow(
             redis_url,
             data_dir,
             shards,
@@ -217,7 +243,6 @@ def capture_command(
             ),
             stream=StreamConfig(parse_view(view), max_value_bytes),
             segment_bytes=segment_bytes,
-            processes=processes,
             on_recovery=rebuild_lines(log, quiet),
             on_event=logged,
             accept_new_source=accept_new_source,
@@ -250,5 +275,6 @@ def capture_command(
         "reconnects": report.reconnects,
         "resumed_from": report.resumed_from,
         "filtered": report.filtered,
+        "links": report.links,
     }
     click.echo(orjson.dumps(summary, option=orjson.OPT_INDENT_2).decode())

@@ -18,11 +18,12 @@ leaves the keyspace as it was (only lazy expiry, which Redis also performs, may 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from typing import Final
 
 from moonish.errors import CommandError
 from moonish.log.records import Message
+from moonish.slots import hash_slot
 from moonish.state.fieldttl import expire_fields, is_expired, next_expiry
 from moonish.state.libraries import Libraries
 from moonish.values.model import HASH, STREAM, STRING, Entry, full_image
@@ -37,10 +38,18 @@ Key = tuple[int, bytes]
 
 class Keyspace:
     """The keys of one shard: ``dbs[db][key] -> Entry``, plus heaps of the expiry times of
-    keys and of hash fields."""
+    keys and of hash fields.
+
+    Attributes:
+        slots: the hash slots a command that runs over every key (``FLUSHALL``, ``FLUSHDB``,
+            ``SWAPDB``) reaches, or ``None``: every key. A Redis Cluster node's command
+            reaches only the keys of the slots it serves; a cluster capture sets the node's
+            slots before its commands run (moonish.redis.cluster).
+    """
 
     def __init__(self) -> None:
         self.dbs: dict[int, dict[bytes, Entry]] = {}
+        self.slots: Container[int] | None = None
         self._expiry: list[tuple[int, int, bytes]] = []  # (expire_at_ms, db, key), lazy
         self._field_expiry: list[tuple[int, int, bytes]] = []  # (a field's time, db, key)
 
@@ -315,12 +324,20 @@ class Access:
         self.written[(db, key)] = None
 
     def keys(self, db: int | None) -> list[Key]:
-        """Every key in ``db`` (every db when ``None``) of the reachable keyspaces."""
+        """Every key in ``db`` (every db when ``None``) of the reachable keyspaces (of their
+        :attr:`Keyspace.slots` only, when set: the command's records then replay by value)."""
         found = []
         for keyspace in self.keyspaces:
+            slots = keyspace.slots
+            if slots is not None:  # a rebuild cannot run the command again: it has no slots
+                self.by_value = True
             for number, keys in keyspace.dbs.items():
-                if db is None or number == db:
+                if db is not None and number != db:
+                    pass
+                elif slots is None:
                     found += [(number, key) for key in keys]
+                else:
+                    found += [(number, key) for key in keys if hash_slot(key) in slots]
         return found
 
     def fields_changed(self, db: int, key: bytes, entry: Entry, noted_ms: int | None) -> None:

@@ -29,8 +29,8 @@ from moonish.redis.rdb.contents import read_contents
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.keyfilter import KeyFilter
 from moonish.redis.routing.router import Entry, Exchange, Router, is_single, selected_db
-from moonish.redis.routing.sources import decode_position, encode_position
-from moonish.slots import shard_of_key
+from moonish.redis.routing.sources import encode_position, link_position
+from moonish.slots import hash_slot, shard_of_key
 from moonish.state.commands.execute import keys_of
 from moonish.state.expiry import sweep
 from moonish.state.load import (
@@ -118,6 +118,13 @@ class ShardApplier:
         clock: commit times and periods.
         exchange: how commands across shards of other workers run (a worker's).
         key_filter: the source filter, whose counts this applier adds to.
+        link: a cluster link's id (moonish.redis.cluster): the shards store every link's
+            position (``{"links": {<id>: {...}}}``) and this applier reads and writes its
+            own; ``None``: a single master's ``{"replid", "offset", "db"}``.
+        restamp: with ``link``, how a position of this link becomes the shard's stored
+            position (moonish.redis.routing.router ``Router.restamp``).
+        slots: with ``link``, the hash slots the link's node serves: a full resync removes
+            only keys of these slots that its RDB lacks (``None``: every key).
     """
 
     def __init__(
@@ -129,8 +136,12 @@ class ShardApplier:
         exchange: Exchange | None = None,
         spread: SpreadLoad | None = None,
         key_filter: KeyFilter | None = None,
+        link: str | None = None,
+        restamp: Callable[[int, bytes], bytes] | None = None,
+        slots: Container[int] | None = None,
     ) -> None:
         count = len(writers)
+        self.link, self.slots = link, slots
         self.spread, self.loads = spread, 0  # the workers' shared load order; full resyncs
         self.writers, self.options, self.clock = writers, options, clock
         self.own = [shard for shard in range(count) if owned is None or shard in owned]
@@ -139,6 +150,7 @@ class ShardApplier:
             writer.live_source = True
         self.router = Router(writers, clock, exchange=exchange, key_filter=key_filter)
         self.router.skip = list(self.foreign)
+        self.router.restamp = restamp
         self.key_filter = self.router.key_filter
         if owned is not None:
             self.router.counts_here = self._counts_here
@@ -171,10 +183,12 @@ class ShardApplier:
         Raises:
             CorruptionError: a stored position moonish did not write.
         """
-        return {
-            shard: decode_position(self.writers[shard].source, self.writers[shard].shard_dir)
-            for shard in self.own
-        }
+        return {shard: self._stored(shard) for shard in self.own}
+
+    def _stored(self, shard: int) -> dict[str, Any]:
+        """``shard``'s stored position of this applier's stream (``{}``: none)."""
+        writer = self.writers[shard]
+        return link_position(writer.source, writer.shard_dir, self.link)
 
     def start(self, point: ResumePoint) -> None:
         """Take the stream's resume point (every shard's, :func:`resume_point`)."""
@@ -187,11 +201,22 @@ class ShardApplier:
 
     # -- a new stream -------------------------------------------------------------------
 
-    def full_resync(self, replid: str, offset: int, payload: BinaryIO, path: str) -> None:
+    def full_resync(
+        self,
+        replid: str,
+        offset: int,
+        payload: BinaryIO,
+        path: str,
+        snapshot_first: bool = True,
+        snapshot_last: bool = True,
+    ) -> None:
         """Load the full resync's RDB (read from ``payload``; ``path`` names the master in
-        errors) into the owned shards: ``r`` rows for a shard that never finished a load,
-        else the differences (``d`` first, so the position rides on the last record); then a
+        errors) into the owned shards: ``r`` rows for a shard that never finished a load
+        (of this stream), else the differences (``d`` first, so the position rides on the
+        last record; with :attr:`slots`, only keys of those slots are found gone); then a
         position marker where no record carried it. The shards are synced after it.
+        ``snapshot_first``/``snapshot_last``: whether this load's first and last ``r`` rows
+        open and close a snapshot (a cluster's first loads, one per link, make one snapshot).
 
         Raises:
             RdbCorruptionError, RdbUnsupportedError: an RDB moonish cannot read.
@@ -214,22 +239,25 @@ class ShardApplier:
                 list(kept(keys)) if shard in self.own else keys
                 for shard, keys in enumerate(contents.keys)
             ]
-        loads = [bool(contents.keys[k]) and not w.source for k, w in enumerate(self.writers)]
+        loads = [bool(contents.keys[k]) and not self._stored(k) for k in range(len(self.writers))]
         order = None
         if len(self.own) == len(self.writers):  # one process, every shard in order
             first, last = load_order(loads)
+            first = first if snapshot_first else None
+            last = last if snapshot_last else None
         elif self.spread is not None:  # workers at once: they agree (moonish.state.spread)
             self.loads += 1
             order = self.spread.join(self.loads, sum(loads[shard] for shard in self.own))
         for shard in self.own:
             writer = self.writers[shard]
-            rows = not writer.source  # its first load (or one cut short)
+            rows = not self._stored(shard)  # its first load (or one cut short)
             set_libraries(writer, contents.functions)  # before the keys: the position goes last
             loader = loader_for(writer, b"PSYNC")
             keys = contents.keys[shard]
             present = {(db, key) for db, key, _ in keys}
+            keep = _member(present) if self.slots is None else _outside(present, self.slots)
             append = self._counted(self.router.appender(shard))
-            self.counts.removed_keys += remove_missing(loader, _member(present), append)
+            self.counts.removed_keys += remove_missing(loader, keep, append)
             self.counts.rdb_keys += load_entries(
                 loader,
                 keys,
@@ -269,8 +297,9 @@ class ShardApplier:
         if previous_replid is not None:
             self.replid = replid
             for shard in self.own:
-                writer = self.writers[shard]
-                stored = decode_position(writer.source, writer.shard_dir)
+                stored = self._stored(shard)
+                if not stored:
+                    continue
                 self.router.mark(
                     shard,
                     encode_position(
@@ -316,6 +345,9 @@ class ShardApplier:
             CommandError: a command Redis would have refused.
             ResumeError: a command across shards stored in some of them only.
         """
+        if self.slots is not None:  # a cluster link: a FLUSHALL reaches its node's keys only
+            for writer in self.writers:
+                writer.keyspace.slots = self.slots
         for start, end, argv in batch:
             name = argv[0].upper()
             if name == b"SELECT":
@@ -408,8 +440,7 @@ class ShardApplier:
         if not self.replid:
             return
         for shard in self.own:
-            writer = self.writers[shard]
-            stored = decode_position(writer.source, writer.shard_dir)
+            stored = self._stored(shard)
             if stored.get("replid") == self.replid and int(stored["offset"]) >= self.applied:
                 continue
             position = {"replid": self.replid, "offset": self.applied, "db": self.db}
@@ -495,6 +526,11 @@ class StreamRoute:
 
 def _member(keys: set[tuple[int, bytes]]) -> Callable[[int, bytes], bool]:
     return lambda db, key: (db, key) in keys
+
+
+def _outside(keys: set[tuple[int, bytes]], slots: Container[int]) -> Callable[[int, bytes], bool]:
+    """Kept by a resync of a node serving ``slots``: a key it holds, or one of another slot."""
+    return lambda db, key: (db, key) in keys or hash_slot(key) not in slots
 
 
 def _select(argv: list[bytes], path: str, offset: int) -> int:

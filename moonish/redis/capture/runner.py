@@ -63,6 +63,7 @@ from moonish.redis.capture.source import (
     MasterSource,
     check_node,
     last_location,
+    refuse_cluster_node,
     stored_history,
 )
 from moonish.redis.capture.status import (
@@ -145,6 +146,7 @@ def capture(
         RdbCorruptionError, RdbUnsupportedError: a full resync's RDB that moonish cannot read.
         UnsupportedFormatError: a command moonish does not implement, or function libraries
             in the RDB (the master's address and the replication offset in the error).
+        ClusterNodeError: a Redis Cluster node (``ReplicaOptions.cluster_node`` unset).
         CommandError: a command Redis would have refused.
         ResumeError: a command across shards stored in some of them only.
         WriterLockedError: another process writes one of the shards.
@@ -155,6 +157,7 @@ def capture(
     if processes < 1:
         raise InvalidArgumentError(f"processes must be at least 1, got {processes}")
     check_target(out_dir, shards, source=None)
+    refuse_cluster_node(source)
     log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
     stream = stream or StreamConfig()
 

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
 from moonish.gcpolicy import settle_gc
-from moonish.redis.capture.apply import StreamRoute, resume_point
+from moonish.redis.capture.apply import ApplierCounts, StreamRoute, resume_point
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.metrics import CaptureMetrics
 from moonish.redis.capture.source import (
@@ -318,22 +318,31 @@ class CaptureSession:
 
     def _count(self) -> None:
         counts = [channel.counts() for channel in self.channels]
-        report = self.report
-        report.commands, report.transactions = counts[0].commands, counts[0].transactions
-        per_shard = [0] * len(report.per_shard)
-        for each in counts:  # (a worker's own shards; 0 for the others)
-            for shard, records in enumerate(each.records):
-                per_shard[shard] += records
-        report.per_shard = per_shard
-        report.records = sum(channel.appended() for channel in self.channels)
-        report.rdb_keys = sum(c.rdb_keys for c in counts)
-        report.removed_keys = sum(c.removed_keys for c in counts)
-        filtered: Counter[str] = Counter()
-        for each in counts:
-            filtered.update(each.filtered)
-        report.filtered = dict(sorted(filtered.items()))
+        tally(self.report, counts, counts[0].commands, counts[0].transactions)
+        self.report.records = sum(channel.appended() for channel in self.channels)
 
     def _save_filtered(self) -> None:
         """``filter.json`` with this run's counts so far (when it has a filter)."""
         if self.filter_file is not None and self.report.filtered:
             self.filter_file.save(Counter(self.report.filtered))
+
+
+def tally(
+    report: CaptureReport, counts: list[ApplierCounts], commands: int, transactions: int
+) -> None:
+    """The report's counts from its appliers' (records per shard summed: each applier counts
+    its own shards'), with ``commands`` and ``transactions`` as the caller counts them (the
+    appliers of one stream each see all of it; a cluster's links each their own)."""
+    report.commands, report.transactions = commands, transactions
+    per_shard = [0] * len(report.per_shard)
+    for each in counts:
+        for shard, records in enumerate(each.records):
+            per_shard[shard] += records
+    report.per_shard = per_shard
+    report.records = sum(per_shard)
+    report.rdb_keys = sum(c.rdb_keys for c in counts)
+    report.removed_keys = sum(c.removed_keys for c in counts)
+    filtered: Counter[str] = Counter()
+    for each in counts:
+        filtered.update(each.filtered)
+    report.filtered = dict(sorted(filtered.items()))

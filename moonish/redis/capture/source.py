@@ -12,6 +12,9 @@ A data directory's source is a replication history, not an address (docs/redis-s
   replica, or a replica of the same master, continues; a node with another history holds
   another data set and is refused (:class:`SourceMismatchError`), unless
   ``accept_new_source``: then its full resync is written as the differences;
+- a Redis Cluster node: refused (:class:`ClusterNodeError`, naming the cluster's masters and
+  slots) unless ``ReplicaOptions.cluster_node`` (``--no-cluster``): one node holds only its
+  own slots' keys;
 - a Sentinel URL: the node Sentinel names now (moonish.redis.replication.sentinel), asked
   again after every lost connection, so a failover Sentinel performs is followed; a node
   other than the last one is checked as above before its ``PSYNC``.
@@ -21,10 +24,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from moonish.redis.replication.messages import ReplicaOptions, parse_redis_url
+from moonish.errors import MoonishError, UnavailableError
+from moonish.redis.replication.messages import (
+    ClusterNodeError,
+    ReplicaOptions,
+    ReplicationAuthError,
+    ReplicationRefusedError,
+    parse_redis_url,
+)
 from moonish.redis.replication.probe import MasterProbe, MasterStream
 from moonish.redis.replication.sentinel import find_master, is_sentinel_url, parse_sentinel_url
 from moonish.redis.routing.sources import SourceMismatchError, load_source, stored_position
+from moonish.redis.topology.probe import ClusterProbe
 
 
 class MasterSource:
@@ -167,3 +178,37 @@ def last_location(data_dir: str) -> str | None:
     if stored is None or stored["kind"] != "replica":
         return None
     return str(stored["location"])
+
+
+def is_cluster_node(url: str, options: ReplicaOptions) -> bool:
+    """Whether the node at ``url`` runs in cluster mode (``INFO cluster``); ``False`` for a
+    Sentinel URL, and for a node that cannot be asked now (down, or a user without
+    ``+info``): the replication link refuses a cluster node too (``ReplicaConnection.psync``).
+    """
+    if is_sentinel_url(url):
+        return False
+    try:
+        with ClusterProbe(url, options) as probe:
+            return probe.cluster_enabled()
+    except (UnavailableError, ReplicationAuthError, ReplicationRefusedError):
+        return False
+
+
+def refuse_cluster_node(source: MasterSource) -> None:
+    """Refuse a Redis Cluster node before anything is written (unless the options allow one,
+    ``--no-cluster``), naming the cluster's masters and slots (:func:`is_cluster_node`).
+
+    Raises:
+        ClusterNodeError: the node runs in cluster mode.
+    """
+    if source.options.cluster_node or source.sentinel:
+        return
+    url = source.url()
+    if not is_cluster_node(url, source.options):
+        return
+    try:
+        with ClusterProbe(url, source.options) as probe:
+            described = probe.topology(states=False).describe()
+    except MoonishError:  # the refusal stands; only its detail is missing
+        described = ""
+    raise ClusterNodeError(parse_redis_url(url).path, described)

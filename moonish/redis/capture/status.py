@@ -5,7 +5,7 @@ progress and event lines, and the options and report of
 ``capture.json`` (a checked file, moonish.fileio; replaced atomically about once a second while
 a capture runs, while it reconnects, and when it stops)::
 
-    {"format": "moonish-capture", "version": 2,
+    {"format": "moonish-capture", "version": 3,
      "master": "redis://host:port",     # the master's address, without credentials
      "replid": "<40 hex>",              # the replication ID the capture follows
      "link": "connecting" | "connected" | "reconnecting" | "stopped",
@@ -22,15 +22,22 @@ a capture runs, while it reconnects, and when it stops)::
      "full_resyncs": N,
      "last_full_resync": null | {"time_us", "replid", "offset", "rdb_bytes", "rows",
                                  "created", "updated", "deleted"},
+     "links": null | [{...}, ...],      # a Redis Cluster capture: per link (one per master,
+                                        # moonish.redis.cluster.links LinkReport) "link",
+                                        # "node", "address", "role", "slots", "replid", the
+                                        # offsets and figures above, "state", "full_resyncs",
+                                        # "partial_resyncs", "reconnects", "last_error"; the
+                                        # members above are then the links' sums (seconds
+                                        # behind: the largest)
      "time_us": T,                      # when this was written (the capture's clock)
      "running": true | false,           # false once the capture stopped
      "crc32c": ...}
 
 Version 1 (before the master's offset was asked) had only ``master``, ``replid``, the two
-offsets, ``time_us`` and ``running``; :func:`read_status` reads both, the missing members as
-``null``. The file is optional: the shards' logs alone say where each shard stands
-(moonish.redis.routing.sources). moonish.redis.capture.behind defines bytes and seconds
-behind.
+offsets, ``time_us`` and ``running``; version 2 had no ``links``; :func:`read_status` reads
+all three, the missing members as ``null``. The file is optional: the shards' logs alone say
+where each shard stands (moonish.redis.routing.sources). moonish.redis.capture.behind defines
+bytes and seconds behind.
 
 Events (:class:`CaptureEvent`, one per ``PSYNC`` answer, full resync and lost connection) and
 the report's :meth:`CaptureReport.line` are what ``moonish wal capture`` logs.
@@ -51,9 +58,9 @@ from moonish.state.autosnapshot import SnapshotPolicy
 
 STATUS_NAME = "capture.json"
 FORMAT = "moonish-capture"
-VERSION = 2
+VERSION = 3
 """The version written."""
-SUPPORTED_VERSIONS = (1, 2)
+SUPPORTED_VERSIONS = (1, 2, 3)
 """The versions read."""
 CONNECTING, CONNECTED, RECONNECTING, STOPPED = "connecting", "connected", "reconnecting", "stopped"
 """The replication link's states (``CaptureReport.link``)."""
@@ -235,6 +242,7 @@ class CaptureReport:
         commands_per_s: commands applied per second since the previous progress call.
         filtered: what the source filter left out in this run: commands by rule, keys of
             full resyncs as ``keys:<rule>`` (moonish.redis.routing.keyfilter).
+        links: a Redis Cluster capture's links (``capture.json`` ``links``), else ``None``.
     """
 
     master: str = ""
@@ -260,6 +268,7 @@ class CaptureReport:
     resumed_from: list[str] = field(default_factory=list)
     commands_per_s: float = 0.0
     filtered: dict[str, int] = field(default_factory=dict)
+    links: list[dict[str, object]] | None = None
 
     @property
     def pending_bytes(self) -> int:
@@ -300,6 +309,7 @@ class CaptureReport:
             "last_error": self.last_error,
             "full_resyncs": self.full_resyncs,
             "last_full_resync": None if resync is None else resync.to_json(),
+            "links": self.links,
         }
 
 
@@ -317,7 +327,7 @@ def remove_status(data_dir: str) -> None:
         os.unlink(os.path.join(data_dir, STATUS_NAME))
 
 
-_ADDED_IN_2 = (
+_ADDED_SINCE_1 = (
     "link",
     "master_offset",
     "bytes_behind",
@@ -327,6 +337,7 @@ _ADDED_IN_2 = (
     "last_error",
     "full_resyncs",
     "last_full_resync",
+    "links",
 )
 
 
@@ -352,7 +363,7 @@ def read_status(data_dir: str) -> dict[str, Any] | None:
             f"{document.get('format')!r} version {document.get('version')!r}",
             path=path,
         )
-    for name in _ADDED_IN_2:
+    for name in _ADDED_SINCE_1:
         document.setdefault(name, None)
     document["pending_bytes"] = max(0, document["received_offset"] - document["durable_offset"])
     return document

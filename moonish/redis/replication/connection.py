@@ -7,7 +7,9 @@ transfer), ``replconfCommand`` and ``replicationSendAck`` (acknowledgements). Th
 
     -> PING                                   <- +PONG  (or -NOAUTH: AUTH comes next)
     -> AUTH [<user>] <password>               <- +OK    (when the URL has credentials)
-    -> INFO server                            <- $<n> … valkey_version:9.1.2 …  (or an error)
+    -> INFO server                            <- $<n> … valkey_version:9.1.2 …  (or an error;
+                                                         redis_mode:cluster: refused unless
+                                                         ReplicaOptions.cluster_node)
     -> REPLCONF listening-port <port>         <- +OK
     -> REPLCONF capa eof capa psync2          <- +OK
     -> REPLCONF version 9.0.0                 <- +OK    (only to Valkey: Valkey 9 then sends
@@ -50,6 +52,7 @@ from moonish.redis.replication.messages import (
     AUTH_CODES,
     REPLID,
     VALKEY_REPLICA_VERSION,
+    ClusterNodeError,
     Continue,
     FullResync,
     RedisAddress,
@@ -59,6 +62,7 @@ from moonish.redis.replication.messages import (
     ReplicationUnavailableError,
     parse_redis_url,
     reply_error,
+    server_mode,
     valkey_version,
 )
 from moonish.redis.replication.resp import (
@@ -131,6 +135,8 @@ class ReplicaConnection:
         self.valkey_version: str | None = None
         """The master's ``valkey_version`` (``INFO server``) once :meth:`psync` returned, or
         ``None``: Redis, or an ``INFO`` the user may not run."""
+        self.cluster_mode = False
+        """Whether the node said it runs in cluster mode (``INFO server`` ``redis_mode``)."""
         self._durable = 0
         self._acked = -1
         self._ack_due_us = 0
@@ -158,6 +164,7 @@ class ReplicaConnection:
             ReplicationUnavailableError: Redis cannot serve a replica now (loading, ...).
             UnavailableError: the connection failed or timed out.
             ReplicationProtocolError: the peer does not speak Redis's protocol.
+            ClusterNodeError: a Redis Cluster node, without ``options.cluster_node``.
         """
         if self._wire is not None:
             raise InvalidArgumentError("psync was called already: open a new connection")
@@ -169,6 +176,8 @@ class ReplicaConnection:
             raise InvalidArgumentError(f"after_offset {after_offset} is negative")
         wire = self._wire = self._connect()
         self._handshake(wire)
+        if self.cluster_mode and not self._options.cluster_node:
+            raise ClusterNodeError(self.path)
         if replid is None or after_offset is None:
             wire.send(encode_command(b"PSYNC", b"?", b"-1"))
         else:
@@ -237,7 +246,10 @@ class ReplicaConnection:
         for step, _ in commands:
             reply = self._reply(wire, step)
             if step == "INFO server":
-                self.valkey_version = self._info_valkey(wire, reply)
+                info = self._info_server(wire, reply)
+                self.valkey_version = None if info is None else valkey_version(info)
+                if info is not None and server_mode(info) == "cluster":
+                    self.cluster_mode = True
                 continue
             if reply.startswith("-"):
                 code = reply[1:].split(" ", 1)[0]
@@ -250,9 +262,9 @@ class ReplicaConnection:
             if reply.startswith("-") and reply[1:].split(" ", 1)[0] in AUTH_CODES:
                 raise reply_error("REPLCONF version", reply, self.path)
 
-    def _info_valkey(self, wire: Wire, reply: str) -> str | None:
-        """The ``valkey_version`` of the ``INFO server`` reply whose first line is ``reply``
-        (its bulk body read here), or ``None`` (Redis; or an error: INFO refused).
+    def _info_server(self, wire: Wire, reply: str) -> bytes | None:
+        """The body of the ``INFO server`` reply whose first line is ``reply`` (read here), or
+        ``None``: an error (the user may not run ``INFO``).
 
         Raises:
             ReplicationProtocolError: a reply that is neither a bulk string nor an error.
@@ -263,8 +275,7 @@ class ReplicaConnection:
             raise ReplicationProtocolError(
                 f"unexpected reply to INFO server: {reply[:60]!r}", path=self.path
             )
-        body = wire.read_exact(int(reply[1:]) + 2, "reading the reply to INFO server")
-        return valkey_version(body)
+        return wire.read_exact(int(reply[1:]) + 2, "reading the reply to INFO server")
 
     def _reply(self, wire: Wire, step: str) -> str:
         line = wire.readline(f"waiting for the reply to {step}")

@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 from urllib.parse import quote, unquote, urlsplit
 
-from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
+from moonish.errors import (
+    InvalidArgumentError,
+    MoonishError,
+    UnavailableError,
+    UnsupportedFormatError,
+)
 
 DEFAULT_PORT = 6379
 REPLID = re.compile(r"[0-9a-f]{40}")
@@ -27,6 +32,7 @@ VALKEY_REPLICA_VERSION = b"9.0.0"
 formats it reads. Valkey 9 sends a ``VALKEY080`` full sync only to a replica of version 9 or
 above, ``REDIS0011`` (no hash field TTLs) otherwise (checked on Valkey 9.1.2)."""
 _VALKEY_VERSION = re.compile(rb"^valkey_version:([0-9.]+)\r?$", re.MULTILINE)
+_SERVER_MODE = re.compile(rb"^(?:redis_mode|server_mode):([a-z]+)\r?$", re.MULTILINE)
 _TRY_LATER_CODES = ("LOADING", "MASTERDOWN", "NOMASTERLINK", "BUSY", "TRYAGAIN")
 
 
@@ -166,6 +172,9 @@ class ReplicaOptions:
             URL's host.
         tls_cert_file, tls_key_file: for ``rediss://``: this client's certificate and key
             (PEM), which Redis asks for by default (``tls-auth-clients yes``).
+        cluster_node: follow a Redis Cluster node alone (the keys of the slots it serves;
+            ``--no-cluster``); ``False``: a cluster node is refused
+            (:class:`ClusterNodeError`).
     """
 
     connect_timeout_ms: int = 10_000
@@ -175,6 +184,7 @@ class ReplicaOptions:
     tls_ca_file: str | None = None
     tls_cert_file: str | None = None
     tls_key_file: str | None = None
+    cluster_node: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +231,31 @@ def valkey_version(info: bytes) -> str | None:
     ``genValkeyInfoString``), or ``None``: not Valkey (Redis has no such field)."""
     match = _VALKEY_VERSION.search(info)
     return match.group(1).decode() if match else None
+
+
+def server_mode(info: bytes) -> str | None:
+    """The mode of an ``INFO server`` reply: ``standalone``, ``cluster`` or ``sentinel``
+    (Redis ``redis_mode``, Valkey ``server_mode`` too), or ``None``: not named."""
+    match = _SERVER_MODE.search(info)
+    return match.group(1).decode() if match else None
+
+
+class ClusterNodeError(UnsupportedFormatError):
+    """The node is a Redis Cluster node, and one node of a cluster holds only its own slots'
+    keys: refused unless asked for (``ReplicaOptions.cluster_node``, ``--no-cluster``).
+    ``path``: the node; ``topology``: the cluster's masters and slots when they could be
+    read (moonish.redis.topology), else ``""``."""
+
+    def __init__(self, path: str, topology: str = "") -> None:
+        self.topology = topology
+        seen = f" (masters: {topology})" if topology else ""
+        super().__init__(
+            f"this node is part of a Redis Cluster{seen}, and one node holds only the keys "
+            "of its own hash slots: capture the whole cluster with moonish wal capture "
+            "(moonish.redis.cluster.runner.capture_cluster), or this node alone with "
+            "--no-cluster (ReplicaOptions.cluster_node)",
+            path=path,
+        )
 
 
 def reply_error(step: str, reply: str, path: str) -> MoonishError:

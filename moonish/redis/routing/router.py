@@ -83,6 +83,9 @@ class Router:
         first_lsn: per shard, the first LSN this router appended, or ``None``.
         skip: per shard, whether the next command is already applied there.
         position: the source position to store with the next command's records.
+        restamp: ``None``, or how a position given to :meth:`append` becomes the one the
+            shard stores, from the shard and the position (a cluster capture's links share
+            the shards: each shard stores every link's position, moonish.redis.cluster).
     """
 
     def __init__(
@@ -118,6 +121,7 @@ class Router:
         shards); a command across shards some of which hold it is a ResumeError in every
         worker alike."""
         self.position = b""
+        self.restamp: Callable[[int, bytes], bytes] | None = None
         self._involved: set[int] = set()  # shards of a command across shards
 
     def apply(self, entries: list[Entry], transaction: bool, path: str = "") -> None:
@@ -310,10 +314,24 @@ class Router:
     def mark(self, shard: int, position: bytes) -> None:
         """Store ``position`` in ``shard``'s log with a :func:`position_marker` unless it
         already holds it (the end of an import: a shard the last commands did not touch)."""
+        if self.restamp is not None:
+            position = self.restamp(shard, position)
         if self.writers[shard].source != position:
-            self.append(shard, [position_marker(position)], False, self.clock.now_us(), position)
+            self._write(shard, [position_marker(position)], False, self.clock.now_us(), position)
 
     def append(
+        self,
+        shard: int,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        now_us: int,
+        source: bytes,
+    ) -> None:
+        if self.restamp is not None and source:
+            source = self.restamp(shard, source)
+        self._write(shard, records, atomic, now_us, source)
+
+    def _write(
         self,
         shard: int,
         records: Sequence[KvChange | Message],

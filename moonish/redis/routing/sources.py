@@ -3,8 +3,9 @@
 A data directory remembers its source in ``<data_dir>/source.json`` (a checked file, see
 moonish.fileio)::
 
-    {"format": "moonish-source", "version": 1, "kind": "aof" | "rdb" | "replica",
-     "location": <absolute path of the appendonlydir or RDB file, or host:port>,
+    {"format": "moonish-source", "version": 1, "kind": "aof" | "rdb" | "replica" | "cluster",
+     "location": <absolute path of the appendonlydir or RDB file, or host:port (a cluster:
+                  the seed node's)>,
      "crc32c": ...}
 
 Importing or capturing another source into it is refused (:class:`SourceMismatchError`).
@@ -21,7 +22,11 @@ the records it covers are: a crash can never separate them. A position is compac
   applied the replication stream up to this offset, after which the stream's selected db is
   ``db`` (a master continuing a stream sends no ``SELECT`` for the db it was in, so the db is
   part of the position, as Redis's own replicas keep ``repl-stream-db``; ``"db"`` may be
-  absent: 0).
+  absent: 0);
+- ``{"links": {"<link id>": {"replid", "offset", "db"}, ...}}``: a capture of a Redis Cluster
+  (moonish.redis.cluster), one replication link per master: for each link (its id is the node
+  id of the master it first followed), every command of that link's stream up to ``offset``
+  that touches this shard is in this shard's log.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from moonish.log.reader import ShardReader
 SOURCE_NAME = "source.json"
 FORMAT = "moonish-source"
 VERSION = 1
-KINDS = ("aof", "rdb", "replica")
+KINDS = ("aof", "rdb", "replica", "cluster")
 
 
 class SourceMismatchError(InvalidArgumentError):
@@ -70,9 +75,36 @@ def decode_position(data: bytes, shard_dir: str = "") -> dict[str, Any]:
         or {"rdb"} == position.keys()
         or {"replid", "offset"} == position.keys()
         or {"replid", "offset", "db"} == position.keys()
+        or ({"links"} == position.keys() and _links(position["links"]))
     ):
         raise CorruptionError(f"not a source position: {data[:80]!r}", path=shard_dir)
     return position
+
+
+def _links(links: object) -> bool:
+    return isinstance(links, dict) and all(
+        isinstance(each, dict) and {"replid", "offset", "db"} == each.keys()
+        for each in links.values()
+    )
+
+
+def link_position(data: bytes, shard_dir: str, link: str | None) -> dict[str, Any]:
+    """The stored position ``data`` of one stream: with ``link`` (a cluster capture's link),
+    that link's ``{"replid", "offset", "db"}`` (``{}``: the shard stores none for it); else
+    the whole position (:func:`decode_position`).
+
+    Raises:
+        CorruptionError: not a position moonish writes, or a cluster's where a single
+            master's is expected and the reverse (path: ``shard_dir``).
+    """
+    position = decode_position(data, shard_dir)
+    if ("links" in position) != (link is not None) and position:
+        kind = "a cluster capture's" if "links" in position else "a single source's"
+        raise CorruptionError(f"the shard stores {kind} position: {data[:80]!r}", path=shard_dir)
+    if link is None:
+        return position
+    found: dict[str, Any] = position.get("links", {}).get(link, {})
+    return found
 
 
 def describe(position: dict[str, Any]) -> str:
@@ -84,6 +116,10 @@ def describe(position: dict[str, Any]) -> str:
         return f"rdb {position['rdb']}"
     if "replid" in position:
         return f"replid {position['replid']}@{position['offset']}"
+    if "links" in position:
+        return ", ".join(
+            f"{link[:8]} {describe(each)}" for link, each in sorted(position["links"].items())
+        )
     return "none"
 
 
@@ -127,7 +163,12 @@ def check_source(data_dir: str, kind: str, location: str) -> bool:
 
 def _named(kind: str, location: str) -> str:
     """A source as a message names it (``the AOF /x``, ``the Redis master at host:port``)."""
-    what = {"aof": "the AOF", "rdb": "the RDB file", "replica": "the Redis master at"}
+    what = {
+        "aof": "the AOF",
+        "rdb": "the RDB file",
+        "replica": "the Redis master at",
+        "cluster": "the Redis Cluster of",
+    }
     return f"{what.get(kind, f'the {kind}')} {location}"
 
 

@@ -9,17 +9,16 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any
 
 import pytest
 import redis
 
 from moonish.redis.capture.runner import capture
-from moonish.redis.capture.status import CaptureEvent, CaptureReport
 from moonish.redis.routing.sources import SourceMismatchError, load_source
 from tests.support.cli import run
 from tests.support.redis.capture import (
     FAST,
+    Following,
     events,
     last_lsns,
     master_offset,
@@ -32,58 +31,6 @@ from tests.support.servers.redis_server import redis_server
 from tests.support.servers.sentinel import master_port, sentinel_url, sentinels
 
 pytestmark = pytest.mark.redis
-
-
-class Following:
-    """:func:`capture` of ``url`` in a thread until :meth:`finish`."""
-
-    def __init__(self, url: str, data: Path, **kwargs: Any) -> None:
-        self.stop = threading.Event()
-        self.events: list[CaptureEvent] = []
-        self.report: CaptureReport | None = None
-        self.result: list[Any] = []
-
-        def go() -> None:
-            try:
-                self.result.append(
-                    capture(
-                        url,
-                        data,
-                        2,
-                        stop=self.stop,
-                        options=FAST,
-                        progress=self._seen,
-                        on_event=self.events.append,
-                        **kwargs,
-                    )
-                )
-            except BaseException as exc:
-                self.result.append(exc)
-
-        self.thread = threading.Thread(target=go, daemon=True)
-        self.thread.start()
-
-    def _seen(self, report: CaptureReport) -> None:
-        self.report = report
-
-    def caught_up(self, client: redis.Redis) -> None:
-        wait_for(
-            lambda: (
-                self.result
-                or (self.report is not None and self.report.durable_offset >= master_offset(client))
-            ),
-            "the capture to catch up",
-            60,
-        )
-        assert not self.result, self.result
-
-    def finish(self) -> CaptureReport:
-        self.stop.set()
-        self.thread.join(60)
-        (outcome,) = self.result
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome
 
 
 def replica_of(client: redis.Redis) -> tuple[str, str]:

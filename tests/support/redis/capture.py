@@ -115,6 +115,72 @@ class Running:
         return outcome
 
 
+class Following:
+    """A capture of ``url`` in a thread until :meth:`finish`: ``run`` is :func:`capture`
+    (``shards`` 2 by default) or another function of its signature (``capture_cluster``);
+    ``report`` is the progress seen last, ``events`` what ``on_event`` was given."""
+
+    def __init__(
+        self,
+        url: str,
+        data: Path,
+        shards: int = 2,
+        run: Callable[..., CaptureReport] = capture,
+        **kwargs: Any,
+    ) -> None:
+        self.stop = threading.Event()
+        self.events: list[CaptureEvent] = []
+        self.report: CaptureReport | None = None
+        self.result: list[Any] = []
+
+        def go() -> None:
+            try:
+                self.result.append(
+                    run(
+                        url,
+                        data,
+                        shards,
+                        stop=self.stop,
+                        options=FAST,
+                        progress=self._seen,
+                        on_event=self.events.append,
+                        **kwargs,
+                    )
+                )
+            except BaseException as exc:
+                self.result.append(exc)
+
+        self.thread = threading.Thread(target=go, daemon=True)
+        self.thread.start()
+
+    def _seen(self, report: CaptureReport) -> None:
+        self.report = report
+
+    def until(self, condition: Callable[[CaptureReport], bool], what: str) -> None:
+        """Wait (up to 60 s) until a progress report meets ``condition``; the capture must
+        still run."""
+        wait_for(
+            lambda: bool(self.result or (self.report is not None and condition(self.report))),
+            what,
+            60,
+        )
+        assert not self.result, self.result
+
+    def caught_up(self, client: redis.Redis) -> None:
+        """Until the durable offset reaches the master's (a single master's capture)."""
+        self.until(lambda report: report.durable_offset >= master_offset(client), "the capture")
+
+    def finish(self) -> CaptureReport:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        (outcome,) = self.result
+        if isinstance(outcome, BaseException):
+            raise outcome
+        assert isinstance(outcome, CaptureReport)
+        return outcome
+
+
 def redis_state(client: redis.Redis, dbs: tuple[int, ...] = (0, 1)) -> dict[Any, Any]:
     state = {}
     for db in dbs:

@@ -1,0 +1,147 @@
+"""The positions of a cluster capture's links in the shards they share, and each link's
+status.
+
+Every shard stores, on the last record of every append, the position of every link
+(moonish.redis.routing.sources: ``{"links": {<link id>: {"replid", "offset", "db"}}}``). The
+links are applied by one thread, one command at a time, so when a record of link A is
+appended to a shard, every command of link B up to B's entry in that shard is in the shard's
+log before it: a crash that cuts the log anywhere leaves a last record whose entries hold for
+every link. Each shard's entries are kept here, in memory, and changed only by that shard's
+appends (:meth:`LinkTable.restamp`): a link still catching up after a restart never lowers
+another shard's entry for it.
+
+A link's id is the node id of the master it first followed (``CLUSTER NODES``); a restart
+resumes each link at the smallest offset its entries hold over the shards, and shards whose
+entry is past a command skip it (moonish.redis.capture.apply ``resume_point``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from moonish.errors import CorruptionError
+from moonish.redis.capture.apply import ResumePoint, resume_point
+from moonish.redis.routing.sources import decode_position, encode_position
+from moonish.redis.topology.nodes import ClusterNode, ranges
+from moonish.state.shard import ShardWriter
+
+
+class LinkTable:
+    """Per shard, every link's stored position (read from the shards as they open).
+
+    Raises:
+        CorruptionError: a shard stores a single master's position, or not a position.
+    """
+
+    def __init__(self, writers: list[ShardWriter]) -> None:
+        self.writers = writers
+        self.entries: list[dict[str, dict[str, Any]]] = []
+        for writer in writers:
+            position = decode_position(writer.source, writer.shard_dir)
+            if position and "links" not in position:
+                raise CorruptionError(
+                    f"the shard stores a single source's position, not a cluster capture's: "
+                    f"{writer.source[:80]!r}",
+                    path=writer.shard_dir,
+                )
+            self.entries.append(dict(position.get("links", {})))
+
+    def links(self) -> list[str]:
+        """Every link id some shard stores, sorted."""
+        return sorted({link for entries in self.entries for link in entries})
+
+    def resume_point(self, link: str) -> ResumePoint:
+        """Where ``link``'s stream stands over the shards (``replid`` ``""``: some shard holds
+        no position of it, or they name different histories: a full resync)."""
+        return resume_point([entries.get(link, {}) for entries in self.entries])
+
+    def restamp(self, link: str) -> Callable[[int, bytes], bytes]:
+        """For ``link``'s router (``Router.restamp``): its position ``{"replid", "offset",
+        "db"}`` in a shard becomes the shard's entry for it, and the shard stores them all."""
+        entries = self.entries
+
+        def restamp(shard: int, source: bytes) -> bytes:
+            mine = entries[shard]
+            mine[link] = orjson.loads(source)
+            return encode_position({"links": mine})
+
+        return restamp
+
+
+@dataclass
+class LinkReport:
+    """One link's state (``capture.json`` ``links``, ``moonish cdc info``).
+
+    Attributes:
+        link: the link's id (the node id of the master it first followed).
+        node: the id of the node it follows now.
+        address: that node's ``host:port``.
+        role: ``master``.
+        slots: the hash slots the node serves, ``[[first, last], ...]``.
+        replid, received_offset, durable_offset: as a single capture's (its own stream).
+        master_offset, bytes_behind, seconds_behind, master_error: the node's
+            ``master_repl_offset`` and how far ``durable_offset`` is behind it.
+        state: ``connecting``, ``connected``, ``reconnecting`` or ``stopped``.
+        full_resyncs, partial_resyncs: ``+FULLRESYNC`` and ``+CONTINUE`` answers.
+        reconnects, last_error: connections lost, and the last reason.
+    """
+
+    link: str
+    node: str
+    address: str
+    slots: list[list[int]]
+    role: str = "master"
+    replid: str = ""
+    received_offset: int = 0
+    durable_offset: int = 0
+    master_offset: int | None = None
+    bytes_behind: int | None = None
+    seconds_behind: float | None = None
+    master_error: str | None = None
+    state: str = "connecting"
+    full_resyncs: int = 0
+    partial_resyncs: int = 0
+    reconnects: int = 0
+    last_error: str | None = None
+    commands: int = field(default=0, repr=False)
+
+    @classmethod
+    def of(cls, link: str, node: ClusterNode) -> LinkReport:
+        slots = [[first, last] for first, last in node.slots]
+        return cls(link, node.node_id, node.address, slots)
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "link": self.link,
+            "node": self.node,
+            "address": self.address,
+            "role": self.role,
+            "slots": self.slots,
+            "replid": self.replid,
+            "received_offset": self.received_offset,
+            "durable_offset": self.durable_offset,
+            "master_offset": self.master_offset,
+            "bytes_behind": self.bytes_behind,
+            "seconds_behind": (
+                None if self.seconds_behind is None else round(self.seconds_behind, 3)
+            ),
+            "master_error": self.master_error,
+            "state": self.state,
+            "full_resyncs": self.full_resyncs,
+            "partial_resyncs": self.partial_resyncs,
+            "reconnects": self.reconnects,
+            "last_error": self.last_error,
+        }
+
+
+def slot_set(node: ClusterNode) -> frozenset[int]:
+    """The hash slots ``node`` serves."""
+    return frozenset(slot for first, last in node.slots for slot in range(first, last + 1))
+
+
+def slot_text(slots: frozenset[int]) -> str:
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges(sorted(slots)))

@@ -1,0 +1,274 @@
+"""Live capture of a whole Redis Cluster: one replication link per master, into one data
+directory whose shards route keys by hash slot as always (docs/redis-source.md, "A Redis
+Cluster").
+
+``capture_cluster(url, data_dir, shards)`` reads the topology from the seed node at ``url``
+(moonish.redis.topology), opens the shards (``source.json`` kind ``cluster``), gives each
+master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
+
+1. **Links.** A link's id is the node id of the master it first followed; each shard stores
+   every link's position (moonish.redis.cluster.links). At a restart, a master whose node id
+   names a stored link resumes it; a master that does not, but whose replication history
+   holds a stored link's position (``INFO replication``: ``master_replid`` or
+   ``master_replid2``; a replica promoted while the capture was down), continues that link;
+   any other master is a new link. A stored link no master continues is refused
+   (:class:`SourceMismatchError`) unless ``accept_new_source`` (its shards' keys then stay as
+   they were: this build does not follow slots that moved to other nodes).
+2. **Sync.** Each link ``PSYNC``s from its smallest stored offset (``+CONTINUE``), or loads its
+   node's full resync: ``r`` rows into shards that hold nothing of the link (a first start's
+   loads, one per link, form one snapshot: its first and last row), else the differences of
+   that node's slots only (keys of other slots are other links' and never touched).
+3. **Streams.** Every command of a cluster node touches one hash slot, so each link's commands
+   land in the shards of its node's slots; one thread applies the links' batches in arrival
+   order, syncs, acknowledges each link's durable offset and marks idle shards.
+4. **Status.** ``capture.json`` (version 3) holds the capture's sums and ``links``: per link
+   its node, address, slots, replication ID, offsets, bytes and seconds behind its node,
+   state, and full and partial resync counts.
+
+Not followed yet (docs/design/cluster-capture.md steps 6-9): a failover or a slot migration
+while the capture runs (a link whose node stops serving its slots keeps reconnecting to it),
+nodes added or removed, ``--prefer-replica``, several processes.
+
+Example::
+
+    stop = threading.Event()
+    report = capture_cluster("redis://127.0.0.1:7000", "data", 4, stop=stop)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+from collections.abc import Callable, Mapping
+
+from moonish.clock import SYSTEM_CLOCK, Clock
+from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
+from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
+from moonish.redis.capture.apply import ShardApplier
+from moonish.redis.capture.source import holds
+from moonish.redis.capture.status import CaptureOptions, CaptureReport
+from moonish.redis.cluster.links import LinkReport, LinkTable, slot_set
+from moonish.redis.cluster.session import ClusterSession, Link, OnEvent, Progress
+from moonish.redis.replication.messages import ReplicaOptions, parse_redis_url
+from moonish.redis.replication.probe import MasterProbe
+from moonish.redis.routing.shards import source_shards
+from moonish.redis.routing.sources import (
+    SourceMismatchError,
+    decode_position,
+    describe,
+    load_source,
+    remember_source,
+)
+from moonish.redis.routing.target import check_target
+from moonish.redis.topology.nodes import ClusterNode, Topology
+from moonish.redis.topology.probe import ClusterProbe, node_url
+from moonish.state.config import StreamConfig
+
+
+def capture_cluster(
+    url: str,
+    data_dir: str | os.PathLike[str],
+    shards: int,
+    *,
+    stop: threading.Event | None = None,
+    progress: Progress | None = None,
+    options: CaptureOptions | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    stream: StreamConfig | None = None,
+    segment_bytes: int = DEFAULT_SEGMENT_BYTES,
+    on_recovery: Callable[[str, int, int], None] | None = None,
+    on_event: OnEvent | None = None,
+    accept_new_source: bool = False,
+    retention: Mapping[str, int] | None = None,
+) -> CaptureReport:
+    """Follow every master of the Redis Cluster that the node at ``url`` belongs to, into
+    ``shards`` shards under ``data_dir``, until ``stop`` is set (module docstring).
+
+    Args:
+        url: a cluster node's ``redis[s]://[[user]:password@]host[:port]`` (any node: the
+            seed the topology is read from; the credentials and TLS files serve every node).
+        data_dir: the moonish data directory (created if missing); ``source.json`` kind
+            ``cluster``, location the seed's ``host:port`` (another seed of the same cluster
+            continues it: the links decide).
+        shards, stop, progress, options, clock, stream, segment_bytes, on_recovery,
+        on_event, retention: as :func:`moonish.redis.capture.runner.capture` (events name
+            their link: ``fields["link"]``, ``fields["node"]``).
+        accept_new_source: go on when a stored link is continued by no master (module
+            docstring, 1).
+
+    Returns:
+        A :class:`CaptureReport` whose offsets are the links' sums and whose ``links`` holds
+        each link's state.
+
+    Raises:
+        InvalidArgumentError: a bad URL, shard count or data directory, or a node that is not
+            in cluster mode.
+        UnavailableError: the seed cannot be read, the cluster is not ``cluster_state:ok`` or
+            some slots have no master, a link stayed unreachable ``max_reconnects`` times in
+            a row, or a shard's log failed.
+        SourceMismatchError: the data directory follows another source, or a stored link is
+            continued by no master (without ``accept_new_source``).
+        And as :func:`moonish.redis.capture.runner.capture` for the streams.
+    """
+    out_dir = os.fspath(data_dir)
+    options = options or CaptureOptions()
+    replica = dataclasses.replace(options.replica, cluster_node=True)
+    options = dataclasses.replace(options, replica=replica)
+    seed = parse_redis_url(url)
+    check_target(out_dir, shards, source=None)
+    topology = read_cluster(url, replica)
+    location = f"{seed.host}:{seed.port}"
+    stored = load_source(out_dir)
+    if stored is not None and stored["kind"] == "cluster" and stored["location"] != location:
+        remember_source(out_dir, "cluster", location)  # another seed: the links decide
+    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+
+    def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
+        if stop is not None and stop.is_set():
+            raise _Stopped
+        if on_recovery is not None:
+            on_recovery(shard_dir, lsn, last_lsn)
+
+    report = CaptureReport(per_shard=[0] * shards)
+    report.master = f"cluster {seed.path}"
+    try:
+        with source_shards(
+            out_dir,
+            shards,
+            "cluster",
+            location,
+            log,
+            stream or StreamConfig(),
+            clock,
+            options.snapshots,
+            recovering,
+            key_filter=options.key_filter,
+            retention=retention,
+        ) as opened:
+            assert opened.filter is not None
+            table = LinkTable(opened.writers)
+            links = []
+            for link_id, master in match_links(topology, table, url, replica, accept_new_source):
+                applier = ShardApplier(
+                    opened.writers,
+                    None,
+                    options,
+                    clock,
+                    key_filter=opened.filter.key_filter,
+                    link=link_id,
+                    restamp=table.restamp(link_id),
+                    slots=slot_set(master),
+                )
+                applier.start(table.resume_point(link_id))
+                links.append(Link(node_url(url, master), applier, LinkReport.of(link_id, master)))
+            report.resumed_from = [
+                describe(decode_position(writer.source, writer.shard_dir))
+                for writer in opened.writers
+            ]
+            session = ClusterSession(out_dir, links, report, options, clock)
+            session.on_event, session.filter_file = on_event, opened.filter
+            session.run(stop or threading.Event(), progress)
+    except _Stopped:  # while the shards were opened: nothing connected, nothing written
+        pass
+    return report
+
+
+class _Stopped(Exception):
+    """``stop`` was set while the shards' writers rebuilt their keyspaces."""
+
+
+def read_cluster(url: str, options: ReplicaOptions) -> Topology:
+    """The cluster's topology as the seed at ``url`` sees it, every slot served.
+
+    Raises:
+        InvalidArgumentError: the node is not in cluster mode.
+        UnavailableError: it cannot be read, or the cluster is not whole.
+    """
+    with ClusterProbe(url, options) as probe:
+        if not probe.cluster_enabled():
+            raise InvalidArgumentError(
+                "this node is not in cluster mode (INFO cluster: cluster_enabled:0): follow "
+                "it with moonish.redis.capture.runner.capture",
+                path=probe.path,
+            )
+        topology = probe.topology(states=False)
+        path = probe.path
+    uncovered = topology.uncovered()
+    if topology.state != "ok" or uncovered:
+        slots = ",".join(f"{a}-{b}" if a != b else str(a) for a, b in uncovered[:10])
+        raise UnavailableError(
+            f"the cluster is not whole (cluster_state:{topology.state}"
+            + (f"; slots without a master: {slots}" if slots else "")
+            + "); a capture starts once every slot is served",
+            path=path,
+        )
+    return topology
+
+
+def match_links(
+    topology: Topology,
+    table: LinkTable,
+    url: str,
+    options: ReplicaOptions,
+    accept_new_source: bool,
+) -> list[tuple[str, ClusterNode]]:
+    """Each master with the id of the link it continues (module docstring, 1).
+
+    Raises:
+        SourceMismatchError: a stored link no master continues (without
+            ``accept_new_source``).
+        UnavailableError: a master could not be asked for its replication history.
+    """
+    stored = set(table.links())
+    matched: list[tuple[str, ClusterNode]] = []
+    taken: set[str] = set()
+    masters = topology.masters()
+    for master in masters:
+        if master.node_id in stored:
+            matched.append((master.node_id, master))
+            taken.add(master.node_id)
+    for master in masters:
+        if any(node is master for _, node in matched):
+            continue
+        link_id = _by_history(master, stored - taken, table, url, options) or master.node_id
+        matched.append((link_id, master))
+        taken.add(link_id)
+    left = sorted(stored - taken)
+    if left and not accept_new_source:
+        names = ", ".join(left)
+        raise SourceMismatchError(
+            f"no master of this cluster continues the stored link(s) {names} (their node ids, "
+            "and no master's replication history holds their positions): the cluster changed "
+            "while the capture was down in a way this build does not follow; use a new data "
+            "directory, or accept_new_source (--accept-new-source) to go on without them",
+            path=url_path(url),
+        )
+    return sorted(matched, key=lambda pair: pair[1].slots[0] if pair[1].slots else (0, 0))
+
+
+def _by_history(
+    master: ClusterNode, candidates: set[str], table: LinkTable, url: str, options: ReplicaOptions
+) -> str | None:
+    """The stored link among ``candidates`` whose position ``master``'s history holds."""
+    if not candidates:
+        return None
+    try:
+        with MasterProbe(node_url(url, master), options) as probe:
+            stream = probe.ask()
+    except MoonishError as exc:
+        raise UnavailableError(
+            f"cannot ask {master.address} for its replication history: {exc}", path=url_path(url)
+        ) from None
+    for link in sorted(candidates):
+        point = table.resume_point(link)
+        if point.replid and holds(stream, (point.replid, point.applied)):
+            return link
+    return None
+
+
+def url_path(url: str) -> str:
+    return parse_redis_url(url).path
+
+
+__all__ = ["capture_cluster", "read_cluster"]

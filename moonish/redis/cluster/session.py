@@ -1,0 +1,411 @@
+"""The stream side of a cluster capture (moonish.redis.cluster.runner): one replication link
+per master, each with its own :class:`~moonish.redis.capture.apply.ShardApplier` over the
+shared shards, applied by one thread.
+
+Each link is connected and synced (``PSYNC``, a full resync loaded as the differences of its
+node's slots) by the capture's thread; then a reader thread per link reads its stream
+(``read_batch``, which also sends its ``REPLCONF ACK``s) into one bounded queue, and the
+capture's thread applies the batches in the order they arrive, syncs, acknowledges each link's
+durable offset, marks idle shards and writes ``capture.json``. A link whose connection fails
+reconnects after a backoff and ``PSYNC``s from its applied offset, while the other links go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import threading
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from moonish.clock import Clock
+from moonish.errors import UnavailableError
+from moonish.redis.capture.apply import ShardApplier
+from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.capture.session import tally
+from moonish.redis.capture.status import (
+    CONNECTED,
+    RECONNECTING,
+    STOPPED,
+    CaptureEvent,
+    CaptureOptions,
+    CaptureReport,
+    FullResyncOutcome,
+    full_resync_event,
+    psync_event,
+    reconnect_event,
+    remove_status,
+    write_status,
+)
+from moonish.redis.cluster.links import LinkReport
+from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
+from moonish.redis.replication.resp import ReplCommand
+from moonish.redis.routing.filterfile import FilterFile
+
+Progress = Callable[[CaptureReport], None]
+OnEvent = Callable[[CaptureEvent], None]
+_QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
+
+
+@dataclass
+class Link:
+    """One master's replication link: its URL, its applier and its state."""
+
+    url: str
+    applier: ShardApplier
+    report: LinkReport
+    connection: ReplicaConnection | None = None
+    reader: threading.Thread | None = None
+    watch: MasterWatch | None = None
+    retry_at_us: int = 0
+    backoff_ms: int = 0
+    failures: int = 0
+    reading: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def path(self) -> str:
+        return f"redis://{self.report.address}"
+
+
+class ClusterSession:
+    """Connects, syncs and applies every link until ``stop`` (module docstring)."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        links: list[Link],
+        report: CaptureReport,
+        options: CaptureOptions,
+        clock: Clock,
+    ) -> None:
+        self.data_dir, self.links, self.report = data_dir, links, report
+        self.options, self.clock = options, clock
+        self.on_event: OnEvent | None = None
+        self.filter_file: FilterFile | None = None
+        self.first_load = True  # a first start's loads make one snapshot over the links
+        self._queue: queue.Queue[tuple[Link, list[ReplCommand] | BaseException]] = queue.Queue(
+            _QUEUED_BATCHES
+        )
+        self._last_status_us = clock.now_us()
+        self._last_commands = 0
+
+    # -- the run ------------------------------------------------------------------------
+
+    def run(self, stop: threading.Event, progress: Progress | None) -> None:
+        """Sync every link, then apply their streams until ``stop``; stopping syncs and
+        acknowledges everything applied.
+
+        Raises:
+            UnavailableError: a link stayed unreachable ``max_reconnects`` times in a row, or
+                a shard's log failed.
+            Any error of :meth:`ShardApplier.apply_batch` or of a full resync.
+        """
+        had_status = os.path.exists(os.path.join(self.data_dir, "capture.json"))
+        try:
+            unsynced = [link for link in self.links if not link.applier.replid]
+            for link in self.links:
+                if stop.is_set():
+                    break
+                self._connect(link, stop, progress, not unsynced or link is unsynced[-1])
+            while not stop.is_set():
+                self._step(stop, progress)
+            self._finish()
+        except BaseException:
+            self._halt()
+            if not (had_status or self.report.full_resyncs or self.report.continues):
+                remove_status(self.data_dir)
+            raise
+
+    def _connect(
+        self, link: Link, stop: threading.Event, progress: Progress | None, last_load: bool
+    ) -> None:
+        """Connect ``link`` and sync it, retrying after a backoff while the node cannot be
+        reached (the status kept current), until ``stop``."""
+        while not stop.is_set():
+            if self._try_connect(link, last_load):
+                return
+            while not stop.is_set() and self.clock.now_us() < link.retry_at_us:
+                self._status(progress, force=True)
+                stop.wait(min(link.backoff_ms, self.options.status_interval_ms) / 1000)
+
+    def _try_connect(self, link: Link, last_load: bool = True) -> bool:
+        """One attempt to connect and sync ``link`` and start its reader: whether it worked
+        (else it is scheduled again after its backoff).
+
+        Raises:
+            UnavailableError: ``max_reconnects`` failures in a row.
+        """
+        options = self.options
+        connection = ReplicaConnection(link.url, options.replica, self.clock)
+        try:
+            self._sync(link, connection, last_load)
+        except UnavailableError as exc:
+            connection.close()
+            if exc.path != connection.path:
+                raise  # a shard's log failed, not the network
+            self._lost(link, exc)
+            return False
+        link.connection = connection
+        link.failures, link.backoff_ms = 0, 0
+        link.report.state = CONNECTED
+        if link.watch is None:
+            link.watch = MasterWatch(
+                link.url, options.replica, self.clock, options.status_interval_ms
+            )
+        link.reading.set()
+        link.reader = threading.Thread(
+            target=self._read, args=(link, connection), name="moonish-cluster-link", daemon=True
+        )
+        link.reader.start()
+        return True
+
+    def _sync(self, link: Link, connection: ReplicaConnection, last_load: bool) -> None:
+        applier, report = link.applier, link.report
+        replid, applied = applier.replid, applier.applied
+        asked = f"PSYNC {replid} {applied + 1}" if replid else "PSYNC ? -1"
+        answer = connection.psync(replid, applied) if replid else connection.psync()
+        self._event(link, psync_event(self.clock.now_us(), asked, answer))
+        if isinstance(answer, FullResync):
+            self._full_resync(link, connection, answer, last_load)
+        else:
+            self._continue(link, answer)
+        report.replid = applier.replid
+        report.received_offset = connection.offset
+        report.durable_offset = applier.durable
+
+    def _continue(self, link: Link, answer: Continue) -> None:
+        link.report.partial_resyncs += 1
+        self.report.continues += 1
+        link.applier.continued(answer.replid, answer.previous_replid)
+        link.applier.replid = answer.replid
+
+    def _full_resync(
+        self, link: Link, connection: ReplicaConnection, answer: FullResync, last_load: bool
+    ) -> None:
+        """Load the node's RDB: ``r`` rows into shards that hold nothing of this link, else
+        the differences of the node's slots (moonish.redis.capture.apply)."""
+        applier, started_us = link.applier, self.clock.now_us()
+        link.report.full_resyncs += 1
+        self.report.full_resyncs += 1
+        before = _resync_counts(applier)
+        first, self.first_load = self.first_load, False
+        applier.full_resync(
+            answer.replid,
+            answer.offset,
+            answer.payload,
+            connection.path,
+            snapshot_first=first,
+            snapshot_last=last_load,
+        )
+        connection.ack(answer.offset)
+        diff = [now - was for now, was in zip(_resync_counts(applier), before, strict=True)]
+        now = self.clock.now_us()
+        outcome = FullResyncOutcome(
+            now,
+            answer.replid,
+            answer.offset,
+            connection.rdb_bytes,
+            (now - started_us) / 1e6,
+            *diff,
+        )
+        self.report.last_full_resync = outcome
+        self._event(link, full_resync_event(outcome))
+
+    def _read(self, link: Link, connection: ReplicaConnection) -> None:
+        """A link's reader thread: its batches into the queue until told to stop, or its
+        error (the capture's thread handles it)."""
+        wait_ms = self.options.batch_wait_ms
+        try:
+            while link.reading.is_set():
+                batch = connection.read_batch(wait_ms)
+                if batch:
+                    self._put(link, batch)
+        except BaseException as exc:
+            self._put(link, exc)
+
+    def _put(self, link: Link, item: list[ReplCommand] | BaseException) -> None:
+        while link.reading.is_set():
+            with contextlib.suppress(queue.Full):
+                self._queue.put((link, item), timeout=0.1)
+                return
+
+    def _step(self, stop: threading.Event, progress: Progress | None) -> None:
+        """Apply what arrived (up to ``batch_wait_ms`` of waiting), then sync, acknowledge,
+        mark, reconnect links that are due and write the status."""
+        try:
+            link, item = self._queue.get(timeout=self.options.batch_wait_ms / 1000)
+        except queue.Empty:
+            pass
+        else:
+            if isinstance(item, UnavailableError) and link.connection is not None:
+                if item.path != link.connection.path:
+                    raise item
+                self._drop(link)
+                self._lost(link, item)
+            elif isinstance(item, BaseException):
+                raise item
+            elif link.connection is not None and link.reading.is_set():
+                link.applier.apply_batch(item, link.connection.path)
+                link.report.received_offset = item[-1].end_offset
+        now = self.clock.now_us()
+        for each in self.links:
+            applier = each.applier
+            applier.tick()
+            if each.connection is not None and applier.durable > each.connection.durable_offset:
+                each.connection.ack(applier.durable)
+                each.report.durable_offset = applier.durable
+            if each.connection is None and now >= each.retry_at_us and not stop.is_set():
+                self._try_connect(each)
+        self._status(progress)
+
+    def _drop(self, link: Link) -> None:
+        """Stop ``link``'s reader and close its connection; what it applied is synced."""
+        link.reading.clear()
+        if link.reader is not None:
+            link.reader.join()
+            link.reader = None
+        if link.connection is not None:
+            link.connection.close()
+            link.connection = None
+        self._discard_queued(link)
+        link.applier.disconnected()
+
+    def _discard_queued(self, link: Link) -> None:
+        """Batches of ``link`` still queued came after what its applier applied: the next
+        ``PSYNC`` asks for them again."""
+        kept = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item[0] is not link:
+                kept.append(item)
+        for item in kept:
+            self._queue.put(item)
+
+    def _lost(self, link: Link, exc: UnavailableError) -> None:
+        options = self.options
+        link.failures += 1
+        link.report.reconnects += 1
+        self.report.reconnects += 1
+        link.report.last_error = self.report.last_error = str(exc)
+        link.report.state = RECONNECTING
+        if options.max_reconnects is not None and link.failures > options.max_reconnects:
+            raise exc
+        backoff = link.backoff_ms * 2 if link.backoff_ms else options.backoff_min_ms
+        link.backoff_ms = min(backoff, options.backoff_max_ms)
+        link.retry_at_us = self.clock.now_us() + link.backoff_ms * 1000
+        self._event(
+            link, reconnect_event(self.clock.now_us(), str(exc), link.failures, link.backoff_ms)
+        )
+
+    def _finish(self) -> None:
+        """Stopping: every link's shards store its applied position, synced and
+        acknowledged."""
+        self._stop_readers()
+        for link in self.links:
+            link.applier.finish()
+            connection = link.connection
+            if connection is not None and link.applier.replid:
+                connection.ack(link.applier.applied)
+                with contextlib.suppress(UnavailableError):
+                    connection.send_ack()
+            link.report.durable_offset = link.applier.applied
+            link.report.state = STOPPED
+        self.report.link = STOPPED
+        self._count()
+        self._measure()
+        now = self.clock.now_us()
+        write_status(self.data_dir, self.report, now, running=False)
+        self._save_filtered()
+        self._halt()
+
+    def _stop_readers(self) -> None:
+        """Tell every reader thread to stop, then wait for each (at most ``batch_wait_ms``)."""
+        for link in self.links:
+            link.reading.clear()
+        for link in self.links:
+            if link.reader is not None:
+                link.reader.join()
+                link.reader = None
+
+    def _halt(self) -> None:
+        """Stop the readers and close every connection and side connection."""
+        self._stop_readers()
+        for link in self.links:
+            if link.connection is not None:
+                link.connection.close()
+                link.connection = None
+            if link.watch is not None:
+                link.watch.close()
+                link.watch = None
+
+    # -- status -------------------------------------------------------------------------
+
+    def _event(self, link: Link, event: CaptureEvent) -> None:
+        if self.on_event is not None:
+            report = link.report
+            fields = {**event.fields, "link": report.link, "node": report.address}
+            text = f"link {report.link[:8]} ({report.address}): {event.text}"
+            self.on_event(CaptureEvent(event.kind, event.time_us, text, fields))
+
+    def _status(self, progress: Progress | None, force: bool = False) -> None:
+        now = self.clock.now_us()
+        elapsed_us = now - self._last_status_us
+        if not force and elapsed_us < self.options.status_interval_ms * 1000:
+            return
+        self._count()
+        self._measure()
+        if elapsed_us > 0:
+            rate = (self.report.commands - self._last_commands) / (elapsed_us / 1e6)
+            self.report.commands_per_s = rate
+        self._last_commands, self._last_status_us = self.report.commands, now
+        write_status(self.data_dir, self.report, now, running=True)
+        self._save_filtered()
+        if progress is not None:
+            progress(self.report)
+
+    def _measure(self) -> None:
+        """Each link against its node, and the capture's sums (bytes behind: their sum;
+        seconds behind: the largest)."""
+        total: int | None = 0
+        seconds: float | None = 0.0
+        for link in self.links:
+            each = link.report
+            if link.watch is None:
+                total = seconds = None
+                continue
+            lag = link.watch.behind.measure(each.replid, each.durable_offset, self.clock.now_us())
+            each.master_offset, each.bytes_behind = lag.master_offset, lag.bytes_behind
+            each.seconds_behind, each.master_error = lag.seconds_behind, lag.error
+            total = None if total is None or lag.bytes_behind is None else total + lag.bytes_behind
+            if seconds is not None and lag.seconds_behind is not None:
+                seconds = max(seconds, lag.seconds_behind)
+            else:
+                seconds = None
+        report = self.report
+        report.bytes_behind, report.seconds_behind = total, seconds
+        connected = all(link.report.state == CONNECTED for link in self.links)
+        report.link = CONNECTED if connected else RECONNECTING
+        report.received_offset = sum(link.report.received_offset for link in self.links)
+        report.durable_offset = sum(link.report.durable_offset for link in self.links)
+        report.links = [link.report.to_json() for link in self.links]
+
+    def _count(self) -> None:
+        counts = [link.applier.counts for link in self.links]
+        commands = sum(c.commands for c in counts)
+        tally(self.report, counts, commands, sum(c.transactions for c in counts))
+
+    def _save_filtered(self) -> None:
+        if self.filter_file is not None and self.report.filtered:
+            self.filter_file.save(Counter(self.report.filtered))
+
+
+def _resync_counts(applier: ShardApplier) -> tuple[int, int, int, int]:
+    """Keys full resyncs wrote so far: (``r`` rows, ``c``, ``u``, ``d``)."""
+    counts = applier.counts
+    rows = counts.rdb_keys - counts.created - counts.updated
+    return rows, counts.created, counts.updated, counts.removed_keys

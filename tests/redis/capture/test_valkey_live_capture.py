@@ -76,4 +76,5 @@ def test_hsetex_hgetdel_and_hgetex_followed_live_equal_valkey(
     assert {"HSETEX", "HGETDEL", "HPEXPIREAT", "HPERSIST", "HDEL"} <= commands
     assert "HGETEX" not in commands
     times = expected[(0, b"sx1")][1]
-    assert set(times) == {b"c", b"e", b"f", b"g"}  # h's 1 ms passed; a and d have none
+    assert set(times) == {b"c", b"e", b"f", b"g", b"i"}  # h's 1 ms passed; a, d have none
+    assert times[b"i"] == 2**63 - 1 and expected[(0, b"{sx1}x")][1][b"c"] == 2**63 - 2

@@ -47,6 +47,20 @@ def test_propagated_forms_apply_while_loading(tmp_path: Path) -> None:
         assert writer.keyspace.get(0, b"h") is None
 
 
+def test_valkey_field_times_past_redis_limit_apply_while_loading(tmp_path: Path) -> None:
+    """Valkey 9 takes field times up to 2^63 - 1 ms (Redis 7.4 and 8 stop at 2^46 - 1) and
+    propagates them in HSETEX and, for HGETEX, in HPEXPIREAT: both apply while loading."""
+    latest = str(2**63 - 1)
+    with shard_writer(tmp_path / "shard") as writer:
+        assert _load(writer, "HSETEX", "h", "PXAT", latest, "FIELDS", "2", "a", "1", "b", "2") == 1
+        assert _load(writer, "HPEXPIREAT", "h", str(2**63 - 2), "FIELDS", "1", "b") == [1]
+        entry = writer.keyspace.get(0, b"h")
+        assert entry is not None
+        assert entry.field_expire_at_ms == {b"a": 2**63 - 1, b"b": 2**63 - 2}
+        with pytest.raises(CommandError, match="invalid expire time"):
+            writer.execute(0, ["HPEXPIREAT", "h", str(2**46), "FIELDS", "1", "b"])
+
+
 def test_a_refused_command_changes_nothing(tmp_path: Path) -> None:
     with shard_writer(tmp_path / "shard") as writer:
         writer.execute(0, ["HSET", "h", "a", "1"])

@@ -64,6 +64,7 @@ def hash_setex_workload(client: redis.Redis, tag: str) -> None:
         ["HSETEX", s, "FIELDS", "1", "d", "44"],  # loses its time
         ["HSETEX", s, "XX", "FXX", "KEEPTTL", "FIELDS", "2", "e", "55", "f", "66"],
         ["HSETEX", s, "XX", "FNX", "PX", "1", "FIELDS", "1", "h", "8"],  # passes in the run
+        ["HSETEX", s, "PXAT", str(2**63 - 1), "FIELDS", "1", "i", "9"],  # Valkey's latest
         ["HSETEX", s, "FNX", "FIELDS", "2", "a", "9", "zz", "9"],  # a exists: 0
         ["HSETEX", s, "FXX", "FIELDS", "2", "a", "9", "zz", "9"],  # zz does not: 0
         ["HSETEX", s, "NX", "FIELDS", "1", "a", "9"],  # the key exists: 0
@@ -76,6 +77,7 @@ def hash_setex_workload(client: redis.Redis, tag: str) -> None:
         ["HGETEX", x, "EX", "100000", "FIELDS", "1", "a"],
         ["HGETEX", x, "PX", "100000000", "FIELDS", "2", "b", "zz"],
         ["HGETEX", x, "EXAT", FAR[:-3], "FIELDS", "1", "c"],
+        ["HGETEX", x, "PXAT", str(2**63 - 2), "FIELDS", "1", "c"],  # past Redis's 2^46 - 1
         ["HGETEX", x, "PXAT", LATER, "FIELDS", "1", "d"],
         ["HGETEX", x, "PERSIST", "FIELDS", "2", "a", "d"],
         ["HGETEX", x, "PXAT", PAST, "FIELDS", "1", "b"],  # HDEL x b

@@ -46,6 +46,7 @@ from moonish.redis.rdb.values import TYPE_NAMES
 from moonish.state.commands import (
     bits,
     geo,
+    hash_getset,
     hash_ttl,
     hyperloglog,
     sorted_sets,
@@ -73,7 +74,11 @@ DESTINATION_FIRST: Final = frozenset(
 _LISTS: Final = (b"LINSERT", b"LMOVE", b"LPOP", b"LPUSH", b"LPUSHX", b"LREM", b"LSET")
 _TYPED: Final[dict[str, Iterable[bytes]]] = {
     STRING: [*strings.COMMANDS, *bits.COMMANDS, *hyperloglog.COMMANDS],
-    HASH: [b"HDEL", b"HINCRBY", b"HINCRBYFLOAT", b"HMSET", b"HSET", b"HSETNX", *hash_ttl.COMMANDS],
+    HASH: [
+        *(b"HDEL", b"HINCRBY", b"HINCRBYFLOAT", b"HMSET", b"HSET", b"HSETNX"),
+        *hash_ttl.COMMANDS,
+        *hash_getset.COMMANDS,
+    ],
     LIST: [*_LISTS, b"LTRIM", b"RPOP", b"RPOPLPUSH", b"RPUSH", b"RPUSHX"],
     SET: [b"SADD", b"SDIFFSTORE", b"SINTERSTORE", b"SMOVE", b"SPOP", b"SREM", b"SUNIONSTORE"],
     ZSET: [*sorted_sets.COMMANDS, *geo.COMMANDS],

@@ -78,6 +78,9 @@ def cmd_hexpire(acc: Access, db: int, argv: list[bytes]) -> Any:
 
     Checks in Redis's order: arity, ``WRONGTYPE``, the time (an integer, not negative, the
     absolute time at most ``HFE_MAX_ABS_TIME_MSEC``), the condition, ``FIELDS``, the count.
+    While loading (a replica's stream, an AOF) the time may be up to 2^63 - 1 ms: Valkey 9
+    accepts such times (and propagates HGETEX's as HPEXPIREAT); Redis never propagates one
+    past its limit.
 
     Raises:
         CommandError: as Redis would (nothing changed).
@@ -91,9 +94,8 @@ def cmd_hexpire(acc: Access, db: int, argv: list[bytes]) -> Any:
     if when < 0:
         raise CommandError("ERR invalid expire time, must be >= 0")
     base = 0 if absolute else acc.now_ms
-    if (unit == 1000 and when > HFE_MAX_ABS_TIME_MS // 1000) or (
-        when * unit > HFE_MAX_ABS_TIME_MS - base
-    ):
+    limit = HFE_MAX_ABS_TIME_MS if acc.expire else parse.INT64_MAX  # loading: Valkey's limit
+    if (unit == 1000 and when > limit // 1000) or (when * unit > limit - base):
         raise CommandError(f"ERR invalid expire time in '{name.decode().lower()}' command")
     when = when * unit + base
     condition = argv[3].upper() if argv[3].upper() in _CONDITIONS else None

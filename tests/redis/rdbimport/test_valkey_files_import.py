@@ -73,5 +73,5 @@ def test_import_aof_of_a_valkey_appendonlydir_equals_its_keyspace(
     assert base.read_bytes()[:9] == b"VALKEY080"
     assert b"type b" in next(appendonlydir.glob("*.manifest")).read_bytes()
     report = import_aof(appendonlydir, tmp_path / "data", 2)
-    assert {"HPEXPIREAT", "HPERSIST", "RESTORE"} <= set(report.per_command)
+    assert {"HPEXPIREAT", "HPERSIST", "RESTORE", "HSETEX", "HGETDEL"} <= set(report.per_command)
     assert our_valkey_state(tmp_path / "data") == theirs

@@ -12,16 +12,14 @@ import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from moonish.errors import CommandError
 from tests.support.redis.hash_ttls import (
     FAR,
     FAR_S,
     LATER,
     PAST,
     SOONER,
-    changes_at,
-    our_hash,
     redis_hash,
+    run,
 )
 from tests.support.servers.redis_server import redis74_binary, redis_server, shard_writer
 
@@ -33,50 +31,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[redis.Redis]:
     with redis_server(tmp_path_factory.mktemp("redis74"), binary=redis74_binary()) as client:
         assert client.info("server")["redis_version"].startswith("7.4.")
         yield client
-
-
-def run(server: redis.Redis, tmp_path: Path, commands: list[list[str]]) -> list[Any]:
-    """Each command on Redis 7.4 and on a ShardWriter: the same reply (or error text), the
-    same state of its key afterwards, and ``c``/``u``/``d`` matching the key's existence."""
-    server.flushall()
-    replies = []
-    with shard_writer(tmp_path / "shard") as writer:
-        for argv in commands:
-            key = argv[1].encode() if len(argv) > 1 else b""
-            existed = bool(server.exists(key)) if key else False
-            try:
-                theirs = server.execute_command(*argv)
-            except redis.ResponseError as exc:
-                theirs = exc
-            try:
-                result = writer.execute(0, argv)
-            except CommandError as exc:
-                assert isinstance(theirs, redis.ResponseError), (argv, exc.message, theirs)
-                assert exc.message.removeprefix("ERR ") == str(theirs), (argv, exc.message)
-                replies.append(exc.message)
-                continue
-            assert not isinstance(theirs, redis.ResponseError), (argv, theirs)
-            ours = result.reply
-            if isinstance(ours, list):
-                assert ours == theirs, (argv, ours, theirs)
-            elif isinstance(ours, int) and isinstance(theirs, bool):
-                assert ours == int(theirs), argv
-            elif isinstance(ours, bytes) and isinstance(theirs, bool):
-                assert ours == b"OK" and theirs, argv
-            elif isinstance(theirs, float):  # redis-py parses HINCRBYFLOAT's reply
-                assert float(ours) == theirs, (argv, ours, theirs)
-            else:
-                assert str(ours).encode() == theirs or ours == theirs, (argv, ours, theirs)
-            replies.append(ours)
-            for name in {key, *(a.encode() for a in argv[2:3] if argv[0] in ("COPY", "RENAME"))}:
-                assert our_hash(writer.keyspace.get(0, name)) == redis_hash(server, name), argv
-            exists = writer.keyspace.get(0, key) is not None
-            ops = [c.op for c in changes_at(writer, result.lsns) if c.key == key and not c.expired]
-            if existed != exists:
-                assert ops == ["c" if exists else "d"], (argv, ops)
-            elif ops:
-                assert ops == ["u"] and exists, (argv, ops)
-    return replies
 
 
 HSET3 = ["HSET", "h", "a", "1", "b", "2", "c", "3"]

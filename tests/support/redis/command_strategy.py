@@ -272,3 +272,57 @@ COMMAND = st.one_of(
     st.tuples(st.just(b"MOVE"), key, st.sampled_from([b"0", b"1"])),
     st.tuples(st.just(b"SWAPDB"), st.just(b"0"), st.sampled_from([b"1", b"0"])),
 )
+
+
+# -- hash fields with expiry times (Redis 7.4, Valkey 9) ----------------------------------------
+_fields = st.lists(field, min_size=1, max_size=3)
+
+
+def _with_fields(head: tuple[bytes, ...], fields: list[bytes], values: bool) -> tuple[bytes, ...]:
+    """``head FIELDS n field [value] ...`` (a value per field with ``values``)."""
+    tail = [x for f in fields for x in ((f, f + b"v") if values else (f,))]
+    return (*head, b"FIELDS", b"%d" % len(fields), *tail)
+
+
+_field_time = st.sampled_from([FAR, b"4102444900000", b"1000000000000"])  # later, past
+_setex_time = st.sampled_from(
+    [
+        (),
+        (b"EX", b"100000"),
+        (b"PX", b"100000000"),
+        (b"EXAT", b"4102444800"),
+        (b"PXAT", FAR),
+        (b"PXAT", b"1000000000000"),
+        (b"KEEPTTL",),
+    ]
+)
+_getex_time = st.sampled_from(
+    [(), (b"EX", b"100000"), (b"PXAT", FAR), (b"PXAT", b"1000000000000"), (b"PERSIST",)]
+)
+
+
+HASH_FIELD_COMMAND = st.one_of(
+    st.builds(
+        lambda k, t, c, fs: _with_fields((b"HPEXPIREAT", k, t, *c), fs, False),
+        key,
+        _field_time,
+        st.sampled_from([(), (b"NX",), (b"XX",), (b"GT",), (b"LT",)]),
+        _fields,
+    ),
+    st.builds(lambda k, fs: _with_fields((b"HEXPIRE", k, b"100000"), fs, False), key, _fields),
+    st.builds(lambda k, fs: _with_fields((b"HPERSIST", k), fs, False), key, _fields),
+    st.builds(
+        lambda k, c, fc, t, fs: _with_fields((b"HSETEX", k, *c, *fc, *t), fs, True),
+        key,
+        st.sampled_from([(), (b"NX",), (b"XX",)]),
+        st.sampled_from([(), (b"FNX",), (b"FXX",)]),
+        _setex_time,
+        _fields,
+    ),
+    st.builds(lambda k, fs: _with_fields((b"HGETDEL", k), fs, False), key, _fields),
+    st.builds(
+        lambda k, t, fs: _with_fields((b"HGETEX", k, *t), fs, False), key, _getex_time, _fields
+    ),
+)
+"""Random commands on hash fields' expiry times, the HEXPIRE family's and Valkey 9's (HSETEX
+with every option, HGETDEL, HGETEX): times far ahead or long past, never passing in a test."""

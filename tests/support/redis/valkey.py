@@ -1,6 +1,6 @@
 """A Valkey 9 workload of every type moonish supports, hash-field TTLs (HEXPIRE family,
-HGETEX, HPERSIST) and a RESTORE of a DUMP taken on Valkey; and a keyspace as Valkey and as
-moonish hold it, field times included."""
+HGETEX, HPERSIST, HSETEX with every option, HGETDEL) and a RESTORE of a DUMP taken on Valkey;
+and a keyspace as Valkey and as moonish hold it, field times included."""
 
 from __future__ import annotations
 
@@ -48,12 +48,53 @@ def hash_ttl_workload(client: redis.Redis, tag: str) -> None:
     client.restore(f"{{r}}timed{tag}", 10**9, client.dump(f"big{tag}"))
 
 
+def hash_setex_workload(client: redis.Redis, tag: str) -> None:
+    """HSETEX with every option (NX/XX, FNX/FXX, EX/PX/EXAT/PXAT/KEEPTTL, a past time, a
+    1 ms time that passes during the run), HGETDEL and HGETEX (every option). Valkey propagates
+    HSETEX with ``PXAT`` (or ``HDEL`` for a past time), HGETDEL as it is, HGETEX as
+    HPEXPIREAT/HPERSIST/HDEL."""
+    s, x = f"sx{tag}", f"{{sx{tag}}}x"
+    commands = [
+        ["HSETEX", s, "FIELDS", "2", "a", "1", "b", "2"],
+        ["HSETEX", s, "EX", "100000", "FIELDS", "1", "c", "3"],
+        ["HSETEX", s, "PX", "100000000", "FIELDS", "2", "d", "4", "e", "5"],
+        ["HSETEX", s, "EXAT", FAR[:-3], "FIELDS", "1", "f", "6"],
+        ["HSETEX", s, "PXAT", LATER, "FIELDS", "1", "g", "7"],
+        ["HSETEX", s, "KEEPTTL", "FIELDS", "2", "c", "33", "a", "11"],
+        ["HSETEX", s, "FIELDS", "1", "d", "44"],  # loses its time
+        ["HSETEX", s, "XX", "FXX", "KEEPTTL", "FIELDS", "2", "e", "55", "f", "66"],
+        ["HSETEX", s, "XX", "FNX", "PX", "1", "FIELDS", "1", "h", "8"],  # passes in the run
+        ["HSETEX", s, "PXAT", str(2**63 - 1), "FIELDS", "1", "i", "9"],  # Valkey's latest
+        ["HSETEX", s, "FNX", "FIELDS", "2", "a", "9", "zz", "9"],  # a exists: 0
+        ["HSETEX", s, "FXX", "FIELDS", "2", "a", "9", "zz", "9"],  # zz does not: 0
+        ["HSETEX", s, "NX", "FIELDS", "1", "a", "9"],  # the key exists: 0
+        ["HSETEX", x, "NX", "FNX", "EX", "100000", "FIELDS", "2", "a", "1", "b", "2"],
+        ["HSETEX", x, "PXAT", PAST, "FIELDS", "2", "a", "1", "zz", "1"],  # HDEL x a
+        ["HSETEX", f"{{sx{tag}}}gone", "PXAT", PAST, "FIELDS", "1", "a", "1"],  # nothing
+        ["HGETDEL", s, "FIELDS", "3", "b", "zz", "b"],
+        ["HGETDEL", x, "FIELDS", "1", "b"],  # its last field: the key goes
+        ["HSET", x, "a", "1", "b", "2", "c", "3", "d", "4"],
+        ["HGETEX", x, "EX", "100000", "FIELDS", "1", "a"],
+        ["HGETEX", x, "PX", "100000000", "FIELDS", "2", "b", "zz"],
+        ["HGETEX", x, "EXAT", FAR[:-3], "FIELDS", "1", "c"],
+        ["HGETEX", x, "PXAT", str(2**63 - 2), "FIELDS", "1", "c"],  # past Redis's 2^46 - 1
+        ["HGETEX", x, "PXAT", LATER, "FIELDS", "1", "d"],
+        ["HGETEX", x, "PERSIST", "FIELDS", "2", "a", "d"],
+        ["HGETEX", x, "PXAT", PAST, "FIELDS", "1", "b"],  # HDEL x b
+        ["HGETEX", x, "FIELDS", "1", "c"],  # nothing
+    ]
+    for command in commands:
+        client.execute_command(*command)
+
+
 def valkey_workload(client: redis.Redis, rng: random.Random, count: int, tag: str) -> None:
-    """:func:`every_type` (every type, db 1, expiring keys, Lua, a stream), hash-field TTLs,
-    a stream with a consumer group, then a pause for the 1 ms field times to pass (Valkey's
+    """:func:`every_type` (every type, db 1, expiring keys, Lua, a stream), hash-field TTLs
+    (:func:`hash_ttl_workload`, :func:`hash_setex_workload`), a stream with a consumer group,
+    then a pause for the 1 ms field times to pass (Valkey's
     active expiry writes their HDELs)."""
     every_type(client, rng, count, tag, live=True)
     hash_ttl_workload(client, tag)
+    hash_setex_workload(client, tag)
     client.xadd(f"{{x}}s{tag}", {"a": "1"})
     client.xgroup_create(f"{{x}}s{tag}", "g", id="0")
     client.xreadgroup("g", "c", {f"{{x}}s{tag}": ">"})

@@ -23,11 +23,16 @@ from typing import Any
 
 import orjson
 
-from moonish.errors import CorruptionError
+from moonish.errors import CorruptionError, MoonishError
 from moonish.redis.capture.apply import ResumePoint, resume_point
+from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.redis.topology.nodes import ClusterNode, ranges
+from moonish.redis.topology.probe import ClusterProbe
 from moonish.state.shard import ShardWriter
+
+WAITING_FOR_FAILOVER = "waiting_for_failover"
+"""A link's state while the master of its slots is failed and no replica has taken over."""
 
 
 class LinkTable:
@@ -145,3 +150,23 @@ def slot_set(node: ClusterNode) -> frozenset[int]:
 
 def slot_text(slots: frozenset[int]) -> str:
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges(sorted(slots)))
+
+
+def slot_owner(
+    seeds: list[str], slot: int, options: ReplicaOptions, timeout_ms: int = 2_000
+) -> tuple[ClusterNode | None, str]:
+    """The master that serves ``slot`` as the first of ``seeds`` (node URLs) that answers sees
+    the cluster, with that node's address; ``(None, "")`` when none answers or none claims the
+    slot."""
+    for url in seeds:
+        try:
+            with ClusterProbe(url, options, timeout_ms) as probe:
+                topology = probe.topology(states=False)
+                seen_by = probe.path
+        except MoonishError:
+            continue
+        owner = topology.slot_table()[slot]
+        node = None if owner is None else topology.node(owner)
+        if node is not None:
+            return node, seen_by
+    return None, ""

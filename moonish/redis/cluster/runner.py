@@ -25,9 +25,12 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
    its node, address, slots, replication ID, offsets, bytes and seconds behind its node,
    state, and full and partial resync counts.
 
-Not followed yet (docs/design/cluster-capture.md steps 6-9): a failover or a slot migration
-while the capture runs (a link whose node stops serving its slots keeps reconnecting to it),
-nodes added or removed, ``--prefer-replica``, several processes.
+5. **Failover.** A link that loses its node reads the topology again before each reconnect
+   and follows the master that serves its slots now, by ``PSYNC`` (moonish.redis.cluster
+   .session).
+
+Not followed yet (docs/design/cluster-capture.md steps 7-9): slot migrations while the
+capture runs, nodes added or removed, ``--prefer-replica``, several processes.
 
 Example::
 
@@ -166,7 +169,8 @@ def capture_cluster(
                 describe(decode_position(writer.source, writer.shard_dir))
                 for writer in opened.writers
             ]
-            session = ClusterSession(out_dir, links, report, options, clock)
+            seeds = list(dict.fromkeys([url, *(node_url(url, node) for node in topology.nodes)]))
+            session = ClusterSession(out_dir, links, report, options, clock, seeds)
             session.on_event, session.filter_file = on_event, opened.filter
             session.run(stop or threading.Event(), progress)
     except _Stopped:  # while the shards were opened: nothing connected, nothing written

@@ -8,6 +8,17 @@ node's slots) by the capture's thread; then a reader thread per link reads its s
 capture's thread applies the batches in the order they arrive, syncs, acknowledges each link's
 durable offset, marks idle shards and writes ``capture.json``. A link whose connection fails
 reconnects after a backoff and ``PSYNC``s from its applied offset, while the other links go on.
+
+**Failover.** Before each reconnect, the topology is read again from the first node that
+answers (moonish.redis.topology; every node seen at the start is a seed): the master that
+serves the link's first slot now is the one to follow. When it is another node (a replica
+promoted by election or ``CLUSTER FAILOVER``), the link moves to it and sends its usual
+``PSYNC <replid> <applied + 1>``: PSYNC2 keeps the old history as the promoted node's
+``replid2``, so it answers ``+CONTINUE <new replid>`` when it holds every byte the link applied
+(the new replication ID is stored from then on), and ``+FULLRESYNC`` otherwise, written as the
+differences of the link's slots (writes the old master acknowledged but never replicated are
+lost by Redis; moonish reverses them rather than keep them). While the slot's owner is flagged
+failed and no replica has taken over, the link waits (``waiting_for_failover``).
 """
 
 from __future__ import annotations
@@ -37,16 +48,19 @@ from moonish.redis.capture.status import (
     psync_event,
     reconnect_event,
     remove_status,
+    source_event,
     write_status,
 )
-from moonish.redis.cluster.links import LinkReport
+from moonish.redis.cluster.links import WAITING_FOR_FAILOVER, LinkReport, slot_owner
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.filterfile import FilterFile
+from moonish.redis.topology.probe import node_url
 
 Progress = Callable[[CaptureReport], None]
 OnEvent = Callable[[CaptureEvent], None]
 _QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
+FAILOVER_POLL_MS = 250  # how often a link waiting for a failover reads the topology
 
 
 @dataclass
@@ -79,8 +93,11 @@ class ClusterSession:
         report: CaptureReport,
         options: CaptureOptions,
         clock: Clock,
+        seeds: list[str] | None = None,
     ) -> None:
         self.data_dir, self.links, self.report = data_dir, links, report
+        self.seeds = seeds or [link.url for link in links]
+        """The nodes' URLs the topology is asked from after a lost link, in order."""
         self.options, self.clock = options, clock
         self.on_event: OnEvent | None = None
         self.filter_file: FilterFile | None = None
@@ -138,6 +155,8 @@ class ClusterSession:
             UnavailableError: ``max_reconnects`` failures in a row.
         """
         options = self.options
+        if link.failures and not self._follow_owner(link):
+            return False
         connection = ReplicaConnection(link.url, options.replica, self.clock)
         try:
             self._sync(link, connection, last_load)
@@ -159,6 +178,34 @@ class ClusterSession:
             target=self._read, args=(link, connection), name="moonish-cluster-link", daemon=True
         )
         link.reader.start()
+        return True
+
+    def _follow_owner(self, link: Link) -> bool:
+        """After a lost link: move it to the master that serves its slots now (module
+        docstring, failover); whether to connect now (``False``: the slots' owner is failed
+        and none has taken over: wait, as after a failed attempt)."""
+        options = self.options
+        first_slot = link.report.slots[0][0]
+        owner, seen_by = slot_owner(self.seeds, first_slot, options.replica)
+        if owner is None:  # no node answers: try the link's node again
+            return True
+        report = link.report
+        if not owner.usable:
+            report.state = WAITING_FOR_FAILOVER
+            link.retry_at_us = self.clock.now_us() + FAILOVER_POLL_MS * 1000
+            return False
+        if owner.node_id != report.node:
+            text = (
+                f"slot {first_slot} is served by {owner.address} ({owner.node_id[:8]}) now, not "
+                f"{report.address} ({report.node[:8]}), as {seen_by} sees the cluster: "
+                "following it (a failover)"
+            )
+            self._event(link, source_event(self.clock.now_us(), text, owner.address))
+            link.url = node_url(self.seeds[0], owner)
+            report.node, report.address = owner.node_id, owner.address
+            if link.watch is not None:
+                link.watch.close()
+                link.watch = None
         return True
 
     def _sync(self, link: Link, connection: ReplicaConnection, last_load: bool) -> None:

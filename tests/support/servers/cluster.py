@@ -51,14 +51,49 @@ class Cluster:
     def url(self, port: int | None = None) -> str:
         return f"redis://127.0.0.1:{port or self.ports[0]}"
 
+    def alive(self) -> list[int]:
+        """The ports of the nodes whose process runs."""
+        return [port for port in self.ports if self.processes[port].poll() is None]
+
     def master_ports(self) -> list[int]:
-        """The ports of the nodes that are masters now (``ROLE``)."""
+        """The ports of the running nodes that are masters now (``ROLE``) and serve slots."""
         found = []
-        for port in self.ports:
+        for port in self.alive():
             with contextlib.closing(self.client(port)) as client:
-                if client.execute_command("ROLE")[0] == "master":
+                if client.execute_command("ROLE")[0] == "master" and _serves_slots(client):
                     found.append(port)
         return found
+
+    def replica_of(self, master_port: int) -> int:
+        """The port of the running replica of the master at ``master_port``."""
+        for port in self.alive():
+            with contextlib.closing(self.client(port)) as client:
+                info = client.info("replication")
+                if info["role"] == "slave" and info["master_port"] == master_port:
+                    return port
+        raise AssertionError(f"no replica of {master_port}")
+
+    def wait_for_master(self, port: int, timeout_s: float = 30) -> None:
+        """Until the node at ``port`` is a master that every running node sees serving slots,
+        and the cluster is ``ok`` again."""
+
+        def promoted() -> bool:
+            for other in self.alive():
+                with contextlib.closing(self.client(other)) as client:
+                    if client.cluster("info")["cluster_state"] != "ok":
+                        return False
+            return port in self.master_ports()
+
+        _wait(promoted, f"node {port} to be a master", timeout_s)
+
+
+def _serves_slots(client: redis.Redis) -> bool:
+    """Whether the node's own ``CLUSTER NODES`` line lists slots."""
+    for line in client.execute_command("CLUSTER", "NODES").splitlines():
+        words = line.split()
+        if "myself" in words[2].split(","):
+            return any(not word.startswith("[") for word in words[8:])
+    return False
 
 
 def _start(binary: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:

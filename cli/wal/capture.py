@@ -152,8 +152,9 @@ def capture_command(
     replication link per master (the topology read from that node), each shard storing every
     link's position, so a restart continues each link by PSYNC; a link's full resync is written
     as the differences of its node's slots; capture.json and moonish cdc info show each link.
-    A failover is followed (the promoted replica continues the link by PSYNC); a slot
-    migration while it runs is not yet (docs/redis-source.md, "A Redis Cluster"). --no-cluster follows that one node alone, the keys of its own hash slots.
+    A failover is followed (the promoted replica continues the link by PSYNC), and a key that
+    a slot migration moves makes no change event (docs/redis-source.md, "A Redis Cluster").
+    --no-cluster follows that one node alone, the keys of its own hash slots.
 
     The user needs the psync, replconf and ping commands, and info for the figures against
     the master (ACL +psync +replconf +ping +info).

@@ -29,6 +29,8 @@ a capture runs, while it reconnects, and when it stops)::
                                         # "partial_resyncs", "reconnects", "last_error"; the
                                         # members above are then the links' sums (seconds
                                         # behind: the largest)
+     "migrations": null | {...},        # a cluster capture: keys slot migrations moved
+                                        # (moonish.redis.cluster.handoff's counts)
      "time_us": T,                      # when this was written (the capture's clock)
      "running": true | false,           # false once the capture stopped
      "crc32c": ...}
@@ -243,6 +245,8 @@ class CaptureReport:
         filtered: what the source filter left out in this run: commands by rule, keys of
             full resyncs as ``keys:<rule>`` (moonish.redis.routing.keyfilter).
         links: a Redis Cluster capture's links (``capture.json`` ``links``), else ``None``.
+        migrations: a Redis Cluster capture's slot migrations seen
+            (moonish.redis.cluster.handoff ``Handoffs.counts``), else ``None``.
     """
 
     master: str = ""
@@ -269,6 +273,7 @@ class CaptureReport:
     commands_per_s: float = 0.0
     filtered: dict[str, int] = field(default_factory=dict)
     links: list[dict[str, object]] | None = None
+    migrations: dict[str, int] | None = None
 
     @property
     def pending_bytes(self) -> int:
@@ -310,6 +315,7 @@ class CaptureReport:
             "full_resyncs": self.full_resyncs,
             "last_full_resync": None if resync is None else resync.to_json(),
             "links": self.links,
+            "migrations": self.migrations,
         }
 
 
@@ -338,6 +344,7 @@ _ADDED_SINCE_1 = (
     "full_resyncs",
     "last_full_resync",
     "links",
+    "migrations",
 )
 
 

@@ -17,6 +17,7 @@ entry is past a command skip it (moonish.redis.capture.apply ``resume_point``).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,7 +25,9 @@ from typing import Any
 import orjson
 
 from moonish.errors import CorruptionError, MoonishError
-from moonish.redis.capture.apply import ResumePoint, resume_point
+from moonish.redis.capture.apply import ResumePoint, ShardApplier, resume_point
+from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.replication.connection import ReplicaConnection
 from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.redis.topology.nodes import ClusterNode, ranges
@@ -141,6 +144,43 @@ class LinkReport:
             "reconnects": self.reconnects,
             "last_error": self.last_error,
         }
+
+
+@dataclass
+class Link:
+    """One master's replication link: its URL, its applier and its state."""
+
+    url: str
+    applier: ShardApplier
+    report: LinkReport
+    connection: ReplicaConnection | None = None
+    reader: threading.Thread | None = None
+    watch: MasterWatch | None = None
+    retry_at_us: int = 0
+    backoff_ms: int = 0
+    failures: int = 0
+    reading: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def path(self) -> str:
+        return f"redis://{self.report.address}"
+
+    @property
+    def link_id(self) -> str:
+        return self.report.link
+
+    @property
+    def received(self) -> int:
+        """The end offset of the last command received (applied or pending)."""
+        return self.report.received_offset
+
+    @property
+    def applied(self) -> int:
+        return self.applier.applied
+
+    @property
+    def connected(self) -> bool:
+        return self.connection is not None
 
 
 def slot_set(node: ClusterNode) -> frozenset[int]:

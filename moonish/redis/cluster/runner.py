@@ -51,8 +51,8 @@ from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture.apply import ShardApplier
 from moonish.redis.capture.source import holds
 from moonish.redis.capture.status import CaptureOptions, CaptureReport
-from moonish.redis.cluster.links import LinkReport, LinkTable, slot_set
-from moonish.redis.cluster.session import ClusterSession, Link, OnEvent, Progress
+from moonish.redis.cluster.links import Link, LinkReport, LinkTable, slot_set
+from moonish.redis.cluster.session import ClusterSession, OnEvent, Progress
 from moonish.redis.replication.messages import ReplicaOptions, parse_redis_url
 from moonish.redis.replication.probe import MasterProbe
 from moonish.redis.routing.shards import source_shards

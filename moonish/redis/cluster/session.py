@@ -29,7 +29,6 @@ import queue
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
@@ -51,7 +50,9 @@ from moonish.redis.capture.status import (
     source_event,
     write_status,
 )
-from moonish.redis.cluster.links import WAITING_FOR_FAILOVER, LinkReport, slot_owner
+from moonish.redis.cluster.handoff import Handoffs
+from moonish.redis.cluster.links import WAITING_FOR_FAILOVER, Link, slot_owner
+from moonish.redis.cluster.order import Order
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.filterfile import FilterFile
@@ -61,26 +62,6 @@ Progress = Callable[[CaptureReport], None]
 OnEvent = Callable[[CaptureEvent], None]
 _QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
 FAILOVER_POLL_MS = 250  # how often a link waiting for a failover reads the topology
-
-
-@dataclass
-class Link:
-    """One master's replication link: its URL, its applier and its state."""
-
-    url: str
-    applier: ShardApplier
-    report: LinkReport
-    connection: ReplicaConnection | None = None
-    reader: threading.Thread | None = None
-    watch: MasterWatch | None = None
-    retry_at_us: int = 0
-    backoff_ms: int = 0
-    failures: int = 0
-    reading: threading.Event = field(default_factory=threading.Event)
-
-    @property
-    def path(self) -> str:
-        return f"redis://{self.report.address}"
 
 
 class ClusterSession:
@@ -102,6 +83,8 @@ class ClusterSession:
         self.on_event: OnEvent | None = None
         self.filter_file: FilterFile | None = None
         self.first_load = True  # a first start's loads make one snapshot over the links
+        self.handoffs = Handoffs(links[0].applier.writers)
+        self.order = Order(list(links), self.handoffs, options.replica, clock)
         self._queue: queue.Queue[tuple[Link, list[ReplCommand] | BaseException]] = queue.Queue(
             _QUEUED_BATCHES
         )
@@ -279,23 +262,30 @@ class ClusterSession:
                 return
 
     def _step(self, stop: threading.Event, progress: Progress | None) -> None:
-        """Apply what arrived (up to ``batch_wait_ms`` of waiting), then sync, acknowledge,
-        mark, reconnect links that are due and write the status."""
+        """Take what arrived (waiting up to ``batch_wait_ms`` when nothing is pending, a
+        moment when a barrier holds something), apply what the order lets through
+        (moonish.redis.cluster.order), then sync, acknowledge, mark, reconnect links that are
+        due and write the status."""
+        wait_s = 0.005 if self.order.has_pending() else self.options.batch_wait_ms / 1000
         try:
-            link, item = self._queue.get(timeout=self.options.batch_wait_ms / 1000)
+            first = self._queue.get(timeout=wait_s)
         except queue.Empty:
             pass
         else:
-            if isinstance(item, UnavailableError) and link.connection is not None:
-                if item.path != link.connection.path:
-                    raise item
-                self._drop(link)
-                self._lost(link, item)
-            elif isinstance(item, BaseException):
-                raise item
-            elif link.connection is not None and link.reading.is_set():
-                link.applier.apply_batch(item, link.connection.path)
-                link.report.received_offset = item[-1].end_offset
+            self._take(*first)
+            while True:
+                try:
+                    self._take(*self._queue.get_nowait())
+                except queue.Empty:
+                    break
+        applied = True
+        while applied:
+            applied = False
+            for link in self.links:
+                chunk = self.order.ready(link)
+                if chunk and link.connection is not None:
+                    link.applier.apply_batch(chunk, link.connection.path)
+                    applied = True
         now = self.clock.now_us()
         for each in self.links:
             applier = each.applier
@@ -307,6 +297,19 @@ class ClusterSession:
                 self._try_connect(each)
         self._status(progress)
 
+    def _take(self, link: Link, item: list[ReplCommand] | BaseException) -> None:
+        """A reader's batch (queued behind the link's pending commands) or error."""
+        if isinstance(item, UnavailableError) and link.connection is not None:
+            if item.path != link.connection.path:
+                raise item
+            self._drop(link)
+            self._lost(link, item)
+        elif isinstance(item, BaseException):
+            raise item
+        elif link.connection is not None and link.reading.is_set():
+            self.order.received(link, item)
+            link.report.received_offset = item[-1].end_offset
+
     def _drop(self, link: Link) -> None:
         """Stop ``link``'s reader and close its connection; what it applied is synced."""
         link.reading.clear()
@@ -317,6 +320,7 @@ class ClusterSession:
             link.connection.close()
             link.connection = None
         self._discard_queued(link)
+        self.order.drop(link)
         link.applier.disconnected()
 
     def _discard_queued(self, link: Link) -> None:
@@ -382,6 +386,7 @@ class ClusterSession:
     def _halt(self) -> None:
         """Stop the readers and close every connection and side connection."""
         self._stop_readers()
+        self.order.close()
         for link in self.links:
             if link.connection is not None:
                 link.connection.close()
@@ -440,6 +445,7 @@ class ClusterSession:
         report.received_offset = sum(link.report.received_offset for link in self.links)
         report.durable_offset = sum(link.report.durable_offset for link in self.links)
         report.links = [link.report.to_json() for link in self.links]
+        report.migrations = dict(sorted(self.handoffs.counts.items()))
 
     def _count(self) -> None:
         counts = [link.applier.counts for link in self.links]

@@ -376,7 +376,7 @@ class KeyFilter:
         types = self._types
         assert types is not None
         kind = TYPE_OF.get(name)
-        if name == b"RESTORE" and len(argv) > 3 and argv[3]:
+        if name in (b"RESTORE", b"RESTORE-ASKING") and len(argv) > 3 and argv[3]:
             kind = _payload_type(argv[3][0])
         if name == b"SORT":
             if len(keys_of(argv)) < 2:

@@ -11,6 +11,11 @@ value (``Replay.STATE``), so replaying the log needs no RDB decoder.
 Refused with :class:`UnsupportedFormatError` naming the key: module values. A stream keeps its
 counters and consumer groups (moonish.redis.rdb.streams), a Redis 7.4 hash its field TTLs.
 ``FUNCTION RESTORE`` is a FUNCTION subcommand (moonish.state.commands.functions).
+
+``RESTORE-ASKING`` (what ``MIGRATE`` sends a cluster node, which propagates it to its replicas
+and AOF as received) is the same command (``commands/restore-asking.json``: ``"function":
+"restoreCommand"``); a cluster capture pairs it with the source node's ``DEL``
+(moonish.redis.cluster.handoff).
 """
 
 from __future__ import annotations
@@ -81,5 +86,6 @@ def cmd_restore(acc: Access, db: int, argv: list[bytes]) -> Any:
 
 COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {
     b"RESTORE": (cmd_restore, [1]),
+    b"RESTORE-ASKING": (cmd_restore, [1]),
 }
 """The command of this module -> (handler, key positions), as in moonish.state.commands.execute."""

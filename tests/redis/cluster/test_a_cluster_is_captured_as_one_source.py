@@ -13,19 +13,12 @@ import signal
 import subprocess
 import threading
 import time
-from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
-import redis
-from redis.cluster import ClusterNode as ClientNode
-from redis.cluster import RedisCluster
 
 import moonish
-from moonish.redis.capture.status import CaptureReport
 from moonish.redis.cluster.links import slot_set
 from moonish.redis.cluster.runner import capture_cluster
 from moonish.redis.routing.sources import SourceMismatchError
@@ -35,80 +28,22 @@ from tests.support.cli import MOONISH, run
 from tests.support.paths import ROOT
 from tests.support.redis.capture import (
     FAST,
-    Following,
     events,
     last_lsns,
     our_state,
-    redis_state,
     wait_for,
+)
+from tests.support.redis.cluster import (
+    assert_each_counter_value_once,
+    caught_up_report,
+    cluster_state,
+    follow,
+    mixed_writes,
+    writer,
 )
 from tests.support.servers.cluster import Cluster, redis_cluster
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with redis_cluster(tmp_path / "cluster") as running:
-        yield running
-
-
-def writer(cluster: Cluster) -> RedisCluster:
-    return RedisCluster(startup_nodes=[ClientNode("127.0.0.1", cluster.ports[0])])
-
-
-def cluster_state(cluster: Cluster) -> dict[Any, Any]:
-    """Every master's keys, as :func:`our_state` gives moonish's."""
-    state: dict[Any, Any] = {}
-    for port in cluster.master_ports():
-        with contextlib.closing(redis.Redis(host="127.0.0.1", port=port)) as client:
-            state.update(redis_state(client, dbs=(0,)))
-    return state
-
-
-def mixed_writes(client: RedisCluster, start: int, count: int) -> None:
-    """Writes of every family over all slots, and counters whose every value is one event."""
-    for number in range(start, start + count):
-        client.incr(f"counter:{number % 50}")
-        client.set(f"string:{number}", number)
-        client.hset(f"hash:{number % 20}", f"field{number}", number)
-        client.rpush(f"list:{number % 10}", number)
-        client.sadd(f"set:{number % 10}", number)
-        client.zadd(f"zset:{number % 10}", {f"m{number}": number})
-        if number % 7 == 0:
-            client.delete(f"string:{number - 3}")
-        if number % 11 == 0:
-            client.set(f"ttl:{number}", "x", ex=3600)
-
-
-def assert_each_counter_value_once(data: Path) -> None:
-    """Every INCR of a counter is exactly one event: its values go 1, 2, 3... once each."""
-    seen: dict[str, list[int]] = defaultdict(list)
-    for envelope in events(data):
-        after = envelope["after"]
-        if after and after["key"].startswith("counter:") and envelope["op"] != "r":
-            seen[after["key"]].append(int(after["value"]))
-    assert seen
-    for key, values in seen.items():
-        assert values == list(range(values[0], values[0] + len(values))), key
-
-
-def follow(cluster: Cluster, data: Path, port: int | None = None) -> Following:
-    """:func:`capture_cluster` of the cluster (its node at ``port``, else the first) into 4
-    shards."""
-    return Following(cluster.url(port), data, 4, capture_cluster)
-
-
-def caught_up_report(following: Following, cluster: Cluster) -> None:
-    """Until every link is 0 bytes behind its node (asked once a status interval: first wait
-    for a fresh answer)."""
-    time.sleep(0.3)
-
-    def caught_up(report: CaptureReport) -> bool:
-        links = report.links or []
-        return len(links) == 3 and all(link["bytes_behind"] == 0 for link in links)
-
-    following.until(caught_up, "every link to catch up")
 
 
 def test_one_link_per_master_and_the_keyspace_is_the_clusters(

@@ -8,35 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from redis.cluster import ClusterNode as ClientNode
-from redis.cluster import RedisCluster
 
-from tests.redis.cluster.test_a_cluster_is_captured_as_one_source import (
+from tests.support.redis.capture import our_state, wait_for
+from tests.support.redis.cluster import (
     assert_each_counter_value_once,
     caught_up_report,
     cluster_state,
     follow,
     mixed_writes,
+    writer,
 )
-from tests.support.redis.capture import our_state, wait_for
-from tests.support.servers.cluster import Cluster, redis_cluster
+from tests.support.servers.cluster import Cluster
 
 pytestmark = pytest.mark.redis
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[Cluster]:
-    with redis_cluster(tmp_path / "cluster") as running:
-        yield running
-
-
-def client_of(cluster: Cluster) -> RedisCluster:
-    nodes = [ClientNode("127.0.0.1", port) for port in cluster.alive()]
-    return RedisCluster(startup_nodes=nodes)
 
 
 def in_sync(cluster: Cluster, master: int, replica: int) -> bool:
@@ -52,7 +39,7 @@ def test_a_killed_master_is_followed_to_its_promoted_replica(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    client = client_of(cluster)
+    client = writer(cluster)
     mixed_writes(client, 0, 200)
     following = follow(cluster, data)
     caught_up_report(following, cluster)
@@ -64,7 +51,7 @@ def test_a_killed_master_is_followed_to_its_promoted_replica(
     cluster.processes[victim].kill()
     cluster.processes[victim].wait()
     cluster.wait_for_master(heir)
-    client = client_of(cluster)
+    client = writer(cluster)
     mixed_writes(client, 400, 200)
     client.close()
     caught_up_report(following, cluster)
@@ -82,7 +69,7 @@ def test_a_manual_failover_under_writes_loses_and_repeats_nothing(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    client = client_of(cluster)
+    client = writer(cluster)
     mixed_writes(client, 0, 100)
     following = follow(cluster, data)
     caught_up_report(following, cluster)

@@ -37,7 +37,7 @@ from collections.abc import Callable
 from moonish.redis.rdb.dump import decode_dump, verify_dump_payload
 from moonish.slots import shard_of_key
 from moonish.state.shard import ShardWriter
-from moonish.values.model import state_image
+from moonish.values.model import Entry, state_image
 
 RESTORE_ASKING = b"RESTORE-ASKING"
 DELETES = frozenset({b"DEL", b"UNLINK"})
@@ -46,6 +46,8 @@ NO_CHANGE = [b"PING"]
 nothing and moves its offset."""
 
 APPLIED, RECEIVED = "applied", "received"
+MIGRATE_TTL_SLACK_MS = 1_000
+"""How far a migrated key's expiry time may move and still count as the same value."""
 
 
 def barrier_of(argv: list[bytes]) -> str | None:
@@ -109,7 +111,7 @@ class Handoffs:
         if current is None:
             self.counts["migrated_new"] += 1
             return argv
-        if _same(key, current_image=state_image(0, key, current), argv=argv):
+        if _same(key, current, argv):
             self.counts["migrated"] += 1
             return NO_CHANGE
         self.counts["migrated_changed"] += 1
@@ -141,10 +143,11 @@ class Handoffs:
         return any(other != link and keys.get(key, 0) > 0 for other, keys in self.waiting.items())
 
 
-def _same(key: bytes, current_image: bytes, argv: list[bytes]) -> bool:
-    """Whether ``RESTORE-ASKING key ttl payload [ABSTTL ...]`` would set exactly the value and
-    expiry time ``current_image`` (moonish.values.model ``state_image``) holds; a relative TTL
-    cannot be compared (``False``)."""
+def _same(key: bytes, current: Entry, argv: list[bytes]) -> bool:
+    """Whether ``RESTORE-ASKING key ttl payload [ABSTTL ...]`` would set the value ``current``
+    holds, with its expiry time give or take :data:`MIGRATE_TTL_SLACK_MS` (``MIGRATE`` sends
+    the time left, which the target adds to its own clock: the key's expiry moves by the
+    milliseconds the migration took); a relative TTL cannot be compared (``False``)."""
     if len(argv) < 4:
         return False
     absolute = any(option.upper() == b"ABSTTL" for option in argv[4:])
@@ -156,4 +159,7 @@ def _same(key: bytes, current_image: bytes, argv: list[bytes]) -> bool:
         return False
     entry = decode_dump(key, argv[3], verify_dump_payload(argv[3]))
     entry.expire_at_ms = ttl or None
-    return state_image(0, key, entry) == current_image
+    was = current.expire_at_ms
+    if ttl and was is not None and abs(ttl - was) <= MIGRATE_TTL_SLACK_MS:
+        entry.expire_at_ms = was
+    return state_image(0, key, entry) == state_image(0, key, current)

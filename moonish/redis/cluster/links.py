@@ -24,18 +24,20 @@ from typing import Any
 
 import orjson
 
-from moonish.errors import CorruptionError, MoonishError
+from moonish.errors import CorruptionError
 from moonish.redis.capture.apply import ResumePoint, ShardApplier, resume_point
 from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.capture.status import CONNECTED, RECONNECTING, CaptureReport
 from moonish.redis.replication.connection import ReplicaConnection
-from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.redis.topology.nodes import ClusterNode, ranges
-from moonish.redis.topology.probe import ClusterProbe
 from moonish.state.shard import ShardWriter
 
 WAITING_FOR_FAILOVER = "waiting_for_failover"
 """A link's state while the master of its slots is failed and no replica has taken over."""
+RETIRED = "retired"
+"""A link whose node serves no slot any more (or whose slots another link's node serves) and
+was lost: not reconnected."""
 
 
 class LinkTable:
@@ -192,21 +194,31 @@ def slot_text(slots: frozenset[int]) -> str:
     return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges(sorted(slots)))
 
 
-def slot_owner(
-    seeds: list[str], slot: int, options: ReplicaOptions, timeout_ms: int = 2_000
-) -> tuple[ClusterNode | None, str]:
-    """The master that serves ``slot`` as the first of ``seeds`` (node URLs) that answers sees
-    the cluster, with that node's address; ``(None, "")`` when none answers or none claims the
-    slot."""
-    for url in seeds:
-        try:
-            with ClusterProbe(url, options, timeout_ms) as probe:
-                topology = probe.topology(states=False)
-                seen_by = probe.path
-        except MoonishError:
+def measure(report: CaptureReport, links: list[Link], now_us: int) -> None:
+    """Each link's figures against its node (its side connection's last answer), and the
+    capture's: offsets and bytes behind summed, seconds behind the largest (``None`` when a
+    link's is unknown), ``link`` ``connected`` only when every link is; retired links left
+    out of all of them."""
+    total: int | None = 0
+    seconds: float | None = 0.0
+    live = [link for link in links if link.report.state != RETIRED]
+    for link in live:
+        each = link.report
+        if link.watch is None:
+            total = seconds = None
             continue
-        owner = topology.slot_table()[slot]
-        node = None if owner is None else topology.node(owner)
-        if node is not None:
-            return node, seen_by
-    return None, ""
+        lag = link.watch.behind.measure(each.replid, each.durable_offset, now_us)
+        each.master_offset, each.bytes_behind = lag.master_offset, lag.bytes_behind
+        each.seconds_behind, each.master_error = lag.seconds_behind, lag.error
+        total = None if total is None or lag.bytes_behind is None else total + lag.bytes_behind
+        if seconds is not None and lag.seconds_behind is not None:
+            seconds = max(seconds, lag.seconds_behind)
+        else:
+            seconds = None
+    report.bytes_behind, report.seconds_behind = total, seconds
+    report.link = (
+        CONNECTED if all(link.report.state == CONNECTED for link in live) else RECONNECTING
+    )
+    report.received_offset = sum(link.report.received_offset for link in live)
+    report.durable_offset = sum(link.report.durable_offset for link in live)
+    report.links = [link.report.to_json() for link in links]

@@ -12,7 +12,7 @@ wait on each other), counted as ``barrier_timeouts``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from moonish.clock import Clock
@@ -57,7 +57,7 @@ class Order:
     """The links' received commands not yet applied, and the barriers.
 
     Args:
-        links: every link (:class:`Stream`).
+        links: every link (:class:`Stream`); the caller's list, which may grow.
         handoffs: the pairing of migrations (its ``counts`` also get ``barrier_timeouts``
             and ``unsampled``).
         options: for the side connections that ask the nodes' offsets.
@@ -65,12 +65,16 @@ class Order:
     """
 
     def __init__(
-        self, links: list[Stream], handoffs: Handoffs, options: ReplicaOptions, clock: Clock
+        self, links: Sequence[Stream], handoffs: Handoffs, options: ReplicaOptions, clock: Clock
     ) -> None:
         self.links, self.handoffs, self.options, self.clock = links, handoffs, options, clock
         self.pending: dict[str, deque[ReplCommand]] = {link.link_id: deque() for link in links}
         self.barriers: dict[str, Barrier] = {}
         self._probes: dict[str, tuple[str, MasterProbe]] = {}
+
+    def add(self, link: Stream) -> None:
+        """A link added while the capture runs (already in ``links``)."""
+        self.pending[link.link_id] = deque()
 
     def received(self, link: Stream, batch: Iterable[ReplCommand]) -> None:
         """Queue a link's batch behind what it has pending."""
@@ -175,6 +179,11 @@ class Order:
                 return True
 
         return moved
+
+    def offsets_now(self, link: Stream) -> dict[str, int]:
+        """Every other connected link's node's ``master_repl_offset`` now (link id ->
+        offset; a node that does not answer is left out)."""
+        return self._sample(link)
 
     def _sample(self, link: Stream) -> dict[str, int]:
         """Every other connected link's node's ``master_repl_offset`` now."""

@@ -11,9 +11,10 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
    names a stored link resumes it; a master that does not, but whose replication history
    holds a stored link's position (``INFO replication``: ``master_replid`` or
    ``master_replid2``; a replica promoted while the capture was down), continues that link;
-   any other master is a new link. A stored link no master continues is refused
-   (:class:`SourceMismatchError`) unless ``accept_new_source`` (its shards' keys then stay as
-   they were: this build does not follow slots that moved to other nodes).
+   any other master is a new link. A stored link no master continues is retired (its node
+   left the cluster; its slots' keys moved to other nodes, whose streams say so), unless no
+   stored link is continued at all: another cluster, refused (:class:`SourceMismatchError`)
+   unless ``accept_new_source``.
 2. **Sync.** Each link ``PSYNC``s from its smallest stored offset (``+CONTINUE``), or loads its
    node's full resync: ``r`` rows into shards that hold nothing of the link (a first start's
    loads, one per link, form one snapshot: its first and last row), else the differences of
@@ -28,9 +29,14 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
 5. **Failover.** A link that loses its node reads the topology again before each reconnect
    and follows the master that serves its slots now, by ``PSYNC`` (moonish.redis.cluster
    .session).
+6. **Topology changes.** The topology is read again every second: each link's slots follow
+   its node's (a full resync's differences and a ``FLUSHALL`` reach only those), a master
+   without a link (a node added and given slots) gets one, at once (its full resync is
+   written as the differences: keys migrated to it already are equal), and slot migrations
+   between the links move keys without events (moonish.redis.cluster.handoff).
 
-Not followed yet (docs/design/cluster-capture.md steps 7-9): slot migrations while the
-capture runs, nodes added or removed, ``--prefer-replica``, several processes.
+Not followed yet (docs/design/cluster-capture.md steps 8-9): ``--prefer-replica``, several
+processes, Valkey's atomic slot migration.
 
 Example::
 
@@ -66,6 +72,7 @@ from moonish.redis.routing.sources import (
 from moonish.redis.routing.target import check_target
 from moonish.redis.topology.nodes import ClusterNode, Topology
 from moonish.redis.topology.probe import ClusterProbe, node_url
+from moonish.slots import SLOT_COUNT as SLOTS
 from moonish.state.config import StreamConfig
 
 
@@ -97,8 +104,8 @@ def capture_cluster(
         shards, stop, progress, options, clock, stream, segment_bytes, on_recovery,
         on_event, retention: as :func:`moonish.redis.capture.runner.capture` (events name
             their link: ``fields["link"]``, ``fields["node"]``).
-        accept_new_source: go on when a stored link is continued by no master (module
-            docstring, 1).
+        accept_new_source: go on when no stored link is continued by a master (another
+            cluster; module docstring, 1).
 
     Returns:
         A :class:`CaptureReport` whose offsets are the links' sums and whose ``links`` holds
@@ -110,8 +117,8 @@ def capture_cluster(
         UnavailableError: the seed cannot be read, the cluster is not ``cluster_state:ok`` or
             some slots have no master, a link stayed unreachable ``max_reconnects`` times in
             a row, or a shard's log failed.
-        SourceMismatchError: the data directory follows another source, or a stored link is
-            continued by no master (without ``accept_new_source``).
+        SourceMismatchError: the data directory follows another source, or no stored link
+            is continued by a master (without ``accept_new_source``).
         And as :func:`moonish.redis.capture.runner.capture` for the streams.
     """
     out_dir = os.fspath(data_dir)
@@ -151,20 +158,24 @@ def capture_cluster(
         ) as opened:
             assert opened.filter is not None
             table = LinkTable(opened.writers)
-            links = []
-            for link_id, master in match_links(topology, table, url, replica, accept_new_source):
+            key_filter = opened.filter.key_filter
+
+            def make_link(link_id: str, master: ClusterNode) -> Link:
                 applier = ShardApplier(
                     opened.writers,
                     None,
                     options,
                     clock,
-                    key_filter=opened.filter.key_filter,
+                    key_filter=key_filter,
                     link=link_id,
                     restamp=table.restamp(link_id),
                     slots=slot_set(master),
                 )
                 applier.start(table.resume_point(link_id))
-                links.append(Link(node_url(url, master), applier, LinkReport.of(link_id, master)))
+                return Link(node_url(url, master), applier, LinkReport.of(link_id, master))
+
+            matched = match_links(topology, table, url, replica, accept_new_source)
+            links = [make_link(link_id, master) for link_id, master in matched]
             report.resumed_from = [
                 describe(decode_position(writer.source, writer.shard_dir))
                 for writer in opened.writers
@@ -172,6 +183,7 @@ def capture_cluster(
             seeds = list(dict.fromkeys([url, *(node_url(url, node) for node in topology.nodes)]))
             session = ClusterSession(out_dir, links, report, options, clock, seeds)
             session.on_event, session.filter_file = on_event, opened.filter
+            session.make_link = lambda master: make_link(master.node_id, master)
             session.run(stop or threading.Event(), progress)
     except _Stopped:  # while the shards were opened: nothing connected, nothing written
         pass
@@ -227,7 +239,7 @@ def match_links(
     stored = set(table.links())
     matched: list[tuple[str, ClusterNode]] = []
     taken: set[str] = set()
-    masters = topology.masters()
+    masters = topology.linkable()
     for master in masters:
         if master.node_id in stored:
             matched.append((master.node_id, master))
@@ -239,16 +251,16 @@ def match_links(
         matched.append((link_id, master))
         taken.add(link_id)
     left = sorted(stored - taken)
-    if left and not accept_new_source:
+    if left and not stored & taken and not accept_new_source:
         names = ", ".join(left)
         raise SourceMismatchError(
-            f"no master of this cluster continues the stored link(s) {names} (their node ids, "
-            "and no master's replication history holds their positions): the cluster changed "
-            "while the capture was down in a way this build does not follow; use a new data "
-            "directory, or accept_new_source (--accept-new-source) to go on without them",
+            f"no master of this cluster continues any stored link ({names}: their node ids, "
+            "and no master's replication history holds their positions): another cluster; "
+            "use a new data directory, or accept_new_source (--accept-new-source) to follow "
+            "this one anyway (each master's full resync written as the differences)",
             path=url_path(url),
         )
-    return sorted(matched, key=lambda pair: pair[1].slots[0] if pair[1].slots else (0, 0))
+    return sorted(matched, key=lambda pair: pair[1].slots[0] if pair[1].slots else (SLOTS, 0))
 
 
 def _by_history(

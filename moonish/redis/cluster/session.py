@@ -51,15 +51,19 @@ from moonish.redis.capture.status import (
     write_status,
 )
 from moonish.redis.cluster.handoff import Handoffs
-from moonish.redis.cluster.links import WAITING_FOR_FAILOVER, Link, slot_owner
+from moonish.redis.cluster.links import RETIRED, WAITING_FOR_FAILOVER, Link, measure
 from moonish.redis.cluster.order import Order
+from moonish.redis.cluster.watch import TOPOLOGY_INTERVAL_MS, read_any, served, slot_owner
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.filterfile import FilterFile
+from moonish.redis.topology.nodes import MASTER, ClusterNode, Topology, ranges
 from moonish.redis.topology.probe import node_url
 
 Progress = Callable[[CaptureReport], None]
 OnEvent = Callable[[CaptureEvent], None]
+RETIRED_US = 2**62
+CATCH_UP_MAX_MS = 10_000
 _QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
 FAILOVER_POLL_MS = 250  # how often a link waiting for a failover reads the topology
 
@@ -84,7 +88,10 @@ class ClusterSession:
         self.filter_file: FilterFile | None = None
         self.first_load = True  # a first start's loads make one snapshot over the links
         self.handoffs = Handoffs(links[0].applier.writers)
-        self.order = Order(list(links), self.handoffs, options.replica, clock)
+        self.order = Order(self.links, self.handoffs, options.replica, clock)
+        self.make_link: Callable[[ClusterNode], Link] | None = None
+        """A new link for a master that has none (a node added to the cluster)."""
+        self._topology_us = clock.now_us()
         self._queue: queue.Queue[tuple[Link, list[ReplCommand] | BaseException]] = queue.Queue(
             _QUEUED_BATCHES
         )
@@ -140,6 +147,7 @@ class ClusterSession:
         options = self.options
         if link.failures and not self._follow_owner(link):
             return False
+        self._catch_up(link)
         connection = ReplicaConnection(link.url, options.replica, self.clock)
         try:
             self._sync(link, connection, last_load)
@@ -168,11 +176,25 @@ class ClusterSession:
         docstring, failover); whether to connect now (``False``: the slots' owner is failed
         and none has taken over: wait, as after a failed attempt)."""
         options = self.options
+        if not link.report.slots:  # its node serves nothing any more: nothing to follow
+            self._retire(link)
+            return False
         first_slot = link.report.slots[0][0]
         owner, seen_by = slot_owner(self.seeds, first_slot, options.replica)
         if owner is None:  # no node answers: try the link's node again
             return True
         report = link.report
+        taken = any(
+            other is not link
+            and other.report.node == owner.node_id
+            and other.report.state != RETIRED
+            for other in self.links
+        )
+        if taken:  # its node gave its slots away (and turned replica): another link has them
+            text = f"its slots are served by {owner.address}, which another link follows: retired"
+            self._event(link, source_event(self.clock.now_us(), text, owner.address))
+            self._retire(link)
+            return False
         if not owner.usable:
             report.state = WAITING_FOR_FAILOVER
             link.retry_at_us = self.clock.now_us() + FAILOVER_POLL_MS * 1000
@@ -190,6 +212,14 @@ class ClusterSession:
                 link.watch.close()
                 link.watch = None
         return True
+
+    def _retire(self, link: Link) -> None:
+        """``link`` is followed no more (its node serves no slot, or another link follows
+        the node that serves them): no reconnects, no side connection."""
+        link.report.state, link.retry_at_us = RETIRED, RETIRED_US
+        if link.watch is not None:
+            link.watch.close()
+            link.watch = None
 
     def _sync(self, link: Link, connection: ReplicaConnection, last_load: bool) -> None:
         applier, report = link.applier, link.report
@@ -267,6 +297,55 @@ class ClusterSession:
         (moonish.redis.cluster.order), then sync, acknowledge, mark, reconnect links that are
         due and write the status."""
         wait_s = 0.005 if self.order.has_pending() else self.options.batch_wait_ms / 1000
+        self._pump(wait_s)
+        now = self.clock.now_us()
+        for each in self.links:
+            applier = each.applier
+            applier.tick()
+            if each.connection is not None and applier.durable > each.connection.durable_offset:
+                each.connection.ack(applier.durable)
+                each.report.durable_offset = applier.durable
+            if each.connection is None and now >= each.retry_at_us and not stop.is_set():
+                self._try_connect(each)
+        if now - self._topology_us >= TOPOLOGY_INTERVAL_MS * 1000 and not stop.is_set():
+            self._watch_topology()
+        self._status(progress)
+
+    def _watch_topology(self) -> None:
+        """Read the topology again: each connected link's slots become its node's, and a
+        master without a link gets one (a node added), connected at once, unless some link's
+        node is not a usable master any more (a failover: that link moves first)."""
+        self._topology_us = self.clock.now_us()
+        found = read_any(self.seeds, self.options.replica)
+        if found is None or found[0].state != "ok":
+            return
+        topology = found[0]
+        owned = served(topology)
+        for link in self.links:
+            if link.connection is not None:
+                slots = owned.get(link.report.node, frozenset())
+                link.applier.slots = slots
+                link.report.slots = [[a, b] for a, b in ranges(sorted(slots))]
+        for node in topology.nodes:
+            url = node_url(self.seeds[0], node)
+            if url not in self.seeds:
+                self.seeds.append(url)
+        live = [link for link in self.links if link.report.state != RETIRED]
+        if any(link.connection is None or not _serving(topology, link) for link in live):
+            return  # a failover under way: its link moves to the promoted node first
+        followed = {link.report.node for link in live}
+        for master in topology.linkable():
+            if master.node_id not in followed and self.make_link is not None:
+                link = self.make_link(master)
+                self.links.append(link)
+                self.order.add(link)
+                text = f"{master.address} ({master.node_id[:8]}) is a new master: a new link"
+                self._event(link, source_event(self.clock.now_us(), text, master.address))
+                self._try_connect(link, last_load=False)
+
+    def _pump(self, wait_s: float) -> None:
+        """Take what the readers queued (waiting up to ``wait_s`` for the first), then apply
+        every command the order lets through."""
         try:
             first = self._queue.get(timeout=wait_s)
         except queue.Empty:
@@ -286,16 +365,22 @@ class ClusterSession:
                 if chunk and link.connection is not None:
                     link.applier.apply_batch(chunk, link.connection.path)
                     applied = True
-        now = self.clock.now_us()
-        for each in self.links:
-            applier = each.applier
-            applier.tick()
-            if each.connection is not None and applier.durable > each.connection.durable_offset:
-                each.connection.ack(applier.durable)
-                each.report.durable_offset = applier.durable
-            if each.connection is None and now >= each.retry_at_us and not stop.is_set():
-                self._try_connect(each)
-        self._status(progress)
+
+    def _catch_up(self, link: Link) -> None:
+        """Before ``link`` asks for its stream: apply every other link up to what its node
+        had written now, so a full resync's RDB (taken after) never holds a write another
+        link has yet to apply (a key that migrated to this node). Waits up to
+        :data:`CATCH_UP_MAX_MS` (a lost link does not come back meanwhile)."""
+        if not any(other is not link and other.connected for other in self.links):
+            return
+        offsets = self.order.offsets_now(link)
+        others = {other.link_id: other for other in self.links}
+        deadline = self.clock.now_us() + CATCH_UP_MAX_MS * 1000
+        while self.clock.now_us() < deadline and any(
+            others[link_id].connected and others[link_id].applied < offset
+            for link_id, offset in offsets.items()
+        ):
+            self._pump(0.005)
 
     def _take(self, link: Link, item: list[ReplCommand] | BaseException) -> None:
         """A reader's batch (queued behind the link's pending commands) or error."""
@@ -421,31 +506,10 @@ class ClusterSession:
             progress(self.report)
 
     def _measure(self) -> None:
-        """Each link against its node, and the capture's sums (bytes behind: their sum;
-        seconds behind: the largest)."""
-        total: int | None = 0
-        seconds: float | None = 0.0
-        for link in self.links:
-            each = link.report
-            if link.watch is None:
-                total = seconds = None
-                continue
-            lag = link.watch.behind.measure(each.replid, each.durable_offset, self.clock.now_us())
-            each.master_offset, each.bytes_behind = lag.master_offset, lag.bytes_behind
-            each.seconds_behind, each.master_error = lag.seconds_behind, lag.error
-            total = None if total is None or lag.bytes_behind is None else total + lag.bytes_behind
-            if seconds is not None and lag.seconds_behind is not None:
-                seconds = max(seconds, lag.seconds_behind)
-            else:
-                seconds = None
-        report = self.report
-        report.bytes_behind, report.seconds_behind = total, seconds
-        connected = all(link.report.state == CONNECTED for link in self.links)
-        report.link = CONNECTED if connected else RECONNECTING
-        report.received_offset = sum(link.report.received_offset for link in self.links)
-        report.durable_offset = sum(link.report.durable_offset for link in self.links)
-        report.links = [link.report.to_json() for link in self.links]
-        report.migrations = dict(sorted(self.handoffs.counts.items()))
+        """Each link against its node, and the capture's sums (moonish.redis.cluster.links
+        ``measure``)."""
+        measure(self.report, self.links, self.clock.now_us())
+        self.report.migrations = dict(sorted(self.handoffs.counts.items()))
 
     def _count(self) -> None:
         counts = [link.applier.counts for link in self.links]
@@ -462,3 +526,9 @@ def _resync_counts(applier: ShardApplier) -> tuple[int, int, int, int]:
     counts = applier.counts
     rows = counts.rdb_keys - counts.created - counts.updated
     return rows, counts.created, counts.updated, counts.removed_keys
+
+
+def _serving(topology: Topology, link: Link) -> bool:
+    """Whether ``link``'s node is a usable master in ``topology``."""
+    node = topology.node(link.report.node)
+    return node is not None and node.role == MASTER and node.usable

@@ -118,6 +118,17 @@ class Topology:
         owners = set(self.slot_table())
         return [node for node in self.nodes if node.node_id in owners]
 
+    def linkable(self) -> list[ClusterNode]:
+        """The masters a capture follows: those that own slots (:meth:`masters`), then the
+        other usable masters (a node just added, before a reshard gives it slots)."""
+        owners = self.masters()
+        spare = [
+            node
+            for node in self.nodes
+            if node.role == MASTER and node.usable and node not in owners and node.address
+        ]
+        return owners + spare
+
     def replicas_of(self, master_id: str) -> list[ClusterNode]:
         return [node for node in self.nodes if node.master_id == master_id]
 

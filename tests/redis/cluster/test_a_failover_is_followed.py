@@ -15,6 +15,7 @@ import pytest
 from tests.support.redis.capture import our_state, wait_for
 from tests.support.redis.cluster import (
     assert_each_counter_value_once,
+    assert_same_keyspace,
     caught_up_report,
     cluster_state,
     follow,
@@ -61,7 +62,7 @@ def test_a_killed_master_is_followed_to_its_promoted_replica(
     assert moved["full_resyncs"] == 1 and moved["partial_resyncs"] == 1  # +CONTINUE
     assert moved["reconnects"] >= 1 and moved["link"] != moved["node"]
     assert any(e.kind == "source" and str(heir) in e.text for e in following.events)
-    assert our_state(data) == cluster_state(cluster)
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
     assert_each_counter_value_once(data)
 
 
@@ -100,5 +101,5 @@ def test_a_manual_failover_under_writes_loses_and_repeats_nothing(
     assert report.full_resyncs == 3  # the first loads only
     (moved,) = [link for link in report.links if link["address"] == f"127.0.0.1:{heir}"]
     assert moved["partial_resyncs"] == 1 and moved["state"] == "stopped"
-    assert our_state(data) == cluster_state(cluster)
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
     assert_each_counter_value_once(data)

@@ -7,8 +7,6 @@ the data directory equals the cluster; also across a SIGKILL of the capture mid-
 from __future__ import annotations
 
 import contextlib
-import shutil
-import subprocess
 import threading
 from pathlib import Path
 
@@ -19,43 +17,19 @@ from moonish.slots import hash_slot
 from tests.support.redis.capture import events, last_lsns, our_state, wait_for
 from tests.support.redis.cluster import (
     assert_each_counter_value_once,
+    assert_same_keyspace,
     caught_up_report,
     cluster_state,
     follow,
     mixed_writes,
+    node_id,
+    reshard,
     writer,
+    written_keys,
 )
 from tests.support.servers.cluster import Cluster
 
 pytestmark = pytest.mark.redis
-
-
-def node_id(cluster: Cluster, port: int) -> str:
-    with contextlib.closing(cluster.client(port)) as client:
-        return str(client.execute_command("CLUSTER", "MYID"))
-
-
-def reshard(cluster: Cluster, source: int, target: int, slots: int) -> None:
-    """``redis-cli --cluster reshard`` of ``slots`` slots from ``source`` to ``target``."""
-    cli = shutil.which("redis-cli")
-    assert cli
-    ids = ("--cluster-from", node_id(cluster, source), "--cluster-to", node_id(cluster, target))
-    count = ("--cluster-slots", str(slots), "--cluster-yes")
-    subprocess.run(
-        [cli, "--cluster", "reshard", f"127.0.0.1:{source}", *ids, *count],
-        check=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-        timeout=120,
-    )
-
-
-def written_keys(after: list[dict[str, object]]) -> set[str]:
-    return {
-        str((envelope["after"] or envelope["before"])["key"])  # type: ignore[index]
-        for envelope in after
-        if envelope["op"] in ("c", "u", "d")
-    }
 
 
 def test_migrated_keys_make_no_events_and_writes_after_the_move_stay(
@@ -93,7 +67,7 @@ def test_migrated_keys_make_no_events_and_writes_after_the_move_stay(
     client.close()
     caught_up_report(following, cluster)
     report = following.finish()
-    assert our_state(data) == cluster_state(cluster)
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
     after = events(data, start)
     touched = written_keys(after)
     untouched = {key for key in moved[50:]}
@@ -132,7 +106,7 @@ def test_a_capture_killed_mid_reshard_restarts_without_fake_events(
     resharding.join(120)
     caught_up_report(following, cluster)
     following.finish()
-    assert our_state(data) == cluster_state(cluster)
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
     assert not written_keys(events(data, start))
 
 
@@ -173,6 +147,6 @@ def test_a_sources_del_after_a_restart_finds_the_key_on_its_new_node(
         following = follow(cluster, data)
         caught_up_report(following, cluster)
         report = following.finish()
-    assert our_state(data) == cluster_state(cluster)
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
     assert not written_keys(events(data, start))
     assert (report.migrations or {}).get("migrated_unpaired") == 1

@@ -58,6 +58,16 @@ def test_a_restore_of_another_value_replaces_it_and_a_new_key_is_created(
     assert handoffs.counts["migrated_changed"] == 1 and handoffs.counts["migrated_new"] == 1
 
 
+def test_an_expiry_moved_by_the_migration_is_the_same_value(writers: list[ShardWriter]) -> None:
+    """MIGRATE sends the time left; the target adds it to its own clock."""
+    writers[shard_of_key(b"k", 2)].execute(0, [b"SET", b"k", b"v", b"PXAT", b"4000000000000"])
+    handoffs = Handoffs(writers)
+    moved = [b"RESTORE-ASKING", b"k", b"4000000000300", string_payload(b"v"), b"ABSTTL"]
+    assert handoffs.restore("T", moved) == NO_CHANGE
+    far = [b"RESTORE-ASKING", b"k", b"4000000005000", string_payload(b"v"), b"ABSTTL"]
+    assert handoffs.restore("T", far)[4] == b"REPLACE"
+
+
 def test_a_relative_ttl_cannot_be_compared(writers: list[ShardWriter]) -> None:
     put(writers, b"k", b"v")
     argv = [b"RESTORE-ASKING", b"k", b"5000", string_payload(b"v")]

@@ -38,11 +38,42 @@ def _free_cluster_port(taken: set[int]) -> int:
 
 @dataclass
 class Cluster:
-    """A running cluster. ``ports``: every node's port, masters first (as created)."""
+    """A running cluster. ``ports``: every node's port, masters first (as created);
+    ``binary``, ``workdir``: how more nodes start (:meth:`add_master`)."""
 
     ports: list[int]
     masters: int
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    binary: str = ""
+    workdir: Path = Path()
+
+    def add_master(self) -> int:
+        """Start a node and join it to the cluster as a master without slots
+        (``redis-cli --cluster add-node``); its port once every node knows it."""
+        port = _free_cluster_port(set(self.ports))
+        self.processes[port] = _start(self.binary, self.workdir, port)
+        self.ports.append(port)
+        with contextlib.closing(self.client(port)) as client:
+            _wait(client.ping, f"node {port} answers PING")
+        cli = shutil.which("redis-cli")
+        assert cli
+        subprocess.run(
+            [cli, "--cluster", "add-node", f"127.0.0.1:{port}", f"127.0.0.1:{self.ports[0]}"],
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            timeout=60,
+        )
+        for other in self.alive():
+            with contextlib.closing(self.client(other)) as client:
+                _wait(
+                    lambda client=client: (
+                        f":{port}@" in client.execute_command("CLUSTER", "NODES")
+                        and client.cluster("info")["cluster_state"] == "ok"
+                    ),
+                    f"node {other} knows node {port}",
+                )
+        return port
 
     def client(self, port: int) -> redis.Redis:
         """A client of one node (text replies; the caller closes it)."""
@@ -151,7 +182,7 @@ def redis_cluster(
     taken: set[int] = set()
     for _ in range(masters * (1 + replicas)):
         taken.add(_free_cluster_port(taken))
-    cluster = Cluster(sorted(taken), masters)
+    cluster = Cluster(sorted(taken), masters, binary=binary, workdir=workdir)
     try:
         for port in cluster.ports:
             cluster.processes[port] = _start(binary, workdir, port)

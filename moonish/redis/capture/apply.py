@@ -43,8 +43,11 @@ from moonish.state.load import (
 from moonish.state.shard import ShardWriter
 from moonish.state.spread import SpreadLoad
 
-IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF"})
-"""Commands of the replication stream that change no key."""
+IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF", b"CLUSTER"})
+"""Commands of the replication stream that change no key. ``CLUSTER``: Valkey 8+ replicates
+``CLUSTER SETSLOT`` to replicas that announce a version (``clusterCommandSetSlot``, and waits
+for their acknowledgement before it applies it): a slot's state, no key; moonish follows slot
+ownership from the topology (moonish.redis.cluster)."""
 
 Positions = list[dict[str, Any]]
 """Per shard, its stored source position (moonish.redis.routing.sources ``decode_position``)."""

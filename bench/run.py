@@ -66,6 +66,7 @@ import orjson
 
 from bench.capture import bench_capture
 from bench.capture_cores import bench_capture_cores
+from bench.cluster import bench_cluster
 from bench.delta import bench_delta
 from bench.families import bench_families, bench_import_benchmark_aof
 from bench.importer import bench_import
@@ -431,6 +432,7 @@ def main() -> None:
         ("import", lambda: bench_import(DATA)),
         ("capture", lambda: bench_capture(DATA)),
         ("capture-cores", lambda: bench_capture_cores(DATA)),
+        ("cluster", lambda: bench_cluster(DATA)),
         ("import-rdb", lambda: bench_import_rdb(DATA)),
         ("tail", lambda: bench_tail(DATA)),
         ("poll", lambda: bench_poll(DATA)),

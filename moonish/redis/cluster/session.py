@@ -32,6 +32,7 @@ from collections.abc import Callable
 
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
+from moonish.gcpolicy import settle_gc
 from moonish.redis.capture.apply import ShardApplier
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.session import tally
@@ -116,6 +117,8 @@ class ClusterSession:
                 if stop.is_set():
                     break
                 self._connect(link, stop, progress, not unsynced or link is unsynced[-1])
+            if self.options.settle_gc:
+                settle_gc()  # (the loaded keyspace lives on; moonish.gcpolicy)
             while not stop.is_set():
                 self._step(stop, progress)
             self._finish()

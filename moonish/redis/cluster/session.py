@@ -35,6 +35,7 @@ from moonish.errors import UnavailableError
 from moonish.gcpolicy import settle_gc
 from moonish.redis.capture.apply import ShardApplier
 from moonish.redis.capture.behind import MasterWatch
+from moonish.redis.capture.metrics import CaptureMetrics
 from moonish.redis.capture.session import tally
 from moonish.redis.capture.status import (
     CONNECTED,
@@ -88,6 +89,7 @@ class ClusterSession:
         self.on_event: OnEvent | None = None
         self.filter_file: FilterFile | None = None
         self.first_load = True  # a first start's loads make one snapshot over the links
+        self.metrics: CaptureMetrics | None = None
         self.handoffs = Handoffs(links[0].applier.writers)
         self.order = Order(self.links, self.handoffs, options.replica, clock)
         self.make_link: Callable[[ClusterNode], Link] | None = None
@@ -111,6 +113,7 @@ class ClusterSession:
             Any error of :meth:`ShardApplier.apply_batch` or of a full resync.
         """
         had_status = os.path.exists(os.path.join(self.data_dir, "capture.json"))
+        self.metrics = CaptureMetrics(self.report.master)
         try:
             unsynced = [link for link in self.links if not link.applier.replid]
             for link in self.links:
@@ -460,6 +463,7 @@ class ClusterSession:
         now = self.clock.now_us()
         write_status(self.data_dir, self.report, now, running=False)
         self._save_filtered()
+        self._observe(now)
         self._halt()
 
     def _stop_readers(self) -> None:
@@ -505,8 +509,15 @@ class ClusterSession:
         self._last_commands, self._last_status_us = self.report.commands, now
         write_status(self.data_dir, self.report, now, running=True)
         self._save_filtered()
+        self._observe(now)
         if progress is not None:
             progress(self.report)
+
+    def _observe(self, now_us: int) -> None:
+        """The ``moonish_source_*`` metrics (labelled with the capture's ``master``: the
+        links' sums, connected when every link is)."""
+        if self.metrics is not None:
+            self.metrics.observe(self.report, now_us)
 
     def _measure(self) -> None:
         """Each link against its node, and the capture's sums (moonish.redis.cluster.links

@@ -30,7 +30,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import (
@@ -110,6 +110,9 @@ class WalWriter:
         self._fsync_always: bool = self.options.fsync is FsyncPolicy.ALWAYS
         self._clock = clock
         self._lock = threading.Lock()
+        # Bound once: compiled, ``self._lock.acquire()`` looks the method up on every call.
+        self._acquire: Callable[[], bool] = self._lock.acquire
+        self._release: Callable[[], None] = self._lock.release
         self._fd = -1
         self._dirty = False
         self.appended_bytes = 0
@@ -307,10 +310,10 @@ class WalWriter:
         if commit_us is None:
             commit_us = self._clock.now_us()
         count = len(records)
-        lock = self._lock
-        lock.acquire()  # (not ``with``: compiled, that costs two lookups and two calls more)
+        self._acquire()  # (not ``with``: compiled, that costs two lookups and two calls more)
         try:
-            self._check_usable()
+            if self._failed is not None or self._fd < 0:
+                self._check_usable()
             commit_us = max(commit_us, self._last_commit_us)  # never decreases in a shard
             first = self._next_lsn
             data = encode_records(records, first, commit_us, flags, source)
@@ -351,7 +354,7 @@ class WalWriter:
             else:
                 self._dirty = True
         finally:
-            lock.release()
+            self._release()
         return first
 
     def flush(self) -> None:

@@ -297,6 +297,24 @@ class WalWriter:
         first = self._append(records, FLAG_BATCH, commit_us, source)
         return list(range(first, first + len(records)))
 
+    def append_records(
+        self,
+        records: Sequence[Record],
+        atomic: bool,
+        commit_us: int | None = None,
+        source: bytes | None = None,
+    ) -> int:
+        """:meth:`append_batch` of ``records`` when ``atomic``, else :meth:`append` of the one
+        record ``records`` holds; the first LSN (without a list of LSNs or a tuple of one).
+
+        Raises:
+            ValueError: ``records`` is empty, or holds more than one record and is not
+                ``atomic``; as :meth:`append_batch` and :meth:`append`.
+        """
+        if not atomic and len(records) > 1:
+            raise ValueError("records appended each on its own go one per append")
+        return self._append(records, FLAG_BATCH if atomic else 0, commit_us, source)
+
     def _append(
         self,
         records: Sequence[Record],

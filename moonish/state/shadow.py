@@ -61,6 +61,15 @@ class KeyspaceShard(ShardWriter):
     ) -> list[int]:
         return []
 
+    def append_first(
+        self,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        commit_us: int,
+        source: bytes = b"",
+    ) -> int:
+        return 0
+
     def sweep_expired(self) -> int:
         return 0
 

@@ -327,27 +327,59 @@ class ShardWriter:
         """
         if not records:
             return []
+        if not atomic and len(records) > 1:
+            return self._append_each(records, commit_us, source)
+        first = self.append_first(records, atomic, commit_us, source)
+        return list(range(first, first + len(records)))
+
+    def append_first(
+        self,
+        records: Sequence[KvChange | Message],
+        atomic: bool,
+        commit_us: int,
+        source: bytes = b"",
+    ) -> int:
+        """:meth:`append`, returning the first record's LSN instead of the list of them (0
+        when ``records`` is empty): the router counts records and keeps the first LSN."""
+        if not records:
+            return 0
+        if not atomic and len(records) > 1:
+            return self._append_each(records, commit_us, source)[0]
         if self._broken is not None:
             self._check_sweep()
-        stored = source or None  # None: the last record keeps its own
-        try:
-            if atomic:
-                lsns = self._log.append_batch(records, commit_us, source=stored)
-            elif len(records) == 1:
-                lsns = [self._log.append(records[0], commit_us, source=stored)]
-            else:
-                append, last = self._log.append, records[-1]
-                lsns = [append(record, commit_us) for record in records[:-1]]
-                lsns.append(append(last, commit_us, source=stored))
+        try:  # source or None: without a source, the last record keeps its own
+            first = self._log.append_records(records, atomic, commit_us, source or None)
         except (UnavailableError, OSError) as error:
             self._broken = error
             raise
+        self._appended(source)
+        return first
+
+    def _append_each(
+        self, records: Sequence[KvChange | Message], commit_us: int, source: bytes
+    ) -> list[int]:
+        """Each of ``records`` appended on its own, ``source`` on the last; their LSNs."""
+        if self._broken is not None:
+            self._check_sweep()
+        stored = source or None
+        append, last = self._log.append, records[-1]
+        try:
+            lsns = [append(record, commit_us) for record in records[:-1]]
+            lsns.append(append(last, commit_us, source=stored))
+        except (UnavailableError, OSError) as error:
+            self._broken = error
+            raise
+        self._appended(source)
+        return lsns
+
+    def _appended(self, source: bytes) -> None:
+        """After an append: keep its source position, apply retention after a rotation,
+        let the snapshot policy look."""
         if source:
             self.source = source
         if self._rotated:
             self._apply_retention()
         self.snapshots.after_append(self)
-        return lsns
 
     def _apply_retention(self) -> None:
         """Apply the retention policy after a rotation; write a snapshot first when that is

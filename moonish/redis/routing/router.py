@@ -339,10 +339,11 @@ class Router:
         now_us: int,
         source: bytes,
     ) -> None:
-        lsns = self.writers[shard].append(records, atomic, now_us, source)
-        if lsns and self.first_lsn[shard] is None:
-            self.first_lsn[shard] = lsns[0]
-        self.records[shard] += len(lsns)
+        first = self.writers[shard].append_first(records, atomic, now_us, source)
+        if first:  # (0: nothing appended, as by a shard without a log: KeyspaceShard)
+            if self.first_lsn[shard] is None:
+                self.first_lsn[shard] = first
+            self.records[shard] += len(records)
 
     def _run(self, db: int, argv: list[bytes], now_us: int) -> list[tuple[int, Prepared]]:
         writers, skip = self.writers, self.skip

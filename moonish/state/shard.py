@@ -250,6 +250,14 @@ class ShardWriter:
         router, moonish.redis.routing.router, groups records of several shards). Call with the
         lock held. A refused command's :class:`CommandError` is returned as the reply.
         ``loading``: Redis's AOF loading semantics (see :class:`Access`)."""
+        # (tuple.__new__: without Prepared.__new__)
+        return tuple.__new__(Prepared, self.prepare_parts(db, argv, now_us, loading))
+
+    def prepare_parts(
+        self, db: int, argv: list[bytes], now_us: int, loading: bool
+    ) -> tuple[Any, list[KvChange], list[KvChange | Message]]:
+        """:meth:`prepare`'s (reply, expired, records) as a plain tuple, which compiled code
+        makes without a call (the router's path for one command on one shard)."""
         acc = self._spare  # the last command's access, reused (Access.reset)
         self._spare = None  # (a prepare that raises, or one within this one, makes its own)
         if acc is None:
@@ -271,7 +279,7 @@ class ShardWriter:
         if acc.messages:
             records += acc.messages
         self._spare = acc
-        return tuple.__new__(Prepared, (reply, expired, records))  # without Prepared.__new__
+        return reply, expired, records
 
     def access(
         self,

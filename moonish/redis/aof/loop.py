@@ -74,7 +74,7 @@ class FileReplay:
                 if transaction is not None:
                     transaction.append((db, argv, offset))
                 elif self.due(end):
-                    router.apply([(db, argv, offset)], False, path)
+                    router.apply_one(db, argv, offset, path)
             elif (command := name.upper()) == b"SELECT":
                 selected = selected_db(argv)
                 if selected is None:

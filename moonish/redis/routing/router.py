@@ -168,6 +168,41 @@ class Router:
                 self.writers[shard].flush()
             involved.clear()
 
+    def apply_one(self, db: int, argv: list[bytes], offset: int, path: str = "") -> None:
+        """``apply([(db, argv, offset)], False, path)``: one command outside a transaction,
+        run without gathering its results per shard when the router has one shard and no
+        source filter (an import's commands, mostly)."""
+        if self.key_filter is not None or len(self.writers) != 1:
+            self.apply([(db, argv, offset)], False, path)
+            return
+        now_us = self._now_us()
+        if self.skip[0]:  # applied there already: counted, not run (as apply)
+            self._count(argv[0])
+            return
+        try:  # an unsupported command raises before it ran
+            reply, expired, records = self.writers[0].prepare_parts(db, argv, now_us, True)
+        except UnsupportedFormatError as exc:
+            skipped: dict[int, list[KvChange | Message]] = {}
+            self._unsupported(exc, db, argv, offset, path, skipped)
+            for shard, queued in skipped.items():
+                self.append(shard, queued, len(queued) > 1, now_us, self.position)
+            return
+        except CommandError as exc:
+            raise CommandError(exc.message, path=path, offset=offset) from None
+        self._count(argv[0])
+        if isinstance(reply, CommandError):
+            raise CommandError(reply.message, path=path, offset=offset)
+        if expired:
+            self.append(0, expired, False, now_us, b"")
+        if records:
+            self.append(0, records, len(records) > 1, now_us, self.position)
+
+    def _count(self, name: bytes) -> None:
+        """Count an applied command (by name as received)."""
+        self.commands += 1
+        names = self._names
+        names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
+
     def _silenced(self, shard: int, db: int, argv: list[bytes], prepared: Prepared) -> Prepared:
         """``prepared`` with its records replaced by one :data:`FILTERED_PREFIX` message of
         the command's part in ``shard`` (``exclude_commands``: the keyspace ran it, the stream
@@ -225,25 +260,36 @@ class Router:
         try:  # an unsupported command raises before any shard ran it
             results = self._run(db, argv, now_us)
         except UnsupportedFormatError as exc:
-            script = argv[0].upper() in SCRIPTS
-            if script or not self.skip_unsupported:
-                hint = (
-                    ""
-                    if script
-                    else (
-                        "; --skip-unsupported (skip_unsupported=True) writes it as a "
-                        f"{SKIPPED_PREFIX} message record instead"
-                    )
-                )
-                raise UnsupportedFormatError(exc.message + hint, path=path, offset=offset) from None
-            self._skip(db, argv, per_shard)
+            self._unsupported(exc, db, argv, offset, path, per_shard)
             return None
         except CommandError as exc:
             raise CommandError(exc.message, path=path, offset=offset) from None
-        self.commands += 1
-        names, name = self._names, argv[0]
-        names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
+        self._count(argv[0])
         return results
+
+    def _unsupported(
+        self,
+        exc: UnsupportedFormatError,
+        db: int,
+        argv: list[bytes],
+        offset: int,
+        path: str,
+        per_shard: dict[int, list[KvChange | Message]],
+    ) -> None:
+        """A command moonish does not implement: refused (``exc`` named by ``path`` and
+        ``offset``), or with ``skip_unsupported`` its message queued in ``per_shard``."""
+        script = argv[0].upper() in SCRIPTS
+        if script or not self.skip_unsupported:
+            hint = (
+                ""
+                if script
+                else (
+                    "; --skip-unsupported (skip_unsupported=True) writes it as a "
+                    f"{SKIPPED_PREFIX} message record instead"
+                )
+            )
+            raise UnsupportedFormatError(exc.message + hint, path=path, offset=offset) from None
+        self._skip(db, argv, per_shard)
 
     def _collect(
         self, shard: int, prepared: Prepared, now_us: int, path: str, offset: int

@@ -98,7 +98,7 @@ class FileReplay:
         ``encode_position({"aof": name, "offset": end})``) and its skips; whether any shard
         still has to apply the command that ends there."""
         router = self.router
-        router.position = self.prefix + b"%d}" % end
+        router.position = b"%s%d}" % (self.prefix, end)  # (one bytes object made, not two)
         if not self.varying:  # some shard is before the file (the replay checked)
             router.skip = self.fixed
             return True

@@ -26,6 +26,9 @@ def integer(value: bytes, message: str = NOT_INTEGER) -> int:
     Raises:
         CommandError: ``message``.
     """
+    size = len(value)  # the common case first: up to 18 digits, no leading zero, no sign
+    if 0 < size < 19 and value.isdigit() and (size == 1 or value[0] != 48):  # (48: "0")
+        return int(value)
     if _INT.match(value) is None:
         raise CommandError(message)
     number = int(value)

@@ -150,15 +150,16 @@ def cmd_incrbyfloat(acc: Access, db: int, argv: list[bytes]) -> Any:
 
 
 def cmd_mset(acc: Access, db: int, argv: list[bytes]) -> Any:
-    if len(argv) < 3 or len(argv) % 2 == 0:
+    count = len(argv)
+    if count < 3 or count % 2 == 0:
         name = argv[0].decode(errors="replace").lower()
         raise CommandError(f"ERR wrong number of arguments for '{name}' command")
-    pairs = list(zip(argv[1::2], argv[2::2], strict=True))
-    if argv[0].upper() == b"MSETNX" and any(acc.get(db, key) is not None for key, _ in pairs):
+    nx = argv[0].upper() == b"MSETNX"
+    if nx and any(acc.get(db, argv[i]) is not None for i in range(1, count, 2)):
         return 0
-    for key, value in pairs:
-        acc.put_string(db, key, value)
-    return 1 if argv[0].upper() == b"MSETNX" else b"OK"
+    for i in range(1, count, 2):  # (by index: no slices, pairs or list of them)
+        acc.put_string(db, argv[i], argv[i + 1])
+    return 1 if nx else b"OK"
 
 
 COMMANDS: dict[bytes, tuple[Callable[[Access, int, list[bytes]], Any], Any]] = {

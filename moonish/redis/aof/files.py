@@ -27,7 +27,7 @@ from moonish.errors import InvalidArgumentError, UnsupportedFormatError
 
 MANIFEST_SUFFIX: Final = ".manifest"
 READ_CHUNK_BYTES: Final = 1024 * 1024
-FEED_BYTES: Final = 64 * 1024
+FEED_BYTES: Final = 16 * 1024
 """What :class:`AofCommands` reads and feeds hiredis at a time: its reader moves the unread
 rest of its buffer after each KiB it parses, which costs more the larger the buffer."""
 RDB_MAGICS: Final = (b"REDIS", b"VALKEY")

@@ -69,6 +69,16 @@ class Exchange(Protocol):
         """Run the command with the other workers; this process's shards' results."""
 
 
+class Tally:
+    """A count kept in place: counting in a dict of ints makes an int object per increment
+    (and frees the one it replaces)."""
+
+    __slots__ = ("count",)
+
+    def __init__(self) -> None:
+        self.count = 0
+
+
 class Router:
     """Runs commands on the shards' keyspaces and appends their records.
 
@@ -109,7 +119,7 @@ class Router:
         self._now_us = clock.now_us  # (bound once: the command loop calls it per command)
         self.skip_unsupported = skip_unsupported
         self.commands = 0
-        self._names: dict[bytes, int] = {}  # commands applied, by name as received
+        self._names: dict[bytes, Tally] = {}  # commands applied, by name as received
         self._single: dict[bytes, bool] = {}  # upper-case name: its only key is argv[1]
         self.skipped: Counter[str] = Counter()
         self.records = [0] * len(writers)
@@ -200,8 +210,10 @@ class Router:
     def _count(self, name: bytes) -> None:
         """Count an applied command (by name as received)."""
         self.commands += 1
-        names = self._names
-        names[name] = names.get(name, 0) + 1  # (a Counter's += is a Python-level call)
+        tally = self._names.get(name)
+        if tally is None:
+            tally = self._names[name] = Tally()
+        tally.count += 1
 
     def _silenced(self, shard: int, db: int, argv: list[bytes], prepared: Prepared) -> Prepared:
         """``prepared`` with its records replaced by one :data:`FILTERED_PREFIX` message of
@@ -323,15 +335,18 @@ class Router:
     def per_command(self) -> Counter[str]:
         """Commands applied, by upper-case name."""
         counts: Counter[str] = Counter()
-        for name, count in self._names.items():
-            counts[name.upper().decode(errors="replace")] += count
+        for name, tally in self._names.items():
+            counts[name.upper().decode(errors="replace")] += tally.count
         return counts
 
     def add_counts(self, other: Router) -> None:
         """Count ``other``'s commands (applied and skipped) as this router's too."""
         self.commands += other.commands
-        for name, count in other._names.items():
-            self._names[name] = self._names.get(name, 0) + count
+        for name, theirs in other._names.items():
+            tally = self._names.get(name)
+            if tally is None:
+                tally = self._names[name] = Tally()
+            tally.count += theirs.count
         self.skipped += other.skipped
 
     def _skip(

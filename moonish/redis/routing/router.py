@@ -27,7 +27,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
-from moonish.clock import Clock
+from moonish.clock import Clock, SystemClock, system_now_us
 from moonish.errors import (
     CommandError,
     CorruptionError,
@@ -117,6 +117,7 @@ class Router:
         self.exchange = exchange
         self.clock = clock
         self._now_us = clock.now_us  # (bound once: the command loop calls it per command)
+        self._system_clock = type(clock) is SystemClock  # then system_now_us, called directly
         self.skip_unsupported = skip_unsupported
         self.commands = 0
         self._names: dict[bytes, Tally] = {}  # commands applied, by name as received
@@ -148,7 +149,7 @@ class Router:
             entries = self._filtered(entries, path)
             if not entries:
                 return
-        now_us = self._now_us()
+        now_us = system_now_us() if self._system_clock else self._now_us()
         per_shard: dict[int, list[KvChange | Message]] = {}
         single = len(entries) == 1 and not transaction
         key_filter, here = self.key_filter, self.counts_here
@@ -185,7 +186,7 @@ class Router:
         if self.key_filter is not None or len(self.writers) != 1:
             self.apply([(db, argv, offset)], False, path)
             return
-        now_us = self._now_us()
+        now_us = system_now_us() if self._system_clock else self._now_us()
         if self.skip[0]:  # applied there already: counted, not run (as apply)
             self._count(argv[0])
             return

@@ -30,7 +30,7 @@ from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.status import CONNECTED, RECONNECTING, CaptureReport
 from moonish.redis.replication.connection import ReplicaConnection
 from moonish.redis.routing.sources import decode_position, encode_position
-from moonish.redis.topology.nodes import ClusterNode, ranges
+from moonish.redis.topology.nodes import ClusterNode
 from moonish.state.shard import ShardWriter
 
 WAITING_FOR_FAILOVER = "waiting_for_failover"
@@ -117,7 +117,6 @@ class LinkReport:
     partial_resyncs: int = 0
     reconnects: int = 0
     last_error: str | None = None
-    commands: int = field(default=0, repr=False)
 
     @classmethod
     def of(cls, link: str, node: ClusterNode) -> LinkReport:
@@ -164,10 +163,6 @@ class Link:
     reading: threading.Event = field(default_factory=threading.Event)
 
     @property
-    def path(self) -> str:
-        return f"redis://{self.report.address}"
-
-    @property
     def link_id(self) -> str:
         return self.report.link
 
@@ -188,10 +183,6 @@ class Link:
 def slot_set(node: ClusterNode) -> frozenset[int]:
     """The hash slots ``node`` serves."""
     return frozenset(slot for first, last in node.slots for slot in range(first, last + 1))
-
-
-def slot_text(slots: frozenset[int]) -> str:
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in ranges(sorted(slots)))
 
 
 def measure(report: CaptureReport, links: list[Link], now_us: int) -> None:

@@ -118,7 +118,7 @@ class Order:
         barrier = self.barriers.get(link.link_id)
         now = self.clock.now_us()
         if barrier is None:
-            barrier = self.barriers[link.link_id] = Barrier(kind, self._sample(link), now)
+            barrier = self.barriers[link.link_id] = Barrier(kind, self.offsets_now(link), now)
         others = {other.link_id: other for other in self.links}
         for link_id, offset in barrier.offsets.items():
             other = others[link_id]
@@ -182,11 +182,7 @@ class Order:
 
     def offsets_now(self, link: Stream) -> dict[str, int]:
         """Every other connected link's node's ``master_repl_offset`` now (link id ->
-        offset; a node that does not answer is left out)."""
-        return self._sample(link)
-
-    def _sample(self, link: Stream) -> dict[str, int]:
-        """Every other connected link's node's ``master_repl_offset`` now."""
+        offset; a node that does not answer is left out, counted as ``unsampled``)."""
         offsets = {}
         for other in self.links:
             if other.link_id == link.link_id or not other.connected:

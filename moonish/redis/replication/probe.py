@@ -59,17 +59,23 @@ class MasterStream(NamedTuple):
         return bool(replid) and replid in (self.replid, self.replid2)
 
 
+def info_fields(text: str) -> dict[str, str]:
+    """The ``name:value`` lines of an ``INFO`` (or ``CLUSTER INFO``) reply."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        name, colon, value = line.partition(":")
+        if colon and not name.startswith("#"):
+            fields[name.strip()] = value.strip()
+    return fields
+
+
 def parse_replication_info(text: bytes, path: str) -> MasterStream:
     """The :class:`MasterStream` of an ``INFO replication`` reply's text.
 
     Raises:
         ReplicationProtocolError: a field is missing or not a number (``path``: the master).
     """
-    fields: dict[str, str] = {}
-    for line in text.decode(errors="replace").splitlines():
-        name, colon, value = line.partition(":")
-        if colon and not name.startswith("#"):
-            fields[name.strip()] = value.strip()
+    fields = info_fields(text.decode(errors="replace"))
     try:
         return MasterStream(
             fields["master_replid"],

@@ -211,10 +211,13 @@ class Router:
     def _count(self, name: bytes) -> None:
         """Count an applied command (by name as received)."""
         self.commands += 1
+        self._tally(name).count += 1
+
+    def _tally(self, name: bytes) -> Tally:
         tally = self._names.get(name)
         if tally is None:
             tally = self._names[name] = Tally()
-        tally.count += 1
+        return tally
 
     def _silenced(self, shard: int, db: int, argv: list[bytes], prepared: Prepared) -> Prepared:
         """``prepared`` with its records replaced by one :data:`FILTERED_PREFIX` message of
@@ -344,10 +347,7 @@ class Router:
         """Count ``other``'s commands (applied and skipped) as this router's too."""
         self.commands += other.commands
         for name, theirs in other._names.items():
-            tally = self._names.get(name)
-            if tally is None:
-                tally = self._names[name] = Tally()
-            tally.count += theirs.count
+            self._tally(name).count += theirs.count
         self.skipped += other.skipped
 
     def _skip(

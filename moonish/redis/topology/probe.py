@@ -30,7 +30,7 @@ from types import TracebackType
 from urllib.parse import urlsplit, urlunsplit
 
 from moonish.redis.replication.messages import ReplicaOptions, ReplicationRefusedError
-from moonish.redis.replication.probe import MasterProbe
+from moonish.redis.replication.probe import MasterProbe, info_fields
 from moonish.redis.topology.nodes import (
     ClusterNode,
     Topology,
@@ -38,16 +38,6 @@ from moonish.redis.topology.nodes import (
     parse_cluster_nodes,
     with_shards,
 )
-
-
-def info_fields(text: str) -> dict[str, str]:
-    """The ``name:value`` lines of an ``INFO`` (or ``CLUSTER INFO``) reply."""
-    fields: dict[str, str] = {}
-    for line in text.splitlines():
-        name, colon, value = line.partition(":")
-        if colon and not name.startswith("#"):
-            fields[name.strip()] = value.strip()
-    return fields
 
 
 def node_url(url: str, node: ClusterNode) -> str:

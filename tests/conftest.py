@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import live
 from tests.support.markers import MARKERS
 
 
@@ -43,6 +44,7 @@ def no_descriptor_leaks() -> Iterator[None]:
     where PySpark's callback server (``select()``) dies and a ``foreachBatch`` query hangs."""
     before = _open_files()
     yield
+    live.stop_all()  # a capture a failed test left running
     gc.collect()
     leaked = {fd: path for fd, path in _open_files().items() if before.get(fd) != path}
     assert not leaked, f"descriptors left open: {sorted(leaked.values())}"

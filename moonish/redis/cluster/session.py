@@ -340,14 +340,34 @@ class ClusterSession:
         if any(link.connection is None or not _serving(topology, link) for link in live):
             return  # a failover under way: its link moves to the promoted node first
         followed = {link.report.node for link in live}
+        retired = {link.report.node: link for link in self.links if link not in live}
         for master in topology.linkable():
-            if master.node_id not in followed and self.make_link is not None:
+            if master.node_id in followed:
+                continue
+            if master.node_id in retired:
+                again = owned.get(master.node_id)
+                if again:  # slots moved back to a retired link's node
+                    self._revive(retired[master.node_id], master, again)
+                continue  # (an emptied master not yet turned replica, or seen late)
+            if self.make_link is not None:
                 link = self.make_link(master)
                 self.links.append(link)
                 self.order.add(link)
                 text = f"{master.address} ({master.node_id[:8]}) is a new master: a new link"
                 self._event(link, source_event(self.clock.now_us(), text, master.address))
                 self._try_connect(link, last_load=False)
+
+    def _revive(self, link: Link, master: ClusterNode, slots: frozenset[int]) -> None:
+        """A retired ``link``'s node serves ``slots`` again: reconnect it (``PSYNC`` from what
+        it applied; a full resync is written as the differences of those slots)."""
+        link.applier.slots = slots
+        link.report.slots = [[a, b] for a, b in ranges(sorted(slots))]
+        link.url = node_url(self.seeds[0], master)
+        link.report.address = master.address
+        link.report.state, link.retry_at_us, link.failures = RECONNECTING, 0, 0
+        text = f"{master.address} ({master.node_id[:8]}) serves slots again: its link resumes"
+        self._event(link, source_event(self.clock.now_us(), text, master.address))
+        self._try_connect(link, last_load=False)
 
     def _pump(self, wait_s: float) -> None:
         """Take what the readers queued (waiting up to ``wait_s`` for the first), then apply

@@ -1,27 +1,27 @@
 """Nodes added to and removed from a cluster while its capture runs (moonish.redis.cluster
 .session, .watch), against a real cluster on 127.0.0.1: a master added and given slots by a
 reshard gets a link without a restart; a master whose slots all moved away and that is then
-stopped is retired; neither makes an event for a key that only moved, and the data directory
+stopped is retired, and one retired while still a master is followed again once it gets slots
+back; none makes an event for a key that only moved, and the data directory
 equals the cluster with every command applied once."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.redis.capture import events, last_lsns, our_state, wait_for
+from tests.support.redis.capture import wait_for
 from tests.support.redis.cluster import (
-    assert_each_counter_value_once,
-    assert_same_keyspace,
+    assert_moved_without_events,
     caught_up_report,
-    cluster_state,
-    follow,
+    follow_still_keys,
     mixed_writes,
     reshard,
     writer,
-    written_keys,
 )
 from tests.support.servers.cluster import Cluster
 
@@ -52,13 +52,7 @@ def under_writes(cluster: Cluster, start: int, action: object) -> None:
 
 def test_a_master_added_and_given_slots_gets_a_link(cluster: Cluster, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    client = writer(cluster)
-    for number in range(2000):
-        client.set(f"still:{number}", number)
-    client.close()
-    following = follow(cluster, data)
-    caught_up_report(following, cluster)
-    start = last_lsns(data)
+    following, start = follow_still_keys(cluster, data)
     added = cluster.add_master()
 
     def linked(report: object) -> bool:
@@ -81,21 +75,12 @@ def test_a_master_added_and_given_slots_gets_a_link(cluster: Cluster, tmp_path: 
     (new,) = [link for link in report.links if link["address"] == f"127.0.0.1:{added}"]
     assert new["slots"] and new["full_resyncs"] == 1
     assert any(e.kind == "source" and str(added) in e.text for e in following.events)
-    assert_same_keyspace(our_state(data), cluster_state(cluster))
-    touched = written_keys(events(data, start))
-    assert not {key for key in touched if key.startswith("still:")}
-    assert_each_counter_value_once(data)
+    assert_moved_without_events(cluster, data, start)
 
 
 def test_a_master_emptied_and_stopped_is_retired(cluster: Cluster, tmp_path: Path) -> None:
     data = tmp_path / "data"
-    client = writer(cluster)
-    for number in range(2000):
-        client.set(f"still:{number}", number)
-    client.close()
-    following = follow(cluster, data)
-    caught_up_report(following, cluster)
-    start = last_lsns(data)
+    following, start = follow_still_keys(cluster, data)
     leaving, staying = cluster.master_ports()[:2]
     its_replica = cluster.replica_of(leaving)  # (it may move to another master once emptied)
     under_writes(cluster, 0, lambda: reshard(cluster, leaving, staying, 5461))
@@ -127,7 +112,45 @@ def test_a_master_emptied_and_stopped_is_retired(cluster: Cluster, tmp_path: Pat
     following.until(retired, "the emptied master's link to retire")
     caught_up_report(following, cluster)
     following.finish()
-    assert_same_keyspace(our_state(data), cluster_state(cluster))
-    touched = written_keys(events(data, start))
-    assert not {key for key in touched if key.startswith("still:")}
-    assert_each_counter_value_once(data)
+    assert_moved_without_events(cluster, data, start)
+
+
+def links_at(report: object, port: int) -> list[dict[str, object]]:
+    links = getattr(report, "links", None) or []
+    return [link for link in links if link["address"] == f"127.0.0.1:{port}"]
+
+
+def test_a_retired_master_given_slots_again_is_followed_again(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    following, start = follow_still_keys(cluster, data)
+    leaving, staying = cluster.master_ports()[:2]
+    with contextlib.closing(cluster.client(leaving)) as node:
+        node.config_set("cluster-allow-replica-migration", "no")  # it stays an empty master
+    under_writes(cluster, 0, lambda: reshard(cluster, leaving, staying, 5461))
+
+    def emptied(report: object) -> bool:
+        (link,) = links_at(report, leaving)
+        return link["state"] == "connected" and not link["slots"]
+
+    following.until(emptied, "the emptied master's link to serve no slot")
+    with contextlib.closing(cluster.client(leaving)) as node:
+        node.execute_command("CLIENT", "KILL", "TYPE", "replica")  # moonish's link among them
+    following.until(
+        lambda report: [link["state"] for link in links_at(report, leaving)] == ["retired"],
+        "the link of the master without slots to retire",
+    )
+    time.sleep(2.5)  # topology reads see it as a master without slots: no second link
+    assert [link["state"] for link in links_at(following.report, leaving)] == ["retired"]
+
+    under_writes(cluster, 1000, lambda: reshard(cluster, staying, leaving, 1000))
+    client = writer(cluster)
+    mixed_writes(client, 10_000, 100)
+    client.close()
+    caught_up_report(following, cluster)
+    report = following.finish()
+    (link,) = links_at(report, leaving)
+    assert sum(len(range(a, b + 1)) for a, b in link["slots"]) == 1000  # type: ignore[union-attr]
+    assert any("serves slots again" in event.text for event in following.events)
+    assert_moved_without_events(cluster, data, start)

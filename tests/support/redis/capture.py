@@ -17,6 +17,7 @@ import moonish
 from moonish.cdc import shard_read
 from moonish.redis.capture.runner import capture
 from moonish.redis.capture.status import CaptureEvent, CaptureOptions, CaptureReport
+from tests.support import live
 from tests.support.redis.aof import workload
 from tests.support.servers.redis_server import comparable, redis_entry, shard_writer
 
@@ -83,6 +84,7 @@ class Running:
 
         self.thread = threading.Thread(target=run, daemon=True)
         self.thread.start()
+        live.started(self.thread, self.stop)
 
     def _seen(self, report: CaptureReport) -> None:
         self.report = report
@@ -103,11 +105,13 @@ class Running:
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
         self.thread.join(30)
+        live.stopped(self.thread)
 
     def finish(self) -> CaptureReport:
         self.stop.set()
         self.thread.join(30)
         assert not self.thread.is_alive()
+        live.stopped(self.thread)
         (outcome,) = self.result
         if isinstance(outcome, BaseException):
             raise outcome
@@ -152,6 +156,7 @@ class Following:
 
         self.thread = threading.Thread(target=go, daemon=True)
         self.thread.start()
+        live.started(self.thread, self.stop)
 
     def _seen(self, report: CaptureReport) -> None:
         self.report = report
@@ -174,6 +179,7 @@ class Following:
         self.stop.set()
         self.thread.join(60)
         assert not self.thread.is_alive()
+        live.stopped(self.thread)
         (outcome,) = self.result
         if isinstance(outcome, BaseException):
             raise outcome

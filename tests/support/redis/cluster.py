@@ -16,7 +16,7 @@ from redis.cluster import RedisCluster
 
 from moonish.redis.capture.status import CaptureReport
 from moonish.redis.cluster.runner import capture_cluster
-from tests.support.redis.capture import Following, events, redis_state
+from tests.support.redis.capture import Following, events, last_lsns, our_state, redis_state
 from tests.support.servers.cluster import Cluster
 
 
@@ -65,6 +65,29 @@ def follow(cluster: Cluster, data: Path, port: int | None = None) -> Following:
     """:func:`capture_cluster` of the cluster (its node at ``port``, else the first) into 4
     shards."""
     return Following(cluster.url(port), data, 4, capture_cluster)
+
+
+def follow_still_keys(
+    cluster: Cluster, data: Path, count: int = 2000
+) -> tuple[Following, dict[str, int]]:
+    """Write ``count`` keys ``still:<n>`` (never changed after), start a capture into ``data``
+    and wait until it caught up: the capture and each shard's last LSN then."""
+    client = writer(cluster)
+    for number in range(count):
+        client.set(f"still:{number}", number)
+    client.close()
+    following = follow(cluster, data)
+    caught_up_report(following, cluster)
+    return following, last_lsns(data)
+
+
+def assert_moved_without_events(cluster: Cluster, data: Path, start: dict[str, int]) -> None:
+    """The capture (finished) equals the cluster, no ``still:`` key has an event after
+    ``start`` (:func:`follow_still_keys`), and every counter value is there once."""
+    assert_same_keyspace(our_state(data), cluster_state(cluster))
+    touched = written_keys(events(data, start))
+    assert not {key for key in touched if key.startswith("still:")}
+    assert_each_counter_value_once(data)
 
 
 def master_offsets(cluster: Cluster) -> dict[str, int]:

@@ -5,6 +5,7 @@ and stopped by the tests."""
 from __future__ import annotations
 
 import contextlib
+import random
 import shutil
 import socket
 import subprocess
@@ -19,19 +20,24 @@ CLUSTER_BUS_OFFSET = 10_000
 """A node's cluster bus listens on its port plus this (Redis's ``CLUSTER_PORT_INCR``)."""
 
 
+NODE_PORTS = range(11_000, 22_000)
+"""Where node ports are drawn from: below Linux's ephemeral range (32768+) for the port and
+its bus port both, so no outgoing connection takes one between the check and the node's
+bind."""
+
+
 def _free_cluster_port(taken: set[int]) -> int:
     """A port that is free, and whose cluster bus port (plus 10,000) is free too."""
     for _ in range(200):
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port + CLUSTER_BUS_OFFSET > 65_535 or port in taken:
+        port = random.choice(NODE_PORTS)
+        if port in taken:
             continue
-        with socket.socket() as bus:
-            try:
-                bus.bind(("127.0.0.1", port + CLUSTER_BUS_OFFSET))
-            except OSError:
-                continue
+        try:
+            for each in (port, port + CLUSTER_BUS_OFFSET):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", each))
+        except OSError:
+            continue
         return port
     raise AssertionError("no free port pair for a cluster node")
 
@@ -53,8 +59,7 @@ class Cluster:
         port = _free_cluster_port(set(self.ports))
         self.processes[port] = _start(self.binary, self.workdir, port)
         self.ports.append(port)
-        with contextlib.closing(self.client(port)) as client:
-            _wait(client.ping, f"node {port} answers PING")
+        self.wait_started(port)
         cli = shutil.which("redis-cli")
         assert cli
         subprocess.run(
@@ -74,6 +79,21 @@ class Cluster:
                     f"node {other} knows node {port}",
                 )
         return port
+
+    def wait_started(self, port: int) -> None:
+        """Until the node at ``port`` answers ``PING``; fails at once, with the end of its log,
+        when its process exited."""
+        process = self.processes[port]
+
+        def answers(client: redis.Redis) -> bool:
+            if process.poll() is not None:
+                log = self.workdir / f"node-{port}" / "redis.log"
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                raise AssertionError(f"node {port} exited ({process.returncode}): {tail}")
+            return bool(client.ping())
+
+        with contextlib.closing(self.client(port)) as client:
+            _wait(lambda: answers(client), f"node {port} answers PING")
 
     def client(self, port: int) -> redis.Redis:
         """A client of one node (text replies; the caller closes it)."""
@@ -152,6 +172,8 @@ def _start(binary: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:
         "2000",
         "--repl-diskless-sync-delay",
         "0",
+        "--logfile",
+        str(node_dir / "redis.log"),
     ]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
@@ -187,8 +209,7 @@ def redis_cluster(
         for port in cluster.ports:
             cluster.processes[port] = _start(binary, workdir, port)
         for port in cluster.ports:
-            with contextlib.closing(cluster.client(port)) as client:
-                _wait(client.ping, f"node {port} answers PING")
+            cluster.wait_started(port)
         addresses = [f"127.0.0.1:{port}" for port in cluster.ports]
         subprocess.run(
             [

@@ -85,6 +85,13 @@ if TYPE_CHECKING:
     "it serves; a failover or a slot migration is not followed) instead of the whole cluster.",
 )
 @click.option(
+    "--prefer-replica",
+    is_flag=True,
+    help="REDIS_URL is a Redis Cluster node: read each master's stream from one of its "
+    "in-sync replicas (the master when it has none), to spare the masters; offsets, lag and "
+    "slot states are still asked of the masters.",
+)
+@click.option(
     "--quiet",
     is_flag=True,
     help="No progress or status lines on stderr (PSYNC answers, full resyncs and "
@@ -109,6 +116,7 @@ def capture_command(
     processes: int,
     accept_new_source: bool,
     no_cluster: bool,
+    prefer_replica: bool,
     quiet: bool,
     log_format: str,
     metrics_port: int | None,
@@ -154,7 +162,8 @@ def capture_command(
     as the differences of its node's slots; capture.json and moonish cdc info show each link.
     A failover is followed (the promoted replica continues the link by PSYNC), and a key that
     a slot migration moves makes no change event (docs/redis-source.md, "A Redis Cluster").
-    --no-cluster follows that one node alone, the keys of its own hash slots.
+    --no-cluster follows that one node alone, the keys of its own hash slots. --prefer-replica
+    reads each master's stream from one of its replicas.
 
     The user needs the psync, replconf and ping commands, and info for the figures against
     the master (ACL +psync +replconf +ping +info).
@@ -220,6 +229,13 @@ def capture_command(
         raise click.UsageError(
             "a Redis Cluster is captured in one process in this build: drop --processes"
         )
+    if prefer_replica and not cluster:
+        raise click.UsageError(
+            "--prefer-replica reads a Redis Cluster's masters from their replicas; REDIS_URL "
+            "is not followed as a cluster (give a replica's URL to follow a standalone master "
+            "through it)"
+        )
+
     with endpoint(
         metrics_port,
         metrics_host,
@@ -228,7 +244,11 @@ def capture_command(
         source=True,
         max_lag_ms=ready_max_lag_ms,
     ):
-        follow = capture_cluster if cluster else functools.partial(capture, processes=processes)
+        follow = (
+            functools.partial(capture_cluster, prefer_replica=prefer_replica)
+            if cluster
+            else functools.partial(capture, processes=processes)
+        )
         report = follow(
             redis_url,
             data_dir,

@@ -24,7 +24,8 @@ a capture runs, while it reconnects, and when it stops)::
                                  "created", "updated", "deleted"},
      "links": null | [{...}, ...],      # a Redis Cluster capture: per link (one per master,
                                         # moonish.redis.cluster.links LinkReport) "link",
-                                        # "node", "address", "role", "slots", "replid", the
+                                        # "node", "address", "read_from", "role",
+                                        # "slots", "replid", the
                                         # offsets and figures above, "state", "full_resyncs",
                                         # "partial_resyncs", "reconnects", "last_error"; the
                                         # members above are then the links' sums (seconds

@@ -88,10 +88,12 @@ class LinkReport:
 
     Attributes:
         link: the link's id (the node id of the master it first followed).
-        node: the id of the node it follows now.
-        address: that node's ``host:port``.
-        role: ``master``.
-        slots: the hash slots the node serves, ``[[first, last], ...]``.
+        node: the id of the master it follows now (whose slots it carries).
+        address: that master's ``host:port``.
+        read_from: the ``host:port`` the stream is read from: ``address``, or one of the
+            master's replicas (``prefer_replica``).
+        role: that node's role, ``master`` or ``replica``.
+        slots: the hash slots the master serves, ``[[first, last], ...]``.
         replid, received_offset, durable_offset: as a single capture's (its own stream).
         master_offset, bytes_behind, seconds_behind, master_error: the node's
             ``master_repl_offset`` and how far ``durable_offset`` is behind it.
@@ -104,6 +106,7 @@ class LinkReport:
     node: str
     address: str
     slots: list[list[int]]
+    read_from: str = ""
     role: str = "master"
     replid: str = ""
     received_offset: int = 0
@@ -119,15 +122,19 @@ class LinkReport:
     last_error: str | None = None
 
     @classmethod
-    def of(cls, link: str, node: ClusterNode) -> LinkReport:
+    def of(cls, link: str, node: ClusterNode, reader: ClusterNode | None = None) -> LinkReport:
+        """The report of a link that follows ``node`` (a master), read from ``reader``
+        (default: the master itself)."""
         slots = [[first, last] for first, last in node.slots]
-        return cls(link, node.node_id, node.address, slots)
+        reader = reader or node
+        return cls(link, node.node_id, node.address, slots, reader.address, reader.role)
 
     def to_json(self) -> dict[str, object]:
         return {
             "link": self.link,
             "node": self.node,
             "address": self.address,
+            "read_from": self.read_from,
             "role": self.role,
             "slots": self.slots,
             "replid": self.replid,
@@ -149,11 +156,14 @@ class LinkReport:
 
 @dataclass
 class Link:
-    """One master's replication link: its URL, its applier and its state."""
+    """One master's replication link: where its stream is read (``url``: the master, or one
+    of its replicas), the master (``master_url``: its offsets, its migrating slots), its
+    applier and its state."""
 
     url: str
     applier: ShardApplier
     report: LinkReport
+    master_url: str = ""
     connection: ReplicaConnection | None = None
     reader: threading.Thread | None = None
     watch: MasterWatch | None = None
@@ -161,6 +171,9 @@ class Link:
     backoff_ms: int = 0
     failures: int = 0
     reading: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        self.master_url = self.master_url or self.url
 
     @property
     def link_id(self) -> str:

@@ -29,9 +29,10 @@ APPLIED_BARRIER_MAX_MS = 5_000
 
 
 class Stream(Protocol):
-    """What the order needs of a link (moonish.redis.cluster.links ``Link``)."""
+    """What the order needs of a link (moonish.redis.cluster.links ``Link``): its master's
+    URL (``master_url``) is where offsets and slot states are asked."""
 
-    url: str
+    master_url: str
 
     @property
     def link_id(self) -> str: ...
@@ -154,7 +155,7 @@ class Order:
             if not seen:
                 try:
                     text = self._probe(link).command(b"CLUSTER", b"NODES")
-                    seen.append(parse_cluster_nodes(_text(text), link.url))
+                    seen.append(parse_cluster_nodes(_text(text), link.master_url))
                 except MoonishError:
                     self.handoffs.counts["unclassified_deletes"] += 1
                     return True  # cannot tell: keep the key rather than lose a moved one
@@ -172,7 +173,7 @@ class Order:
             if node is None:
                 return False
             try:
-                with MasterProbe(node_url(link.url, node), self.options, 2_000) as probe:
+                with MasterProbe(node_url(link.master_url, node), self.options, 2_000) as probe:
                     return probe.command(b"EXISTS", key) == 1
             except MoonishError:
                 self.handoffs.counts["unclassified_deletes"] += 1
@@ -196,12 +197,12 @@ class Order:
     def _probe(self, link: Stream) -> MasterProbe:
         """The side connection to ``link``'s node (another after a failover)."""
         known = self._probes.get(link.link_id)
-        if known is not None and known[0] == link.url:
+        if known is not None and known[0] == link.master_url:
             return known[1]
         if known is not None:
             known[1].close()
-        probe = MasterProbe(link.url, self.options, timeout_ms=2_000)
-        self._probes[link.link_id] = (link.url, probe)
+        probe = MasterProbe(link.master_url, self.options, timeout_ms=2_000)
+        self._probes[link.link_id] = (link.master_url, probe)
         return probe
 
     def close(self) -> None:

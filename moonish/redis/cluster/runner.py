@@ -35,8 +35,14 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
    written as the differences: keys migrated to it already are equal), and slot migrations
    between the links move keys without events (moonish.redis.cluster.handoff).
 
-Not followed yet (docs/design/cluster-capture.md steps 8-9): ``--prefer-replica``, several
-processes, Valkey's atomic slot migration.
+7. **Replicas.** With ``prefer_replica`` each link reads its master's stream from the
+   master's in-sync replica with the greatest replication offset (the master when it has
+   none): the same bytes at the same offsets, so positions, ``PSYNC`` and the barriers do not
+   change; the masters' own load is the side connections' ``INFO``. After a lost link the
+   replica is tried once, then the master; a link on a replica that was promoted stays on it.
+
+Not followed yet (docs/design/cluster-capture.md steps 8-9): several processes, Valkey's
+atomic slot migration.
 
 Example::
 
@@ -91,6 +97,7 @@ def capture_cluster(
     on_event: OnEvent | None = None,
     accept_new_source: bool = False,
     retention: Mapping[str, int] | None = None,
+    prefer_replica: bool = False,
 ) -> CaptureReport:
     """Follow every master of the Redis Cluster that the node at ``url`` belongs to, into
     ``shards`` shards under ``data_dir``, until ``stop`` is set (module docstring).
@@ -106,6 +113,8 @@ def capture_cluster(
             their link: ``fields["link"]``, ``fields["node"]``).
         accept_new_source: go on when no stored link is continued by a master (another
             cluster; module docstring, 1).
+        prefer_replica: read each master's stream from one of its replicas (module
+            docstring, 7); offsets, lag and slot states are still asked of the masters.
 
     Returns:
         A :class:`CaptureReport` whose offsets are the links' sums and whose ``links`` holds
@@ -160,7 +169,7 @@ def capture_cluster(
             table = LinkTable(opened.writers)
             key_filter = opened.filter.key_filter
 
-            def make_link(link_id: str, master: ClusterNode) -> Link:
+            def make_link(link_id: str, master: ClusterNode, reader: ClusterNode) -> Link:
                 applier = ShardApplier(
                     opened.writers,
                     None,
@@ -172,10 +181,14 @@ def capture_cluster(
                     slots=slot_set(master),
                 )
                 applier.start(table.resume_point(link_id))
-                return Link(node_url(url, master), applier, LinkReport.of(link_id, master))
+                report = LinkReport.of(link_id, master, reader)
+                return Link(node_url(url, reader), applier, report, node_url(url, master))
 
             matched = match_links(topology, table, url, replica, accept_new_source)
-            links = [make_link(link_id, master) for link_id, master in matched]
+            links = [
+                make_link(link_id, master, topology.reader_of(master, prefer_replica))
+                for link_id, master in matched
+            ]
             report.resumed_from = [
                 describe(decode_position(writer.source, writer.shard_dir))
                 for writer in opened.writers
@@ -183,7 +196,8 @@ def capture_cluster(
             seeds = list(dict.fromkeys([url, *(node_url(url, node) for node in topology.nodes)]))
             session = ClusterSession(out_dir, links, report, options, clock, seeds)
             session.on_event, session.filter_file = on_event, opened.filter
-            session.make_link = lambda master: make_link(master.node_id, master)
+            session.make_link = lambda master, reader: make_link(master.node_id, master, reader)
+            session.prefer_replica = prefer_replica
             session.run(stop or threading.Event(), progress)
     except _Stopped:  # while the shards were opened: nothing connected, nothing written
         pass

@@ -49,28 +49,24 @@ from moonish.redis.capture.status import (
     psync_event,
     reconnect_event,
     remove_status,
-    source_event,
     write_status,
 )
 from moonish.redis.cluster.handoff import Handoffs
-from moonish.redis.cluster.links import RETIRED, WAITING_FOR_FAILOVER, Link, measure
+from moonish.redis.cluster.links import Link, measure
 from moonish.redis.cluster.order import Order
-from moonish.redis.cluster.watch import TOPOLOGY_INTERVAL_MS, read_any, served, slot_owner
+from moonish.redis.cluster.watch import TOPOLOGY_INTERVAL_MS, TopologyFollowing
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.filterfile import FilterFile
-from moonish.redis.topology.nodes import MASTER, ClusterNode, Topology, ranges
-from moonish.redis.topology.probe import node_url
+from moonish.redis.topology.nodes import ClusterNode
 
 Progress = Callable[[CaptureReport], None]
 OnEvent = Callable[[CaptureEvent], None]
-RETIRED_US = 2**62
 CATCH_UP_MAX_MS = 10_000
 _QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
-FAILOVER_POLL_MS = 250  # how often a link waiting for a failover reads the topology
 
 
-class ClusterSession:
+class ClusterSession(TopologyFollowing):
     """Connects, syncs and applies every link until ``stop`` (module docstring)."""
 
     def __init__(
@@ -92,8 +88,11 @@ class ClusterSession:
         self.metrics: CaptureMetrics | None = None
         self.handoffs = Handoffs(links[0].applier.writers)
         self.order = Order(self.links, self.handoffs, options.replica, clock)
-        self.make_link: Callable[[ClusterNode], Link] | None = None
-        """A new link for a master that has none (a node added to the cluster)."""
+        self.make_link: Callable[[ClusterNode, ClusterNode], Link] | None = None
+        """A new link for a master that has none (a node added to the cluster), read from the
+        second node (the master, or one of its replicas)."""
+        self.prefer_replica = False
+        """Whether links read their master's stream from one of its replicas."""
         self._topology_us = clock.now_us()
         self._queue: queue.Queue[tuple[Link, list[ReplCommand] | BaseException]] = queue.Queue(
             _QUEUED_BATCHES
@@ -154,6 +153,8 @@ class ClusterSession:
         if link.failures and not self._follow_owner(link):
             return False
         self._catch_up(link)
+        if not self._reader_holds(link):
+            self._read_master(link)
         connection = ReplicaConnection(link.url, options.replica, self.clock)
         try:
             self._sync(link, connection, last_load)
@@ -168,7 +169,7 @@ class ClusterSession:
         link.report.state = CONNECTED
         if link.watch is None:
             link.watch = MasterWatch(
-                link.url, options.replica, self.clock, options.status_interval_ms
+                link.master_url, options.replica, self.clock, options.status_interval_ms
             )
         link.reading.set()
         link.reader = threading.Thread(
@@ -176,56 +177,6 @@ class ClusterSession:
         )
         link.reader.start()
         return True
-
-    def _follow_owner(self, link: Link) -> bool:
-        """After a lost link: move it to the master that serves its slots now (module
-        docstring, failover); whether to connect now (``False``: the slots' owner is failed
-        and none has taken over: wait, as after a failed attempt)."""
-        options = self.options
-        if not link.report.slots:  # its node serves nothing any more: nothing to follow
-            self._retire(link)
-            return False
-        first_slot = link.report.slots[0][0]
-        owner, seen_by = slot_owner(self.seeds, first_slot, options.replica)
-        if owner is None:  # no node answers: try the link's node again
-            return True
-        report = link.report
-        taken = any(
-            other is not link
-            and other.report.node == owner.node_id
-            and other.report.state != RETIRED
-            for other in self.links
-        )
-        if taken:  # its node gave its slots away (and turned replica): another link has them
-            text = f"its slots are served by {owner.address}, which another link follows: retired"
-            self._event(link, source_event(self.clock.now_us(), text, owner.address))
-            self._retire(link)
-            return False
-        if not owner.usable:
-            report.state = WAITING_FOR_FAILOVER
-            link.retry_at_us = self.clock.now_us() + FAILOVER_POLL_MS * 1000
-            return False
-        if owner.node_id != report.node:
-            text = (
-                f"slot {first_slot} is served by {owner.address} ({owner.node_id[:8]}) now, not "
-                f"{report.address} ({report.node[:8]}), as {seen_by} sees the cluster: "
-                "following it (a failover)"
-            )
-            self._event(link, source_event(self.clock.now_us(), text, owner.address))
-            link.url = node_url(self.seeds[0], owner)
-            report.node, report.address = owner.node_id, owner.address
-            if link.watch is not None:
-                link.watch.close()
-                link.watch = None
-        return True
-
-    def _retire(self, link: Link) -> None:
-        """``link`` is followed no more (its node serves no slot, or another link follows
-        the node that serves them): no reconnects, no side connection."""
-        link.report.state, link.retry_at_us = RETIRED, RETIRED_US
-        if link.watch is not None:
-            link.watch.close()
-            link.watch = None
 
     def _sync(self, link: Link, connection: ReplicaConnection, last_load: bool) -> None:
         applier, report = link.applier, link.report
@@ -316,58 +267,6 @@ class ClusterSession:
         if now - self._topology_us >= TOPOLOGY_INTERVAL_MS * 1000 and not stop.is_set():
             self._watch_topology()
         self._status(progress)
-
-    def _watch_topology(self) -> None:
-        """Read the topology again: each connected link's slots become its node's, and a
-        master without a link gets one (a node added), connected at once, unless some link's
-        node is not a usable master any more (a failover: that link moves first)."""
-        self._topology_us = self.clock.now_us()
-        found = read_any(self.seeds, self.options.replica)
-        if found is None or found[0].state != "ok":
-            return
-        topology = found[0]
-        owned = served(topology)
-        for link in self.links:
-            if link.connection is not None:
-                slots = owned.get(link.report.node, frozenset())
-                link.applier.slots = slots
-                link.report.slots = [[a, b] for a, b in ranges(sorted(slots))]
-        for node in topology.nodes:
-            url = node_url(self.seeds[0], node)
-            if url not in self.seeds:
-                self.seeds.append(url)
-        live = [link for link in self.links if link.report.state != RETIRED]
-        if any(link.connection is None or not _serving(topology, link) for link in live):
-            return  # a failover under way: its link moves to the promoted node first
-        followed = {link.report.node for link in live}
-        retired = {link.report.node: link for link in self.links if link not in live}
-        for master in topology.linkable():
-            if master.node_id in followed:
-                continue
-            if master.node_id in retired:
-                again = owned.get(master.node_id)
-                if again:  # slots moved back to a retired link's node
-                    self._revive(retired[master.node_id], master, again)
-                continue  # (an emptied master not yet turned replica, or seen late)
-            if self.make_link is not None:
-                link = self.make_link(master)
-                self.links.append(link)
-                self.order.add(link)
-                text = f"{master.address} ({master.node_id[:8]}) is a new master: a new link"
-                self._event(link, source_event(self.clock.now_us(), text, master.address))
-                self._try_connect(link, last_load=False)
-
-    def _revive(self, link: Link, master: ClusterNode, slots: frozenset[int]) -> None:
-        """A retired ``link``'s node serves ``slots`` again: reconnect it (``PSYNC`` from what
-        it applied; a full resync is written as the differences of those slots)."""
-        link.applier.slots = slots
-        link.report.slots = [[a, b] for a, b in ranges(sorted(slots))]
-        link.url = node_url(self.seeds[0], master)
-        link.report.address = master.address
-        link.report.state, link.retry_at_us, link.failures = RECONNECTING, 0, 0
-        text = f"{master.address} ({master.node_id[:8]}) serves slots again: its link resumes"
-        self._event(link, source_event(self.clock.now_us(), text, master.address))
-        self._try_connect(link, last_load=False)
 
     def _pump(self, wait_s: float) -> None:
         """Take what the readers queued (waiting up to ``wait_s`` for the first), then apply
@@ -560,9 +459,3 @@ def _resync_counts(applier: ShardApplier) -> tuple[int, int, int, int]:
     counts = applier.counts
     rows = counts.rdb_keys - counts.created - counts.updated
     return rows, counts.created, counts.updated, counts.removed_keys
-
-
-def _serving(topology: Topology, link: Link) -> bool:
-    """Whether ``link``'s node is a usable master in ``topology``."""
-    node = topology.node(link.report.node)
-    return node is not None and node.role == MASTER and node.usable

@@ -132,6 +132,20 @@ class Topology:
     def replicas_of(self, master_id: str) -> list[ClusterNode]:
         return [node for node in self.nodes if node.master_id == master_id]
 
+    def reader_of(self, master: ClusterNode, prefer_replica: bool) -> ClusterNode:
+        """The node a capture reads ``master``'s replication stream from: with
+        ``prefer_replica``, its usable replica (``health`` ``online``: in sync) with the
+        greatest ``replication_offset`` (ties: the smaller node id); else, or when it has
+        none, ``master`` itself. A replica proxies its master's stream byte for byte, with the
+        same replication ID and offsets (Redis ``replication.c``,
+        ``replicationFeedStreamFromMasterStream``)."""
+        if not prefer_replica:
+            return master
+        replicas = [node for node in self.replicas_of(master.node_id) if node.usable]
+        if not replicas:
+            return master
+        return min(replicas, key=lambda node: (-(node.replication_offset or 0), node.node_id))
+
     def slot_table(self) -> list[str | None]:
         """Per hash slot (0..16383), the id of the master that owns it, or ``None``: no master
         claims it. A slot two masters claim goes to the greater config epoch

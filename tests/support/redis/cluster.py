@@ -61,10 +61,10 @@ def assert_each_counter_value_once(data: Path) -> None:
         assert values == list(range(values[0], values[0] + len(values))), key
 
 
-def follow(cluster: Cluster, data: Path, port: int | None = None) -> Following:
+def follow(cluster: Cluster, data: Path, port: int | None = None, **kwargs: Any) -> Following:
     """:func:`capture_cluster` of the cluster (its node at ``port``, else the first) into 4
-    shards."""
-    return Following(cluster.url(port), data, 4, capture_cluster)
+    shards, with ``kwargs`` (``prefer_replica=True``)."""
+    return Following(cluster.url(port), data, 4, capture_cluster, **kwargs)
 
 
 def follow_still_keys(
@@ -81,13 +81,18 @@ def follow_still_keys(
     return following, last_lsns(data)
 
 
-def assert_moved_without_events(cluster: Cluster, data: Path, start: dict[str, int]) -> None:
-    """The capture (finished) equals the cluster, no ``still:`` key has an event after
-    ``start`` (:func:`follow_still_keys`), and every counter value is there once."""
+def assert_captured(cluster: Cluster, data: Path) -> None:
+    """The capture (finished) equals the cluster, every counter value there once."""
     assert_same_keyspace(our_state(data), cluster_state(cluster))
+    assert_each_counter_value_once(data)
+
+
+def assert_moved_without_events(cluster: Cluster, data: Path, start: dict[str, int]) -> None:
+    """:func:`assert_captured`, and no ``still:`` key has an event after ``start``
+    (:func:`follow_still_keys`)."""
+    assert_captured(cluster, data)
     touched = written_keys(events(data, start))
     assert not {key for key in touched if key.startswith("still:")}
-    assert_each_counter_value_once(data)
 
 
 def master_offsets(cluster: Cluster) -> dict[str, int]:

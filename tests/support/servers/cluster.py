@@ -103,8 +103,9 @@ class Cluster:
         return f"redis://127.0.0.1:{port or self.ports[0]}"
 
     def alive(self) -> list[int]:
-        """The ports of the nodes whose process runs."""
-        return [port for port in self.ports if self.processes[port].poll() is None]
+        """The ports of the nodes whose process runs (not exited, not stopped by
+        ``SIGSTOP``)."""
+        return [port for port in self.ports if _running(self.processes[port])]
 
     def master_ports(self) -> list[int]:
         """The ports of the running nodes that are masters now (``ROLE``) and serve slots."""
@@ -136,6 +137,13 @@ class Cluster:
             return port in self.master_ports()
 
         _wait(promoted, f"node {port} to be a master", timeout_s)
+
+
+def _running(process: subprocess.Popen[bytes]) -> bool:
+    if process.poll() is not None:
+        return False
+    with open(f"/proc/{process.pid}/stat", encoding="ascii") as stat:
+        return stat.read().rpartition(")")[2].split()[0] != "T"
 
 
 def _serves_slots(client: redis.Redis) -> bool:

@@ -15,8 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from moonish.redis.topology.nodes import REPLICA
-from moonish.redis.topology.probe import ClusterProbe
 from tests.support.cli import MOONISH, run
 from tests.support.paths import ROOT
 from tests.support.redis.capture import wait_for
@@ -25,6 +23,7 @@ from tests.support.redis.cluster import (
     caught_up_report,
     follow,
     mixed_writes,
+    replicas_online,
     writer,
 )
 from tests.support.servers.cluster import Cluster
@@ -36,14 +35,6 @@ def replicas_served(cluster: Cluster, port: int) -> int:
     """``connected_slaves`` of the node at ``port``."""
     with contextlib.closing(cluster.client(port)) as client:
         return int(client.info("replication")["connected_slaves"])
-
-
-def replicas_online(cluster: Cluster) -> bool:
-    """Whether the seed's ``CLUSTER SHARDS`` shows every replica ``online`` (a replica whose
-    offset gossip has not reached the seed yet shows ``loading``, and is not read)."""
-    with ClusterProbe(cluster.url()) as probe:
-        replicas = [node for node in probe.topology().nodes if node.role == REPLICA]
-    return len(replicas) == 3 and all(node.usable for node in replicas)
 
 
 def test_each_link_reads_a_replica_and_a_restart_continues_there(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -34,6 +33,7 @@ from moonish.redis.replication.resp import encode_command
 from moonish.values.model import Entry
 from tests.support.redis.rdb_dumps import LIBRARY, fill_every_encoding
 from tests.support.servers.redis_server import _free_port, comparable, redis_entries, redis_server
+from tests.support.tls import make_certificates
 
 pytestmark = pytest.mark.redis
 
@@ -347,58 +347,10 @@ def test_connection_refused_is_unavailable(tmp_path: Path) -> None:
     link.close()
 
 
-def _openssl(*args: str | Path) -> None:
-    subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
-
-
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A CA, and a server and a client certificate it signed for 127.0.0.1."""
-    where = tmp_path_factory.mktemp("tls")
-    curve = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes")
-    _openssl(
-        "req",
-        "-x509",
-        *curve,
-        "-keyout",
-        where / "ca.key",
-        "-out",
-        where / "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=moonish test CA",
-    )
-    (where / "san.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    for name in ("server", "client"):
-        _openssl(
-            "req",
-            *curve,
-            "-keyout",
-            where / f"{name}.key",
-            "-out",
-            where / f"{name}.csr",
-            "-subj",
-            f"/CN={name}",
-        )
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            where / f"{name}.csr",
-            "-CA",
-            where / "ca.crt",
-            "-CAkey",
-            where / "ca.key",
-            "-CAcreateserial",
-            "-days",
-            "2",
-            "-extfile",
-            where / "san.ext",
-            "-out",
-            where / f"{name}.crt",
-        )
-    return where
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 def test_tls_master(tmp_path: Path, certificates: Path) -> None:

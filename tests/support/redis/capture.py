@@ -32,8 +32,10 @@ def url_of(client: redis.Redis) -> str:
 
 
 def client_of(client: redis.Redis, db: int = 0) -> redis.Redis:
-    kwargs = client.connection_pool.connection_kwargs
-    return redis.Redis(host=kwargs["host"], port=kwargs["port"], db=db)
+    """A client of ``client``'s server (TLS and all) on database ``db``."""
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "db": db}
+    return redis.Redis(connection_pool=redis.ConnectionPool(pool.connection_class, **kwargs))
 
 
 def master_offset(client: redis.Redis) -> int:
@@ -130,6 +132,7 @@ class Following:
         data: Path,
         shards: int = 2,
         run: Callable[..., CaptureReport] = capture,
+        options: CaptureOptions = FAST,
         **kwargs: Any,
     ) -> None:
         self.stop = threading.Event()
@@ -145,7 +148,7 @@ class Following:
                         data,
                         shards,
                         stop=self.stop,
-                        options=FAST,
+                        options=options,
                         progress=self._seen,
                         on_event=self.events.append,
                         **kwargs,

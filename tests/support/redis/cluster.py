@@ -10,26 +10,29 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-import redis
 from redis.cluster import ClusterNode as ClientNode
 from redis.cluster import RedisCluster
 
 from moonish.redis.capture.status import CaptureReport
 from moonish.redis.cluster.runner import capture_cluster
+from moonish.redis.replication.messages import ReplicaOptions
+from moonish.redis.topology.nodes import REPLICA
+from moonish.redis.topology.probe import ClusterProbe
 from tests.support.redis.capture import Following, events, last_lsns, our_state, redis_state
 from tests.support.servers.cluster import Cluster
 
 
 def writer(cluster: Cluster) -> RedisCluster:
     """A cluster client that knows every running node (it follows MOVED and failovers)."""
-    return RedisCluster(startup_nodes=[ClientNode("127.0.0.1", p) for p in cluster.alive()])
+    nodes = [ClientNode("127.0.0.1", port) for port in cluster.alive()]
+    return RedisCluster(startup_nodes=nodes, **cluster.ssl())
 
 
 def cluster_state(cluster: Cluster) -> dict[Any, Any]:
     """Every master's keys, as :func:`our_state` gives moonish's."""
     state: dict[Any, Any] = {}
     for port in cluster.master_ports():
-        with contextlib.closing(redis.Redis(host="127.0.0.1", port=port)) as client:
+        with contextlib.closing(cluster.client(port, decode=False)) as client:
             state.update(redis_state(client, dbs=(0,)))
     return state
 
@@ -95,6 +98,15 @@ def assert_moved_without_events(cluster: Cluster, data: Path, start: dict[str, i
     assert not {key for key in touched if key.startswith("still:")}
 
 
+def replicas_online(cluster: Cluster, options: ReplicaOptions | None = None) -> bool:
+    """Whether the seed's ``CLUSTER SHARDS`` shows every replica ``online`` (a replica whose
+    offset gossip has not reached the seed yet shows ``loading``, and is not read by
+    ``prefer_replica``)."""
+    with ClusterProbe(cluster.url(), options) as probe:
+        replicas = [node for node in probe.topology().nodes if node.role == REPLICA]
+    return len(replicas) == cluster.masters and all(node.usable for node in replicas)
+
+
 def master_offsets(cluster: Cluster) -> dict[str, int]:
     """Each master's (that serves slots) ``master_repl_offset`` now, by ``host:port``."""
     offsets = {}
@@ -132,7 +144,7 @@ def reshard(cluster: Cluster, source: int, target: int, slots: int) -> None:
     ids = ("--cluster-from", node_id(cluster, source), "--cluster-to", node_id(cluster, target))
     count = ("--cluster-slots", str(slots), "--cluster-yes")
     subprocess.run(
-        [cli, "--cluster", "reshard", f"127.0.0.1:{source}", *ids, *count],
+        [cli, *cluster.cli_tls(), "--cluster", "reshard", f"127.0.0.1:{source}", *ids, *count],
         check=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.STDOUT,

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -45,25 +46,35 @@ def _free_cluster_port(taken: set[int]) -> int:
 @dataclass
 class Cluster:
     """A running cluster. ``ports``: every node's port, masters first (as created);
-    ``binary``, ``workdir``: how more nodes start (:meth:`add_master`)."""
+    ``binary``, ``workdir``: how more nodes start (:meth:`add_master`); ``tls``: the
+    certificates' directory (tests.support.tls) when the nodes speak TLS only (clients, the
+    cluster bus and replication), else ``None``."""
 
     ports: list[int]
     masters: int
     processes: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
     binary: str = ""
     workdir: Path = Path()
+    tls: Path | None = None
 
     def add_master(self) -> int:
         """Start a node and join it to the cluster as a master without slots
         (``redis-cli --cluster add-node``); its port once every node knows it."""
         port = _free_cluster_port(set(self.ports))
-        self.processes[port] = _start(self.binary, self.workdir, port)
+        self.processes[port] = _start(self.binary, self.workdir, port, self.tls)
         self.ports.append(port)
         self.wait_started(port)
         cli = shutil.which("redis-cli")
         assert cli
         subprocess.run(
-            [cli, "--cluster", "add-node", f"127.0.0.1:{port}", f"127.0.0.1:{self.ports[0]}"],
+            [
+                cli,
+                *self.cli_tls(),
+                "--cluster",
+                "add-node",
+                f"127.0.0.1:{port}",
+                f"127.0.0.1:{self.ports[0]}",
+            ],
             check=True,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.STDOUT,
@@ -95,12 +106,34 @@ class Cluster:
         with contextlib.closing(self.client(port)) as client:
             _wait(lambda: answers(client), f"node {port} answers PING")
 
-    def client(self, port: int) -> redis.Redis:
-        """A client of one node (text replies; the caller closes it)."""
-        return redis.Redis(host="127.0.0.1", port=port, decode_responses=True)
+    def client(self, port: int, decode: bool = True) -> redis.Redis:
+        """A client of one node (text replies unless not ``decode``; the caller closes it)."""
+        return redis.Redis(host="127.0.0.1", port=port, decode_responses=decode, **self.ssl())
+
+    def ssl(self) -> dict[str, Any]:
+        """redis-py's TLS arguments for this cluster's nodes (none without TLS)."""
+        if self.tls is None:
+            return {}
+        return {
+            "ssl": True,
+            "ssl_ca_certs": str(self.tls / "ca.crt"),
+            "ssl_certfile": str(self.tls / "client.crt"),
+            "ssl_keyfile": str(self.tls / "client.key"),
+        }
+
+    def cli_tls(self) -> list[str]:
+        """redis-cli's TLS arguments for this cluster's nodes (none without TLS)."""
+        if self.tls is None:
+            return []
+        tls = self.tls
+        return [
+            *("--tls", "--cacert", str(tls / "ca.crt")),
+            *("--cert", str(tls / "client.crt"), "--key", str(tls / "client.key")),
+        ]
 
     def url(self, port: int | None = None) -> str:
-        return f"redis://127.0.0.1:{port or self.ports[0]}"
+        scheme = "redis" if self.tls is None else "rediss"
+        return f"{scheme}://127.0.0.1:{port or self.ports[0]}"
 
     def alive(self) -> list[int]:
         """The ports of the nodes whose process runs (not exited, not stopped by
@@ -155,13 +188,27 @@ def _serves_slots(client: redis.Redis) -> bool:
     return False
 
 
-def _start(binary: str, workdir: Path, port: int) -> subprocess.Popen[bytes]:
+def _start(
+    binary: str, workdir: Path, port: int, tls: Path | None = None
+) -> subprocess.Popen[bytes]:
     node_dir = workdir / f"node-{port}"
     node_dir.mkdir(parents=True)
+    listen = ["--port", str(port)]
+    if tls is not None:  # TLS only: clients, replication and the cluster bus
+        listen = [
+            *("--port", "0", "--tls-port", str(port)),
+            *("--tls-cluster", "yes", "--tls-replication", "yes"),
+            *(
+                "--tls-cert-file",
+                str(tls / "server.crt"),
+                "--tls-key-file",
+                str(tls / "server.key"),
+            ),
+            *("--tls-ca-cert-file", str(tls / "ca.crt")),
+        ]
     args = [
         binary,
-        "--port",
-        str(port),
+        *listen,
         "--bind",
         "127.0.0.1",
         "--dir",
@@ -200,11 +247,16 @@ def _wait(predicate: Callable[[], bool], what: str, timeout_s: float = 60) -> No
 
 @contextlib.contextmanager
 def redis_cluster(
-    workdir: Path, masters: int = 3, replicas: int = 1, binary: str | None = None
+    workdir: Path,
+    masters: int = 3,
+    replicas: int = 1,
+    binary: str | None = None,
+    tls: Path | None = None,
 ) -> Iterator[Cluster]:
     """A cluster of ``masters`` masters (the 16,384 hash slots split evenly, as ``redis-cli
-    --cluster create`` splits them) with ``replicas`` replicas each; yields it once every node
-    reports ``cluster_state:ok`` and every replica is in sync."""
+    --cluster create`` splits them) with ``replicas`` replicas each, speaking TLS only when
+    ``tls`` names certificates (tests.support.tls); yields it once every node reports
+    ``cluster_state:ok`` and every replica is in sync."""
     binary = binary or shutil.which("redis-server")
     cli = shutil.which("redis-cli")
     assert binary, "redis-server is missing: `make install` installs it (Debian package)"
@@ -212,16 +264,17 @@ def redis_cluster(
     taken: set[int] = set()
     for _ in range(masters * (1 + replicas)):
         taken.add(_free_cluster_port(taken))
-    cluster = Cluster(sorted(taken), masters, binary=binary, workdir=workdir)
+    cluster = Cluster(sorted(taken), masters, binary=binary, workdir=workdir, tls=tls)
     try:
         for port in cluster.ports:
-            cluster.processes[port] = _start(binary, workdir, port)
+            cluster.processes[port] = _start(binary, workdir, port, tls)
         for port in cluster.ports:
             cluster.wait_started(port)
         addresses = [f"127.0.0.1:{port}" for port in cluster.ports]
         subprocess.run(
             [
                 cli,
+                *cluster.cli_tls(),
                 "--cluster",
                 "create",
                 *addresses,

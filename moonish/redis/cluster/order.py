@@ -11,12 +11,13 @@ wait on each other), counted as ``barrier_timeouts``.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
 from moonish.clock import Clock
 from moonish.errors import MoonishError
+from moonish.redis.cluster.functions import FUNCTION, reconcile
 from moonish.redis.cluster.handoff import APPLIED, NO_CHANGE, RESTORE_ASKING, Handoffs, barrier_of
 from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.replication.probe import MasterProbe
@@ -72,6 +73,10 @@ class Order:
         self.pending: dict[str, deque[ReplCommand]] = {link.link_id: deque() for link in links}
         self.barriers: dict[str, Barrier] = {}
         self._probes: dict[str, tuple[str, MasterProbe]] = {}
+        self.function_counts: Counter[str] = Counter()
+        """``FUNCTION`` commands by what was done to them (moonish.redis.cluster.functions)."""
+        self.on_note: Callable[[Stream, str], None] | None = None
+        """Told of a ``FUNCTION LOAD`` that replaced another node's library."""
 
     def add(self, link: Stream) -> None:
         """A link added while the capture runs (already in ``links``)."""
@@ -105,6 +110,11 @@ class Order:
         several = len(self.links) > 1
         while pending:
             command = pending[0]
+            if several and command.argv[0].upper() == FUNCTION:
+                if not chunk:  # alone in its chunk: decided after all before it applied
+                    pending.popleft()
+                    chunk.append(self._function(link, command))
+                break
             kind = barrier_of(command.argv) if several else None
             if kind is not None:
                 if not self._passed(link, kind):
@@ -113,6 +123,23 @@ class Order:
             pending.popleft()
             chunk.append(command)
         return chunk
+
+    def _function(self, link: Stream, command: ReplCommand) -> ReplCommand:
+        """A ``FUNCTION`` command made to do on moonish's libraries what it did on its node
+        (moonish.redis.cluster.functions); a library two nodes hold with different code is
+        told to :attr:`on_note`."""
+        libraries = self.handoffs.writers[0].libraries
+        argv, note = reconcile(command.argv, libraries)
+        self.function_counts[note or "applied"] += 1
+        if note.startswith("replaced") and self.on_note is not None:
+            self.on_note(
+                link,
+                f"FUNCTION LOAD of a library another node holds with other code: {note[9:]} "
+                "replaced with this node's (moonish holds one set of libraries per cluster)",
+            )
+        if argv is command.argv:
+            return command
+        return ReplCommand(command.start_offset, command.end_offset, argv or NO_CHANGE)
 
     def _passed(self, link: Stream, kind: str) -> bool:
         """Whether ``link`` may apply its next command (which needs a ``kind`` barrier)."""

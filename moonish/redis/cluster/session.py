@@ -49,11 +49,12 @@ from moonish.redis.capture.status import (
     psync_event,
     reconnect_event,
     remove_status,
+    source_event,
     write_status,
 )
 from moonish.redis.cluster.handoff import Handoffs
 from moonish.redis.cluster.links import Link, measure
-from moonish.redis.cluster.order import Order
+from moonish.redis.cluster.order import Order, Stream
 from moonish.redis.cluster.watch import TOPOLOGY_INTERVAL_MS, TopologyFollowing
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
 from moonish.redis.replication.resp import ReplCommand
@@ -88,6 +89,7 @@ class ClusterSession(TopologyFollowing):
         self.metrics: CaptureMetrics | None = None
         self.handoffs = Handoffs(links[0].applier.writers)
         self.order = Order(self.links, self.handoffs, options.replica, clock)
+        self.order.on_note = self._noted
         self.make_link: Callable[[ClusterNode, ClusterNode], Link] | None = None
         """A new link for a master that has none (a node added to the cluster), read from the
         second node (the master, or one of its replicas)."""
@@ -407,6 +409,13 @@ class ClusterSession(TopologyFollowing):
                 link.watch = None
 
     # -- status -------------------------------------------------------------------------
+
+    def _noted(self, stream: Stream, text: str) -> None:
+        """What the order tells of ``stream``'s commands, as a ``source`` event."""
+        for link in self.links:
+            if link.link_id == stream.link_id:
+                now = self.clock.now_us()
+                self._event(link, source_event(now, text, link.report.address))
 
     def _event(self, link: Link, event: CaptureEvent) -> None:
         if self.on_event is not None:

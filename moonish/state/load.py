@@ -185,6 +185,21 @@ def remove_missing(loader: Loader, keep: Callable[[int, bytes], bool], append: A
     return len(gone)
 
 
+def add_libraries(writer: ShardWriter, codes: list[bytes]) -> None:
+    """Give ``writer`` the function libraries ``codes`` (one cluster node's FUNCTION2 items, a
+    resync of its link) on top of those it holds (other nodes'; moonish.redis.cluster
+    .functions): a library it lacks or holds with other code is loaded (``REPLACE``), as a
+    ``moonish.function`` message; the others are kept.
+
+    Raises:
+        CommandError: a library Redis would refuse to load (a bad shebang).
+    """
+    held = set(writer.libraries.values())
+    for code in codes:
+        if code not in held:
+            writer.load_function(code, replace=True)
+
+
 def set_libraries(writer: ShardWriter, codes: list[bytes]) -> None:
     """Give ``writer`` exactly the function libraries ``codes`` (an RDB file's FUNCTION2
     items, a resync): ``FUNCTION FLUSH`` then a ``FUNCTION LOAD`` each, as

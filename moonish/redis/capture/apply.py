@@ -34,6 +34,7 @@ from moonish.slots import hash_slot, shard_of_key
 from moonish.state.commands.execute import keys_of
 from moonish.state.expiry import sweep
 from moonish.state.load import (
+    add_libraries,
     load_entries,
     load_order,
     loader_for,
@@ -254,7 +255,10 @@ class ShardApplier:
         for shard in self.own:
             writer = self.writers[shard]
             rows = not self._stored(shard)  # its first load (or one cut short)
-            set_libraries(writer, contents.functions)  # before the keys: the position goes last
+            if self.slots is None:  # before the keys: the position goes last
+                set_libraries(writer, contents.functions)
+            else:  # one cluster node's: the union of the nodes' (moonish.redis.cluster.functions)
+                add_libraries(writer, contents.functions)
             loader = loader_for(writer, b"PSYNC")
             keys = contents.keys[shard]
             present = {(db, key) for db, key, _ in keys}

@@ -126,3 +126,27 @@ def test_functions_loaded_on_every_master_are_captured_once(
     # per shard: lib and gone once (not once per master), lib's REPLACE, late, late replaced
     assert len(loads) == 5 * 4
     assert any("late replaced" in event.text for event in following.events)
+
+
+@pytest.mark.redis
+def test_full_resyncs_of_nodes_with_different_libraries_keep_them_all(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Each link's full resync loads its node's libraries on top of the other nodes' (the
+    first start's three, and a link's own again after its backlog is gone)."""
+    data = tmp_path / "data"
+    ports = cluster.master_ports()
+    for port in ports:
+        with contextlib.closing(cluster.client(port, decode=False)) as node:
+            node.execute_command("FUNCTION", "LOAD", V1)
+            node.execute_command("FUNCTION", "LOAD", library(f"only{port}", f"only{port}"))
+    following = follow(cluster, data)
+    caught_up_report(following, cluster)
+    report = following.finish()
+    assert report.full_resyncs == 3
+    every = {b"lib": V1} | {
+        f"only{port}".encode(): library(f"only{port}", f"only{port}") for port in ports
+    }
+    assert libraries_of(data) == [every] * 4
+    loads = [change for change in function_changes(data) if change["command"] == "load"]
+    assert len(loads) == 4 * 4  # per shard: lib once, and each node's own

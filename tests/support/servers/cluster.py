@@ -56,12 +56,14 @@ class Cluster:
     binary: str = ""
     workdir: Path = Path()
     tls: Path | None = None
+    extra: tuple[str, ...] = ()
+    """More redis-server arguments, for every node."""
 
     def add_master(self) -> int:
         """Start a node and join it to the cluster as a master without slots
         (``redis-cli --cluster add-node``); its port once every node knows it."""
         port = _free_cluster_port(set(self.ports))
-        self.processes[port] = _start(self.binary, self.workdir, port, self.tls)
+        self.processes[port] = _start(self.binary, self.workdir, port, self.tls, self.extra)
         self.ports.append(port)
         self.wait_started(port)
         cli = shutil.which("redis-cli")
@@ -189,7 +191,7 @@ def _serves_slots(client: redis.Redis) -> bool:
 
 
 def _start(
-    binary: str, workdir: Path, port: int, tls: Path | None = None
+    binary: str, workdir: Path, port: int, tls: Path | None = None, extra: tuple[str, ...] = ()
 ) -> subprocess.Popen[bytes]:
     node_dir = workdir / f"node-{port}"
     node_dir.mkdir(parents=True)
@@ -229,6 +231,7 @@ def _start(
         "0",
         "--logfile",
         str(node_dir / "redis.log"),
+        *extra,
     ]
     return subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
 
@@ -252,10 +255,12 @@ def redis_cluster(
     replicas: int = 1,
     binary: str | None = None,
     tls: Path | None = None,
+    extra: tuple[str, ...] = (),
 ) -> Iterator[Cluster]:
     """A cluster of ``masters`` masters (the 16,384 hash slots split evenly, as ``redis-cli
     --cluster create`` splits them) with ``replicas`` replicas each, speaking TLS only when
-    ``tls`` names certificates (tests.support.tls); yields it once every node reports
+    ``tls`` names certificates (tests.support.tls), each node started with the redis-server
+    arguments ``extra`` too; yields it once every node reports
     ``cluster_state:ok`` and every replica is in sync."""
     binary = binary or shutil.which("redis-server")
     cli = shutil.which("redis-cli")
@@ -264,10 +269,10 @@ def redis_cluster(
     taken: set[int] = set()
     for _ in range(masters * (1 + replicas)):
         taken.add(_free_cluster_port(taken))
-    cluster = Cluster(sorted(taken), masters, binary=binary, workdir=workdir, tls=tls)
+    cluster = Cluster(sorted(taken), masters, binary=binary, workdir=workdir, tls=tls, extra=extra)
     try:
         for port in cluster.ports:
-            cluster.processes[port] = _start(binary, workdir, port, tls)
+            cluster.processes[port] = _start(binary, workdir, port, tls, extra)
         for port in cluster.ports:
             cluster.wait_started(port)
         addresses = [f"127.0.0.1:{port}" for port in cluster.ports]

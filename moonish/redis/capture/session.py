@@ -54,7 +54,53 @@ Progress = Callable[[CaptureReport], None]
 OnEvent = Callable[[CaptureEvent], None]
 
 
-class CaptureSession:
+class StatusPublishing:
+    """What a running capture publishes, shared by :class:`CaptureSession` and a cluster's
+    ``ClusterSession`` (moonish.redis.cluster.session): ``capture.json``, ``filter.json``'s
+    counts, the ``moonish_source_*`` metrics and the progress callback. The session provides
+    the attributes declared here, ``_count`` (the report's counts from its appliers) and
+    ``_measure`` (its figures against the master)."""
+
+    data_dir: str
+    report: CaptureReport
+    options: CaptureOptions
+    clock: Clock
+    metrics: CaptureMetrics | None
+    filter_file: FilterFile | None
+    last_status_us: int
+    last_commands: int
+    _count: Callable[[], None]
+    _measure: Callable[[], None]
+
+    def _status(self, progress: Progress | None, force: bool = False) -> None:
+        """Every ``status_interval_ms`` (or now, ``force``): the counts, how far behind the
+        master, the commands per second since the last time, then :meth:`_publish` and the
+        progress callback."""
+        now = self.clock.now_us()
+        elapsed_us = now - self.last_status_us
+        if not force and elapsed_us < self.options.status_interval_ms * 1000:
+            return
+        self._count()
+        self._measure()
+        if elapsed_us > 0:
+            rate = (self.report.commands - self.last_commands) / (elapsed_us / 1e6)
+            self.report.commands_per_s = rate
+        self.last_commands, self.last_status_us = self.report.commands, now
+        self._publish(now, running=True)
+        if progress is not None:
+            progress(self.report)
+
+    def _publish(self, now_us: int, running: bool) -> None:
+        """``capture.json`` (``running`` or stopped), ``filter.json``'s counts (when the
+        capture has a filter) and the metrics, as the report stands."""
+        write_status(self.data_dir, self.report, now_us, running=running)
+        if self.filter_file is not None and self.report.filtered:
+            self.filter_file.save(Counter(self.report.filtered))
+        if self.metrics is not None:
+            self.metrics.observe(self.report, now_us)
+
+
+class CaptureSession(StatusPublishing):
     """The stream's side of a capture: the connection, acknowledgements and status; the
     shards are written by the appliers behind ``channels`` (in this process, or workers)."""
 
@@ -272,11 +318,7 @@ class CaptureSession:
         self.report.link = STOPPED
         self._count()
         self._measure()
-        now = self.clock.now_us()
-        write_status(self.data_dir, self.report, now, running=False)
-        self._save_filtered()
-        if self.metrics is not None:
-            self.metrics.observe(self.report, now)
+        self._publish(self.clock.now_us(), running=False)
 
     # -- durability, status -------------------------------------------------------------
 
@@ -286,26 +328,6 @@ class CaptureSession:
             link.ack(durable)
             self.report.durable_offset = durable
         self._status(progress)
-
-    def _status(self, progress: Progress | None, force: bool = False) -> None:
-        """Every ``status_interval_ms`` (or now, ``force``): the counts, how far behind the
-        master, ``capture.json`` and the progress callback."""
-        now = self.clock.now_us()
-        elapsed_us = now - self.last_status_us
-        if not force and elapsed_us < self.options.status_interval_ms * 1000:
-            return
-        self._count()
-        self._measure()
-        if elapsed_us > 0:
-            rate = (self.report.commands - self.last_commands) / (elapsed_us / 1e6)
-            self.report.commands_per_s = rate
-        self.last_commands, self.last_status_us = self.report.commands, now
-        write_status(self.data_dir, self.report, now, running=True)
-        self._save_filtered()
-        if self.metrics is not None:
-            self.metrics.observe(self.report, now)
-        if progress is not None:
-            progress(self.report)
 
     def _measure(self) -> None:
         """The report's figures against the master (moonish.redis.capture.behind)."""
@@ -320,11 +342,6 @@ class CaptureSession:
         counts = [channel.counts() for channel in self.channels]
         tally(self.report, counts, counts[0].commands, counts[0].transactions)
         self.report.records = sum(channel.appended() for channel in self.channels)
-
-    def _save_filtered(self) -> None:
-        """``filter.json`` with this run's counts so far (when it has a filter)."""
-        if self.filter_file is not None and self.report.filtered:
-            self.filter_file.save(Counter(self.report.filtered))
 
 
 def tally(

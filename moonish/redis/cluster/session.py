@@ -27,7 +27,6 @@ import contextlib
 import os
 import queue
 import threading
-from collections import Counter
 from collections.abc import Callable
 
 from moonish.clock import Clock
@@ -36,7 +35,7 @@ from moonish.gcpolicy import settle_gc
 from moonish.redis.capture.apply import ShardApplier
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.metrics import CaptureMetrics
-from moonish.redis.capture.session import tally
+from moonish.redis.capture.session import StatusPublishing, tally
 from moonish.redis.capture.status import (
     CONNECTED,
     RECONNECTING,
@@ -50,7 +49,6 @@ from moonish.redis.capture.status import (
     reconnect_event,
     remove_status,
     source_event,
-    write_status,
 )
 from moonish.redis.cluster.handoff import Handoffs
 from moonish.redis.cluster.links import Link, measure
@@ -67,7 +65,7 @@ CATCH_UP_MAX_MS = 10_000
 _QUEUED_BATCHES = 64  # per capture: a reader waits when the appliers are this far behind
 
 
-class ClusterSession(TopologyFollowing):
+class ClusterSession(TopologyFollowing, StatusPublishing):
     """Connects, syncs and applies every link until ``stop`` (module docstring)."""
 
     def __init__(
@@ -99,8 +97,8 @@ class ClusterSession(TopologyFollowing):
         self._queue: queue.Queue[tuple[Link, list[ReplCommand] | BaseException]] = queue.Queue(
             _QUEUED_BATCHES
         )
-        self._last_status_us = clock.now_us()
-        self._last_commands = 0
+        self.last_status_us = clock.now_us()
+        self.last_commands = 0
 
     # -- the run ------------------------------------------------------------------------
 
@@ -381,10 +379,7 @@ class ClusterSession(TopologyFollowing):
         self.report.link = STOPPED
         self._count()
         self._measure()
-        now = self.clock.now_us()
-        write_status(self.data_dir, self.report, now, running=False)
-        self._save_filtered()
-        self._observe(now)
+        self._publish(self.clock.now_us(), running=False)
         self._halt()
 
     def _stop_readers(self) -> None:
@@ -424,29 +419,6 @@ class ClusterSession(TopologyFollowing):
             text = f"link {report.link[:8]} ({report.address}): {event.text}"
             self.on_event(CaptureEvent(event.kind, event.time_us, text, fields))
 
-    def _status(self, progress: Progress | None, force: bool = False) -> None:
-        now = self.clock.now_us()
-        elapsed_us = now - self._last_status_us
-        if not force and elapsed_us < self.options.status_interval_ms * 1000:
-            return
-        self._count()
-        self._measure()
-        if elapsed_us > 0:
-            rate = (self.report.commands - self._last_commands) / (elapsed_us / 1e6)
-            self.report.commands_per_s = rate
-        self._last_commands, self._last_status_us = self.report.commands, now
-        write_status(self.data_dir, self.report, now, running=True)
-        self._save_filtered()
-        self._observe(now)
-        if progress is not None:
-            progress(self.report)
-
-    def _observe(self, now_us: int) -> None:
-        """The ``moonish_source_*`` metrics (labelled with the capture's ``master``: the
-        links' sums, connected when every link is)."""
-        if self.metrics is not None:
-            self.metrics.observe(self.report, now_us)
-
     def _measure(self) -> None:
         """Each link against its node, and the capture's sums (moonish.redis.cluster.links
         ``measure``)."""
@@ -457,10 +429,6 @@ class ClusterSession(TopologyFollowing):
         counts = [link.applier.counts for link in self.links]
         commands = sum(c.commands for c in counts)
         tally(self.report, counts, commands, sum(c.transactions for c in counts))
-
-    def _save_filtered(self) -> None:
-        if self.filter_file is not None and self.report.filtered:
-            self.filter_file.save(Counter(self.report.filtered))
 
 
 def _resync_counts(applier: ShardApplier) -> tuple[int, int, int, int]:

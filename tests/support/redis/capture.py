@@ -32,9 +32,9 @@ def url_of(client: redis.Redis) -> str:
 
 
 def client_of(client: redis.Redis, db: int = 0) -> redis.Redis:
-    """A client of ``client``'s server (TLS and all) on database ``db``."""
+    """A client of ``client``'s server (TLS and all) on database ``db``, bytes replies."""
     pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "db": db}
+    kwargs = {**pool.connection_kwargs, "db": db, "decode_responses": False}
     return redis.Redis(connection_pool=redis.ConnectionPool(pool.connection_class, **kwargs))
 
 

@@ -28,6 +28,7 @@ FAILOVER_POLL_MS = 250
 READER_WAIT_MS = 1_000
 """How long a link waits for its replica to hold what it applied."""
 RETIRED_US = 2**62
+"""A retired link's next connection time (µs): never."""
 
 
 def read_any(
@@ -69,8 +70,8 @@ class TopologyFollowing:
     _try_connect: Callable[..., bool]
 
     def _follow_owner(self, link: Link) -> bool:
-        """After a lost link: move it to the master that serves its slots now (module
-        docstring, failover), read from one of its replicas with ``prefer_replica`` (the
+        """After a lost link: move it to the master that serves its slots now
+        (moonish.redis.cluster.session, failover), read from one of its replicas with ``prefer_replica`` (the
         master once a replica failed the link twice in a row); whether to connect now
         (``False``: the slots' owner is failed and none has taken over: wait, as after a
         failed attempt)."""

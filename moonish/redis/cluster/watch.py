@@ -71,10 +71,10 @@ class TopologyFollowing:
 
     def _follow_owner(self, link: Link) -> bool:
         """After a lost link: move it to the master that serves its slots now
-        (moonish.redis.cluster.session, failover), read from one of its replicas with ``prefer_replica`` (the
-        master once a replica failed the link twice in a row); whether to connect now
-        (``False``: the slots' owner is failed and none has taken over: wait, as after a
-        failed attempt)."""
+        (moonish.redis.cluster.session, failover), read from one of its replicas with
+        ``prefer_replica`` (the master once a replica failed the link twice in a row);
+        whether to connect now (``False``: the slots' owner is failed and none has taken
+        over: wait, as after a failed attempt)."""
         if not link.report.slots:  # its node serves nothing any more: nothing to follow
             self._retire(link)
             return False

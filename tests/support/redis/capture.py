@@ -32,10 +32,11 @@ def url_of(client: redis.Redis) -> str:
 
 
 def client_of(client: redis.Redis, db: int = 0) -> redis.Redis:
-    """A client of ``client``'s server (TLS and all) on database ``db``, bytes replies."""
+    """A client of ``client``'s server (TLS and all) on database ``db``, bytes replies; it owns
+    its pool (``close()`` closes its connections)."""
     pool = client.connection_pool
     kwargs = {**pool.connection_kwargs, "db": db, "decode_responses": False}
-    return redis.Redis(connection_pool=redis.ConnectionPool(pool.connection_class, **kwargs))
+    return redis.Redis.from_pool(redis.ConnectionPool(pool.connection_class, **kwargs))
 
 
 def master_offset(client: redis.Redis) -> int:

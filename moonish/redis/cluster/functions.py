@@ -30,10 +30,12 @@ from moonish.state.commands.functions import library_name
 FUNCTION = b"FUNCTION"
 
 
-def reconcile(argv: list[bytes], libraries: Mapping[bytes, bytes]) -> tuple[list[bytes], str]:
+def reconcile(
+    argv: list[bytes], libraries: Mapping[bytes, bytes]
+) -> tuple[list[bytes], bytes | None]:
     """``argv`` (a ``FUNCTION`` command of one master's stream) as it applies to
-    ``libraries`` (moonish's, name → code), with what was changed (``""``: nothing;
-    ``"no change"``; ``"replaced <name>"``); an empty ``argv`` means no change.
+    ``libraries`` (moonish's, name → code), and the name of the library it replaces with
+    other code (``None`` when it replaces none); an empty ``argv`` changes nothing.
 
     A command that does not parse is returned as it is (applying it raises Redis's error).
     """
@@ -42,17 +44,17 @@ def reconcile(argv: list[bytes], libraries: Mapping[bytes, bytes]) -> tuple[list
         try:
             name = library_name(argv[2])
         except CommandError:
-            return argv, ""
+            return argv, None
         held = libraries.get(name)
         if held is None:
-            return argv, ""
+            return argv, None
         if held == argv[2]:
-            return [], "no change"
-        return [FUNCTION, b"LOAD", b"REPLACE", argv[2]], f"replaced {name.decode(errors='replace')}"
+            return [], None
+        return [FUNCTION, b"LOAD", b"REPLACE", argv[2]], name
     if sub == b"DELETE" and len(argv) == 3 and argv[2] not in libraries:
-        return [], "no change"
+        return [], None
     if sub == b"FLUSH" and not libraries:
-        return [], "no change"
+        return [], None
     if sub == b"RESTORE" and (len(argv) == 3 or (len(argv) == 4 and argv[3].upper() == b"APPEND")):
-        return [FUNCTION, b"RESTORE", argv[2], b"REPLACE"], ""
-    return argv, ""
+        return [FUNCTION, b"RESTORE", argv[2], b"REPLACE"], None
+    return argv, None

@@ -11,7 +11,7 @@ wait on each other), counted as ``barrier_timeouts``.
 
 from __future__ import annotations
 
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -73,8 +73,6 @@ class Order:
         self.pending: dict[str, deque[ReplCommand]] = {link.link_id: deque() for link in links}
         self.barriers: dict[str, Barrier] = {}
         self._probes: dict[str, tuple[str, MasterProbe]] = {}
-        self.function_counts: Counter[str] = Counter()
-        """``FUNCTION`` commands by what was done to them (moonish.redis.cluster.functions)."""
         self.on_note: Callable[[Stream, str], None] | None = None
         """Told of a ``FUNCTION LOAD`` that replaced another node's library."""
 
@@ -129,12 +127,12 @@ class Order:
         (moonish.redis.cluster.functions); a library two nodes hold with different code is
         told to :attr:`on_note`."""
         libraries = self.handoffs.writers[0].libraries
-        argv, note = reconcile(command.argv, libraries)
-        self.function_counts[note or "applied"] += 1
-        if note.startswith("replaced") and self.on_note is not None:
+        argv, replaced = reconcile(command.argv, libraries)
+        if replaced is not None and self.on_note is not None:
+            name = replaced.decode(errors="replace")
             self.on_note(
                 link,
-                f"FUNCTION LOAD of a library another node holds with other code: {note[9:]} "
+                f"FUNCTION LOAD of a library another node holds with other code: {name} "
                 "replaced with this node's (moonish holds one set of libraries per cluster)",
             )
         if argv is command.argv:

@@ -37,6 +37,7 @@ from tests.support.redis.cluster import (
     assert_each_counter_value_once,
     assert_same_keyspace,
     caught_up_report,
+    cli_capture_info,
     cluster_state,
     follow,
     mixed_writes,
@@ -206,27 +207,13 @@ def test_the_cli_follows_a_cluster_and_cdc_info_shows_its_links(
     data = tmp_path / "data"
     client = writer(cluster)
     mixed_writes(client, 0, 50)
-    process = subprocess.Popen(
-        [*MOONISH, "wal", "capture", cluster.url(), str(data), "--shards", "2"],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    try:
-        wait_for(lambda: (data / "capture.json").exists(), "capture.json", 60)
-        time.sleep(1.5)
-        info = json.loads(run("cdc", "info", str(data)).stdout)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        stdout, stderr = process.communicate(timeout=60)
+    info, summary, stderr = cli_capture_info(cluster.url(), str(data), "--shards", "2")
     client.close()
-    assert process.returncode == 0, stderr.decode()
     links = info["capture"]["links"]
     assert sorted(int(link["address"].rsplit(":", 1)[1]) for link in links) == sorted(
         cluster.master_ports()
     )
     assert {link["state"] for link in links} == {"connected"}
-    summary = json.loads(stdout)
     assert len(summary["links"]) == 3
     assert b"+FULLRESYNC" in stderr and b"link " in stderr
     assert info["shards"][0]["source_position"]["position"]["links"]

@@ -41,36 +41,41 @@ HELD = {b"lib": V1}
 
 
 @pytest.mark.parametrize(
-    ("argv", "held", "expected", "note"),
+    ("argv", "held", "expected", "replaced"),
     [
-        ([b"FUNCTION", b"LOAD", V1], HELD, [], "no change"),
-        ([b"FUNCTION", b"LOAD", V2], HELD, [b"FUNCTION", b"LOAD", b"REPLACE", V2], "replaced lib"),
-        ([b"FUNCTION", b"LOAD", V1], {}, [b"FUNCTION", b"LOAD", V1], ""),
-        ([b"FUNCTION", b"LOAD", b"REPLACE", V2], HELD, [b"FUNCTION", b"LOAD", b"REPLACE", V2], ""),
-        ([b"FUNCTION", b"LOAD", b"no shebang"], HELD, [b"FUNCTION", b"LOAD", b"no shebang"], ""),
-        ([b"FUNCTION", b"DELETE", b"lib"], {}, [], "no change"),
-        ([b"FUNCTION", b"DELETE", b"lib"], HELD, [b"FUNCTION", b"DELETE", b"lib"], ""),
-        ([b"FUNCTION", b"FLUSH"], {}, [], "no change"),
-        ([b"FUNCTION", b"FLUSH", b"ASYNC"], HELD, [b"FUNCTION", b"FLUSH", b"ASYNC"], ""),
-        ([b"FUNCTION", b"RESTORE", b"p"], HELD, [b"FUNCTION", b"RESTORE", b"p", b"REPLACE"], ""),
+        ([b"FUNCTION", b"LOAD", V1], HELD, [], None),
+        ([b"FUNCTION", b"LOAD", V2], HELD, [b"FUNCTION", b"LOAD", b"REPLACE", V2], b"lib"),
+        ([b"FUNCTION", b"LOAD", V1], {}, [b"FUNCTION", b"LOAD", V1], None),
+        (
+            [b"FUNCTION", b"LOAD", b"REPLACE", V2],
+            HELD,
+            [b"FUNCTION", b"LOAD", b"REPLACE", V2],
+            None,
+        ),
+        ([b"FUNCTION", b"LOAD", b"no shebang"], HELD, [b"FUNCTION", b"LOAD", b"no shebang"], None),
+        ([b"FUNCTION", b"DELETE", b"lib"], {}, [], None),
+        ([b"FUNCTION", b"DELETE", b"lib"], HELD, [b"FUNCTION", b"DELETE", b"lib"], None),
+        ([b"FUNCTION", b"FLUSH"], {}, [], None),
+        ([b"FUNCTION", b"FLUSH", b"ASYNC"], HELD, [b"FUNCTION", b"FLUSH", b"ASYNC"], None),
+        ([b"FUNCTION", b"RESTORE", b"p"], HELD, [b"FUNCTION", b"RESTORE", b"p", b"REPLACE"], None),
         (
             [b"FUNCTION", b"RESTORE", b"p", b"append"],
             HELD,
             [b"FUNCTION", b"RESTORE", b"p", b"REPLACE"],
-            "",
+            None,
         ),
         (
             [b"FUNCTION", b"RESTORE", b"p", b"FLUSH"],
             HELD,
             [b"FUNCTION", b"RESTORE", b"p", b"FLUSH"],
-            "",
+            None,
         ),
     ],
 )
 def test_a_function_command_does_what_it_did_on_its_node(
-    argv: list[bytes], held: dict[bytes, bytes], expected: list[bytes], note: str
+    argv: list[bytes], held: dict[bytes, bytes], expected: list[bytes], replaced: bytes | None
 ) -> None:
-    assert reconcile(argv, held) == (expected, note)
+    assert reconcile(argv, held) == (expected, replaced)
 
 
 def libraries_of(data: Path) -> list[dict[bytes, bytes]]:

@@ -7,24 +7,22 @@ every command applied once."""
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import MOONISH, run
-from tests.support.paths import ROOT
+from tests.support.cli import run
 from tests.support.redis.capture import wait_for
 from tests.support.redis.cluster import (
     assert_captured,
     caught_up_report,
+    cli_capture_info,
     follow,
     mixed_writes,
     replicas_online,
     writer,
+    written_with_replicas,
 )
 from tests.support.servers.cluster import Cluster
 
@@ -41,9 +39,7 @@ def test_each_link_reads_a_replica_and_a_restart_continues_there(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    client = writer(cluster)
-    mixed_writes(client, 0, 200)
-    wait_for(lambda: replicas_online(cluster), "the seed to see every replica online")
+    client = written_with_replicas(cluster, 200)
     following = follow(cluster, data, prefer_replica=True)
     caught_up_report(following, cluster)
     mixed_writes(client, 200, 200)
@@ -74,9 +70,7 @@ def test_a_killed_master_read_through_its_replica_is_followed_to_it(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    client = writer(cluster)
-    mixed_writes(client, 0, 200)
-    wait_for(lambda: replicas_online(cluster), "the seed to see every replica online")
+    client = written_with_replicas(cluster, 200)
     following = follow(cluster, data, prefer_replica=True)
     caught_up_report(following, cluster)
     victim = cluster.master_ports()[0]
@@ -105,26 +99,13 @@ def test_the_cli_reads_replicas_and_refuses_the_flag_without_a_cluster(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     data = tmp_path / "data"
-    client = writer(cluster)
-    mixed_writes(client, 0, 50)
-    client.close()
-    wait_for(lambda: replicas_online(cluster), "the seed to see every replica online")
-    args = ["wal", "capture", cluster.url(), str(data), "--shards", "2", "--prefer-replica"]
-    process = subprocess.Popen(
-        [*MOONISH, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE
-    )
-    try:
-        wait_for(lambda: (data / "capture.json").exists(), "capture.json", 60)
-        time.sleep(1.5)
-        info = json.loads(run("cdc", "info", str(data)).stdout)
-    finally:
-        process.send_signal(signal.SIGTERM)
-        _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 0, stderr.decode()
+    written_with_replicas(cluster, 50).close()
+    args = [cluster.url(), str(data), "--shards", "2", "--prefer-replica"]
+    info, _, _ = cli_capture_info(*args)
     links = info["capture"]["links"]
     assert len(links) == 3 and {link["role"] for link in links} == {"replica"}
     assert all(link["read_from"] != link["address"] for link in links)
-    refused = run(*args, "--no-cluster")
+    refused = run("wal", "capture", *args, "--no-cluster")
     assert refused.returncode == 2 and b"--prefer-replica" in refused.stderr
 
 

@@ -4,8 +4,11 @@ every family, the cluster's keyspace to compare with moonish's, and the capture 
 from __future__ import annotations
 
 import contextlib
+import json
 import shutil
+import signal
 import subprocess
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,16 @@ from moonish.redis.cluster.runner import capture_cluster
 from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.topology.nodes import REPLICA
 from moonish.redis.topology.probe import ClusterProbe
-from tests.support.redis.capture import Following, events, last_lsns, our_state, redis_state
+from tests.support.cli import MOONISH, run
+from tests.support.paths import ROOT
+from tests.support.redis.capture import (
+    Following,
+    events,
+    last_lsns,
+    our_state,
+    redis_state,
+    wait_for,
+)
 from tests.support.servers.cluster import Cluster
 
 
@@ -105,6 +117,37 @@ def replicas_online(cluster: Cluster, options: ReplicaOptions | None = None) -> 
     with ClusterProbe(cluster.url(), options) as probe:
         replicas = [node for node in probe.topology().nodes if node.role == REPLICA]
     return len(replicas) == cluster.masters and all(node.usable for node in replicas)
+
+
+def written_with_replicas(cluster: Cluster, count: int) -> RedisCluster:
+    """A client that has made ``count`` mixed writes, once the seed shows every replica
+    online (so ``prefer_replica`` reads them); the caller closes it."""
+    client = writer(cluster)
+    mixed_writes(client, 0, count)
+    wait_for(lambda: replicas_online(cluster), "the seed to see every replica online")
+    return client
+
+
+def cli_capture_info(*args: str) -> tuple[dict[str, Any], dict[str, Any], bytes]:
+    """Run ``moonish wal capture <args>`` (``args[1]``: the data directory) until it wrote
+    ``capture.json`` and 1.5 s more, what ``moonish cdc info`` printed then (JSON), and the
+    summary and stderr the capture printed when SIGTERM stopped it (exit 0 asserted)."""
+    data = Path(args[1])
+    process = subprocess.Popen(
+        [*MOONISH, "wal", "capture", *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_for(lambda: (data / "capture.json").exists(), "capture.json", 60)
+        time.sleep(1.5)
+        info = json.loads(run("cdc", "info", str(data)).stdout)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=60)
+    assert process.returncode == 0, stderr.decode()
+    return info, json.loads(stdout), stderr
 
 
 def master_offsets(cluster: Cluster) -> dict[str, int]:

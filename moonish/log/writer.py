@@ -495,6 +495,32 @@ class WalWriter:
             self._fdatasync(self._fd, self._next_lsn - 1)
             self._dirty = False
 
+    def sync_descriptor(self) -> tuple[int, int]:
+        """Write the gathered appends, and open the newest segment again (read-only) for
+        another process to sync: an ``fdatasync`` of the returned descriptor makes every
+        record of that segment up to the returned LSN durable. The caller closes it.
+
+        A file description of its own: a writeback error that its sync reports is reported
+        to this writer's next fdatasync as well (Linux's ``errseq_t``: every description open
+        when the error happened sees it), so this writer still stops on it.
+
+        Raises:
+            InvalidArgumentError: the writer is closed.
+            UnavailableError: the writer stopped on a failure, or the segment could not be
+                opened.
+        """
+        with self._lock:
+            self._check_usable()
+            self._flush()
+            path = self._segment_path()
+            try:
+                return os.open(path, os.O_RDONLY), self._next_lsn - 1
+            except OSError as error:
+                raise UnavailableError(
+                    f"the newest segment could not be opened to sync it ({error.strerror})",
+                    path=path,
+                ) from error
+
     def heartbeat(self) -> int:
         """Close time now: promise (in ``heartbeat.json``, fsynced) that every later record
         has a commit time at or after the returned one (µs since the Unix epoch), the

@@ -1,10 +1,13 @@
 """Snapshots a writer takes on its own, written by a forked child (docs/images.md, "Snapshots").
 
 As Redis writes its RDB in the background (``rdbSaveBackground`` in Redis's src/rdb.c): the
-writer syncs its log, forks, and the child writes the keyspace as it was at the fork (the
-kernel shares the pages copy-on-write) while the writer goes on appending. The writer's pause
-is the sync and the ``fork`` (the page tables: milliseconds per GiB of heap; docs/benchmarks.md
-§14). The child writes to a temporary name, syncs and renames (moonish.state.snapshot); the
+writer forks, and the child writes the keyspace as it was at the fork (the kernel shares the
+pages copy-on-write) while the writer goes on appending. A snapshot never claims records the
+log could lose: the child first syncs the log's newest segment up to the snapshot's LSN (on a
+descriptor the writer opened for it, ``WalWriter.sync_descriptor``), so the writer's pause is
+the ``fork`` alone (the page tables: milliseconds per GiB of heap; docs/benchmarks.md §14),
+not the disk's sync. The child writes to a temporary name, syncs and renames
+(moonish.state.snapshot); the
 writer, polling the child between appends, then appends the checkpoint record and drops
 snapshots older than the ones kept. A child the writer kills (the writer closes first) leaves
 no snapshot, only its temporary file, which is removed.
@@ -25,7 +28,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from moonish.errors import InvalidArgumentError, MoonishError
+from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
 from moonish.state.config import (
     DEFAULT_SNAPSHOT_EVERY_BYTES,
     DEFAULT_SNAPSHOT_EVERY_RECORDS,
@@ -103,7 +106,7 @@ class BackgroundSnapshot:
     """A snapshot being written by a child process (see the module docstring).
 
     Attributes:
-        lsn: the snapshot's LSN (the log was synced up to it before the fork).
+        lsn: the snapshot's LSN (the child syncs the log up to it before it writes).
         path: the snapshot file it writes.
         reason: why it was taken (``"records"``, ``"bytes"``, ``"time"``, ``"asked"``).
         label: its checkpoint record's label (``auto:<reason>`` unless given).
@@ -123,13 +126,21 @@ class BackgroundSnapshot:
         source: bytes,
         reason: str,
         label: str = "",
+        sync_fd: int = -1,
     ) -> None:
+        """``sync_fd``: a descriptor of the log's newest segment the child syncs before it
+        writes anything (-1: none); this process closes it once the child has it."""
         self.lsn, self.reason = lsn, reason
         self.label = label or f"auto:{reason}"
         self.finished = False
         self.path = snapshot_path(shard_dir, lsn)
         self.started = time.monotonic()
-        self._error_read, error_write = os.pipe()
+        try:
+            self._error_read, error_write = os.pipe()
+        except OSError:
+            if sync_fd >= 0:
+                os.close(sync_fd)
+            raise
         began = time.perf_counter()
         self.pid = -1
         try:
@@ -138,10 +149,13 @@ class BackgroundSnapshot:
             os.close(self._error_read)
             raise
         finally:
-            if self.pid != 0:  # (the child closes it when it is done)
+            if self.pid != 0:  # (the child closes them when it is done)
                 os.close(error_write)
-        if self.pid == 0:  # the child: write, report, exit without running any cleanup
-            _child(error_write, (shard_dir, shard, lsn, keyspace, created_us, libraries, source))
+                if sync_fd >= 0:
+                    os.close(sync_fd)
+        if self.pid == 0:  # the child: sync, write, report, exit without running any cleanup
+            args = (shard_dir, shard, lsn, keyspace, created_us, libraries, source)
+            _child(error_write, sync_fd, args)
         self.pause_s = time.perf_counter() - began
         self._status: int | None = None
         self.error: str | None = None
@@ -182,21 +196,39 @@ class BackgroundSnapshot:
             self.error = said or f"the snapshot process ended with {ended}"
 
 
-def _child(error_write: int, args: tuple[str, int, int, Keyspace, int, Libraries, bytes]) -> None:
+def _child(
+    error_write: int,
+    sync_fd: int,
+    args: tuple[str, int, int, Keyspace, int, Libraries, bytes],
+) -> None:
     code = 1
     try:
         gc.disable()
         # Nothing of the parent's stays open here: not the shard's lock (a writer that
         # starts after the parent died must not wait for this child), segments or sockets;
         # standard streams neither: a pipe the parent writes into ends when the parent does.
-        os.closerange(3, error_write)
-        os.closerange(error_write + 1, os.sysconf("SC_OPEN_MAX"))
+        low = 3
+        for keep in sorted({error_write, sync_fd} - {-1}):
+            os.closerange(low, keep)
+            low = keep + 1
+        os.closerange(low, os.sysconf("SC_OPEN_MAX"))
         null = os.open(os.devnull, os.O_RDWR)
         for stream in (0, 1, 2):
             os.dup2(null, stream)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's Ctrl-C is the parent's
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         shard_dir, shard, lsn, keyspace, created_us, libraries, source = args
+        if sync_fd >= 0:
+            try:
+                os.fdatasync(sync_fd)  # the log up to ``lsn`` is durable before the snapshot
+            except OSError as error:
+                raise UnavailableError(
+                    f"the log could not be synced up to LSN {lsn} ({error.strerror}); no "
+                    "snapshot was written",
+                    path=shard_dir,
+                    lsn=lsn,
+                ) from error
+            os.close(sync_fd)
         write_snapshot(
             shard_dir, shard, lsn, keyspace, created_us, libraries, source, drop_older=False
         )
@@ -232,7 +264,9 @@ class SnapshotHost(Protocol):
         """The snapshot's creation time, µs since the Unix epoch (read only when one starts)."""
         ...
 
-    def sync(self) -> None: ...
+    def sync_descriptor(self) -> tuple[int, int]:
+        """The log's newest segment opened for the child to sync, and the last LSN."""
+        ...
 
     def append_checkpoint(self, lsn: int, label: str) -> None: ...
 
@@ -288,18 +322,22 @@ class AutoSnapshots:
                 self.error = f"the snapshot could not start: {exc!r}"
 
     def start(self, host: SnapshotHost, reason: str, label: str = "") -> BackgroundSnapshot:
-        """Sync the log and fork the child that writes the snapshot at the last LSN (a
+        """Fork the child that syncs the log and writes the snapshot at the last LSN (a
         running one is first waited for).
 
         Raises:
             OSError: the fork failed (the writer goes on; nothing is lost).
+            UnavailableError: the writer stopped on a failure.
         """
         if self.running is not None:
             self.wait(host)
-        host.sync()
-        shard, appended = host.snapshot_facts()
-        now_us = host.snapshot_time_us()
-        lsn = host.next_lsn - 1
+        sync_fd, lsn = host.sync_descriptor()
+        try:
+            shard, appended = host.snapshot_facts()
+            now_us = host.snapshot_time_us()
+        except BaseException:
+            os.close(sync_fd)
+            raise
         self._lsn, self._bytes_at, self._since = lsn, appended, time.monotonic()
         self.running = BackgroundSnapshot(
             host.shard_dir,
@@ -311,6 +349,7 @@ class AutoSnapshots:
             host.source,
             reason,
             label,
+            sync_fd,
         )
         return self.running
 

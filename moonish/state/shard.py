@@ -537,6 +537,11 @@ class ShardWriter:
     def sync(self) -> None:
         self._log.sync()
 
+    def sync_descriptor(self) -> tuple[int, int]:
+        """The log's newest segment opened for another process to sync, and the last LSN
+        (moonish.log.writer ``WalWriter.sync_descriptor``)."""
+        return self._log.sync_descriptor()
+
     def flush(self) -> None:
         """Write the appends the log gathered (``WriterOptions.write_buffer_bytes``)."""
         self._log.flush()

@@ -5,6 +5,7 @@ nothing half-written; the child never holds the shard's lock."""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -90,6 +91,56 @@ def test_a_failed_snapshot_is_reported_and_loses_nothing(tmp_path: Path) -> None
     with _writer(shard, SnapshotPolicy.off()) as reopened:
         entry = reopened.keyspace.get(0, b"k")
         assert entry is not None and entry.value == b"w"
+
+
+def test_the_child_syncs_the_log_and_the_writer_does_not_wait_for_the_disk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Starting a snapshot syncs nothing in the writer's process (its pause is the fork); the
+    child syncs the log's segment before it writes the snapshot."""
+    shard, synced = tmp_path / "shard", tmp_path / "synced"
+    writer_pid, real = os.getpid(), os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        with open(synced, "a") as out:
+            out.write(f"{os.getpid()} {os.readlink(f'/proc/self/fd/{fd}')}\n")
+        real(fd)
+
+    with _writer(shard, SnapshotPolicy.off()) as writer:
+        writer.execute(0, [b"SET", b"k", b"v"])
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        running = writer.snapshot_in_background()
+        assert writer.wait_snapshot() is running and running.error is None
+        monkeypatch.undo()
+    (line,) = synced.read_text().splitlines()
+    pid, path = line.split(" ", 1)
+    assert int(pid) == running.pid != writer_pid
+    assert path.endswith(".seg")
+    assert list_snapshots(str(shard)) == [running.lsn]
+
+
+def test_a_snapshot_whose_log_sync_fails_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shard = tmp_path / "shard"
+    writer_pid, real = os.getpid(), os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        if os.getpid() != writer_pid:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real(fd)
+
+    with _writer(shard, SnapshotPolicy.off()) as writer:
+        writer.execute(0, [b"SET", b"k", b"v"])
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
+        writer.snapshot_in_background()
+        failed = writer.wait_snapshot()
+        monkeypatch.undo()
+        assert failed is not None and failed.error is not None
+        assert "could not be synced up to LSN 1" in failed.error
+        writer.execute(0, [b"SET", b"k", b"w"])
+    assert list_snapshots(str(shard)) == []
+    assert checkpoints(shard) == []
 
 
 def test_closing_kills_a_running_snapshot_and_leaves_no_file(tmp_path: Path) -> None:

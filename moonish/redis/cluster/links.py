@@ -28,6 +28,7 @@ from moonish.errors import CorruptionError
 from moonish.redis.capture.apply import ResumePoint, ShardApplier, resume_point
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.status import CONNECTED, RECONNECTING, CaptureReport
+from moonish.redis.cluster.atomic import ImportWait
 from moonish.redis.replication.connection import ReplicaConnection
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.redis.topology.nodes import ClusterNode
@@ -35,6 +36,9 @@ from moonish.state.shard import ShardWriter
 
 WAITING_FOR_FAILOVER = "waiting_for_failover"
 """A link's state while the master of its slots is failed and no replica has taken over."""
+WAITING_FOR_SLOT_MIGRATION = "waiting_for_slot_migration"
+"""A link that left its stream at an atomic slot migration into its node, until the migration
+has ended and it reads the node again (moonish.redis.cluster.atomic)."""
 RETIRED = "retired"
 """A link whose node serves no slot any more (or whose slots another link's node serves) and
 was lost: not reconnected."""
@@ -97,7 +101,8 @@ class LinkReport:
         replid, received_offset, durable_offset: as a single capture's (its own stream).
         master_offset, bytes_behind, seconds_behind, master_error: the node's
             ``master_repl_offset`` and how far ``durable_offset`` is behind it.
-        state: ``connecting``, ``connected``, ``reconnecting`` or ``stopped``.
+        state: ``connecting``, ``connected``, ``reconnecting``, ``waiting_for_failover``,
+            ``waiting_for_slot_migration``, ``retired`` or ``stopped``.
         full_resyncs, partial_resyncs: ``+FULLRESYNC`` and ``+CONTINUE`` answers.
         reconnects, last_error: connections lost, and the last reason.
     """
@@ -171,6 +176,9 @@ class Link:
     backoff_ms: int = 0
     failures: int = 0
     reading: threading.Event = field(default_factory=threading.Event)
+    import_wait: ImportWait | None = None
+    """Set while the link waits out an atomic slot migration into its node; its next sync
+    is a full resync."""
 
     def __post_init__(self) -> None:
         self.master_url = self.master_url or self.url

@@ -41,8 +41,11 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
    change; the masters' own load is the side connections' ``INFO``. After a lost link the
    replica is tried once, then the master; a link on a replica that was promoted stays on it.
 
-Not followed yet (docs/design/cluster-capture.md steps 8-9): several processes, Valkey's
-atomic slot migration.
+8. **Atomic slot migration** (Valkey 9 ``CLUSTER MIGRATESLOTS``): a link whose stream
+   carries an import leaves it at its first ``CLUSTER SYNCSLOTS`` marker and reads its node
+   again by a full resync once the migration has ended (moonish.redis.cluster.atomic).
+
+Not followed yet (docs/design/cluster-capture.md step 8): several processes.
 
 Example::
 

@@ -150,6 +150,9 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
             UnavailableError: ``max_reconnects`` failures in a row.
         """
         options = self.options
+        if link.import_wait is not None and not self._import_over(link):
+            link.retry_at_us = self.clock.now_us() + TOPOLOGY_INTERVAL_MS * 1000
+            return False
         if link.failures and not self._follow_owner(link):
             return False
         self._catch_up(link)
@@ -181,6 +184,8 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
     def _sync(self, link: Link, connection: ReplicaConnection, last_load: bool) -> None:
         applier, report = link.applier, link.report
         replid, applied = applier.replid, applier.applied
+        if link.import_wait is not None:  # the node's keys after an atomic migration
+            replid = ""
         asked = f"PSYNC {replid} {applied + 1}" if replid else "PSYNC ? -1"
         answer = connection.psync(replid, applied) if replid else connection.psync()
         self._event(link, psync_event(self.clock.now_us(), asked, answer))
@@ -191,6 +196,7 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
         report.replid = applier.replid
         report.received_offset = connection.offset
         report.durable_offset = applier.durable
+        link.import_wait = None
 
     def _continue(self, link: Link, answer: Continue) -> None:
         link.report.partial_resyncs += 1
@@ -290,6 +296,11 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
                 if chunk and link.connection is not None:
                     link.applier.apply_batch(chunk, link.connection.path)
                     applied = True
+        while self.order.slot_imports:
+            stream = self.order.slot_imports.pop(0)
+            for link in self.links:
+                if link.link_id == stream.link_id:
+                    self._leave_for_import(link)
 
     def _catch_up(self, link: Link) -> None:
         """Before ``link`` asks for its stream: apply every other link up to what its node

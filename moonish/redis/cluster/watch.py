@@ -1,6 +1,7 @@
 """Following a running cluster's topology (moonish.redis.cluster.session): which node
 serves a link's slots after a failover, each node's slots after a migration, masters added,
-links retired and resumed, and which node a link reads from (``prefer_replica``).
+links retired and resumed, which node a link reads from (``prefer_replica``), and a link's
+wait through an atomic slot migration into its node (moonish.redis.cluster.atomic).
 
 The topology is asked of the capture's seeds in order (every node seen at the start, and
 every node seen since) until one answers, on side connections (moonish.redis.topology.probe).
@@ -14,7 +15,14 @@ from collections.abc import Callable
 from moonish.clock import Clock
 from moonish.errors import MoonishError
 from moonish.redis.capture.status import RECONNECTING, CaptureEvent, CaptureOptions, source_event
-from moonish.redis.cluster.links import RETIRED, WAITING_FOR_FAILOVER, Link
+from moonish.redis.cluster.atomic import ATOMIC_IMPORTS, ImportWait
+from moonish.redis.cluster.handoff import Handoffs
+from moonish.redis.cluster.links import (
+    RETIRED,
+    WAITING_FOR_FAILOVER,
+    WAITING_FOR_SLOT_MIGRATION,
+    Link,
+)
 from moonish.redis.cluster.order import Order
 from moonish.redis.replication.messages import ReplicaOptions
 from moonish.redis.replication.probe import MasterProbe
@@ -66,8 +74,10 @@ class TopologyFollowing:
     prefer_replica: bool
     make_link: Callable[[ClusterNode, ClusterNode], Link] | None
     _topology_us: int
+    handoffs: Handoffs
     _event: Callable[[Link, CaptureEvent], None]
     _try_connect: Callable[..., bool]
+    _drop: Callable[[Link], None]
 
     def _follow_owner(self, link: Link) -> bool:
         """After a lost link: move it to the master that serves its slots now
@@ -213,6 +223,47 @@ class TopologyFollowing:
         text = f"{master.address} ({master.node_id[:8]}) serves slots again: its link resumes"
         self._event(link, source_event(self.clock.now_us(), text, master.address))
         self._try_connect(link, last_load=False)
+
+    def _leave_for_import(self, link: Link) -> None:
+        """``link``'s next command marks an atomic slot migration into its node
+        (moonish.redis.cluster.atomic): leave the stream there, until the migration ends."""
+        now = self.clock.now_us()
+        text = (
+            f"an atomic slot migration into {link.report.address} (CLUSTER SYNCSLOTS in its "
+            "stream): its stream is left there, and read again by a full resync once the "
+            "migration has ended"
+        )
+        self._event(link, source_event(now, text, link.report.address))
+        self.handoffs.counts[ATOMIC_IMPORTS] += 1
+        self._drop(link)
+        link.import_wait = ImportWait(now)
+        link.report.state = WAITING_FOR_SLOT_MIGRATION
+        link.retry_at_us = now
+
+    def _import_over(self, link: Link) -> bool:
+        """Whether ``link`` may read its node again after an atomic migration: the node runs
+        no import, and every other link has applied what its node had written when that was
+        first seen (the source's writes to the moved slots, up to its pause). Then its slots
+        become the node's now (the moved ones, after a success)."""
+        wait = link.import_wait
+        assert wait is not None
+        if wait.offsets is None:
+            if wait.import_running(self.order.probe(link)):
+                link.report.last_error = wait.errors[0] if wait.errors else None
+                return False
+            wait.offsets = self.order.offsets_now(link)
+        others = {other.link_id: other for other in self.links}
+        if any(
+            others[link_id].connected and others[link_id].applied < offset
+            for link_id, offset in wait.offsets.items()
+        ):
+            return False
+        found = read_any(self.seeds, self.options.replica)
+        if found is not None:
+            slots = served(found[0]).get(link.report.node, frozenset())
+            link.applier.slots = slots
+            link.report.slots = [[a, b] for a, b in ranges(sorted(slots))]
+        return True
 
 
 def _serving(topology: Topology, link: Link) -> bool:

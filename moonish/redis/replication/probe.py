@@ -100,21 +100,32 @@ def read_reply(wire: Wire, step: str) -> object:
         ReplicationRefusedError: another error reply.
         ReplicationProtocolError: bytes that are not RESP.
     """
+    return read_replies(wire, step, 1)[0]
+
+
+def read_replies(wire: Wire, step: str, count: int) -> list[object]:
+    """``count`` RESP2 replies from ``wire``, in order (the replies to a pipeline whose first
+    command is ``step``); raises as :func:`read_reply` at the first error reply."""
     reader = hiredis.Reader()
+    replies: list[object] = []
     try:
-        while (reply := reader.gets()) is False:
-            reader.feed(wire.recv(READ_BYTES, f"waiting for the reply to {step}"))
+        while len(replies) < count:
+            reply = reader.gets()
+            if reply is False:
+                reader.feed(wire.recv(READ_BYTES, f"waiting for the reply to {step}"))
+                continue
+            if isinstance(reply, hiredis.ReplyError):
+                text = str(reply)
+                code = text.split(" ", 1)[0]
+                if step == "AUTH" or code in AUTH_CODES:
+                    raise ReplicationAuthError(f"Redis refused {step}", reply=text, path=wire.path)
+                raise ReplicationRefusedError(f"Redis refused {step}", reply=text, path=wire.path)
+            replies.append(reply)
     except hiredis.ProtocolError as exc:
         raise ReplicationProtocolError(
             f"a reply to {step} that is not RESP: {exc}", path=wire.path
         ) from None
-    if isinstance(reply, hiredis.ReplyError):
-        text = str(reply)
-        code = text.split(" ", 1)[0]
-        if step == "AUTH" or code in AUTH_CODES:
-            raise ReplicationAuthError(f"Redis refused {step}", reply=text, path=wire.path)
-        raise ReplicationRefusedError(f"Redis refused {step}", reply=text, path=wire.path)
-    return reply
+    return replies
 
 
 class MasterProbe:
@@ -174,6 +185,24 @@ class MasterProbe:
             return self._reply(wire, step)
         except ReplicationRefusedError:
             raise  # an error reply: the connection stays usable
+        except BaseException:
+            self.close()
+            raise
+
+    def pipeline(self, commands: list[tuple[bytes, ...]]) -> list[object]:
+        """Send ``commands`` at once and return their replies, in order (one round trip).
+
+        Raises:
+            As :meth:`command`; after an error reply the connection is closed (the replies
+            after it were not read).
+        """
+        if not commands:
+            return []
+        step = b" ".join(commands[0][:2]).decode(errors="replace")
+        try:
+            wire = self._wire or self._connect()
+            wire.send(b"".join(encode_command(*argv) for argv in commands))
+            return read_replies(wire, step, len(commands))
         except BaseException:
             self.close()
             raise

@@ -17,6 +17,7 @@ import redis
 
 from moonish.redis.capture.behind import Behind
 from moonish.redis.capture.status import CaptureReport, read_status
+from moonish.redis.replication.messages import ReplicationRefusedError
 from moonish.redis.replication.probe import MasterProbe, MasterStream, parse_replication_info
 from moonish.redis.replication.resp import ReplicationProtocolError
 from tests.support.redis.capture import Running, master_offset, url_of, wait_for
@@ -99,6 +100,19 @@ def test_the_probe_answers_what_info_replication_says(workdir: Path) -> None:
         info = client.info("replication")
         assert answered.replid == info["master_replid"]
         assert answered.offset == info["master_repl_offset"]
+
+
+@pytest.mark.redis
+def test_a_pipeline_of_the_probe_reads_every_reply_in_order(workdir: Path) -> None:
+    """Replies that arrive together (more than one read's worth) each go to their command;
+    an error reply raises, and the next command connects again."""
+    with redis_server(workdir) as client, MasterProbe(url_of(client)) as probe:
+        client.mset({f"k{n}": "v" for n in range(0, 3000, 2)})
+        replies = probe.pipeline([(b"EXISTS", b"k%d" % n) for n in range(3000)])
+        assert replies == [1 - n % 2 for n in range(3000)]
+        with pytest.raises(ReplicationRefusedError):
+            probe.pipeline([(b"EXISTS", b"k0"), (b"NOSUCHCOMMAND",), (b"EXISTS", b"k2")])
+        assert probe.pipeline([(b"EXISTS", b"k2"), (b"EXISTS", b"k3")]) == [1, 0]
 
 
 def checked(report: CaptureReport) -> None:

@@ -109,8 +109,9 @@ pure:
 # The markers of tests that need a service or a system package (tests/support/markers.py).
 SERVICES = not redis and not kafka and not s3 and not spark and not java and not browser and not promtool
 
-# The fast loop: every test that needs no service, on both cores (pytest-xdist), in about two
-# minutes. The crash adversaries and property tests run a third of `make test`'s rounds and
+# The fast loop: every test that needs no service and is not marked `slow` (over 0.8 s at this
+# scale: end-to-end CLI runs, servers killed, crash trials; `make test` runs them), on both cores
+# (pytest-xdist), in under two minutes. The crash adversaries and property tests run a third of `make test`'s rounds and
 # examples (tests/support/scale.py; make stress: thousands of rounds, docs/reliability.md). It
 # runs the compiled modules if they are current, else pure Python: stale ones (a source edited
 # since the last build) are removed first, as `make pure` does. MOONISH_PURE=1 runs pure Python
@@ -123,7 +124,7 @@ check: $(CHECK)
 	  2>/dev/null; then $(MAKE) --no-print-directory pure >/dev/null; fi
 	@$(BIN)/python -c 'import moonish.log.writer as w; from moonish.extensions import \
 	  is_compiled; print("make check:", "compiled" if is_compiled(w) else "pure Python", "build")'
-	$(QUICK_ROUNDS) $(BIN)/python -m pytest -n 2 --dist worksteal -m '$(SERVICES)'
+	$(QUICK_ROUNDS) $(BIN)/python -m pytest -n 2 --dist worksteal -m '$(SERVICES) and not slow'
 
 # Import the real Redis 7 AOF shipped in fixtures/ into 4 shards, then read it as envelopes.
 demo: install-base

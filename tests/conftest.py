@@ -1,5 +1,5 @@
-"""The markers of tests that need a service, the ``shard`` fixture, and a guard against file
-descriptors left open by a test."""
+"""The markers of tests that need a service and of slow ones, the ``shard`` fixture, and a
+guard against file descriptors left open by a test."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ from pathlib import Path
 import pytest
 
 from tests.support import live
-from tests.support.markers import MARKERS
+from tests.support.markers import MARKERS, SLOW
 
 
 def pytest_configure(config: pytest.Config) -> None:
     for name, needs in MARKERS.items():
         config.addinivalue_line("markers", f"{name}: {needs}")
+    config.addinivalue_line("markers", f"slow: {SLOW}")
 
 
 @pytest.fixture

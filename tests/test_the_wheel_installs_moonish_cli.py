@@ -40,6 +40,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.slow
 def test_the_wheel_holds_moonish_and_moonish_cli_and_no_cli(wheel: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -52,6 +53,7 @@ def test_the_wheel_holds_moonish_and_moonish_cli_and_no_cli(wheel: Path) -> None
     assert dict(scripts["console_scripts"]) == {"moonish": "moonish_cli.main:entry"}
 
 
+@pytest.mark.slow
 def test_the_installed_command_runs_from_a_directory_holding_a_cli_folder(
     wheel: Path, tmp_path: Path
 ) -> None:

@@ -141,6 +141,7 @@ def _encode(
     transactions=st.booleans(),
     merged=st.booleans(),
 )
+@pytest.mark.slow
 def test_the_c_encoder_gives_the_python_encoders_envelopes(
     records: list[KvChange | KvCommand | Message],
     shape: list[tuple[int, int]],

@@ -8,6 +8,7 @@ import struct
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,6 +102,7 @@ commands = st.sampled_from(
     commit_us=st.one_of(st.integers(-(2**40), 2**53), st.sampled_from([0, 999, 1000])),
     batch=st.one_of(st.none(), st.tuples(st.integers(0, 5), st.integers(6, 9))),
 )
+@pytest.mark.slow
 def test_optimised_encoder_equals_the_reference(
     command: bytes,
     args: list[bytes],

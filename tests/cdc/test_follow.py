@@ -90,6 +90,7 @@ def test_without_follow_the_iterator_ends_at_the_end(shard: Path) -> None:
         assert stream.cursor.lsn == 3
 
 
+@pytest.mark.slow
 def test_writer_process_and_follower_process_at_once(tmp_path: Path) -> None:
     shard, total_commands = tmp_path / "shard-0", 400
     expected = total_commands + total_commands // 5  # every fifth command is a batch of two

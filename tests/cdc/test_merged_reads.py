@@ -63,6 +63,7 @@ steps_strategy = st.lists(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(steps=steps_strategy, limit=st.integers(1, 9), data=st.data())
+@pytest.mark.slow
 def test_resuming_from_any_token_gives_exactly_the_rest(
     tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
@@ -275,6 +276,7 @@ def test_the_api_dispatches_shards_and_data_directories(tmp_path: Path) -> None:
         max_size=8,
     )
 )
+@pytest.mark.slow
 def test_resolved_markers_never_precede_an_earlier_change(
     tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,

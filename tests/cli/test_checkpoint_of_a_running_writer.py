@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pytest
 
 from moonish.state.snapshot import read_snapshot
 from tests.support.cli import run
@@ -36,6 +37,7 @@ with ShardWriter(shard, options) as writer:
 """
 
 
+@pytest.mark.slow
 def test_checkpoint_asks_the_running_writer(tmp_path: Path) -> None:
     shard, stop = tmp_path / "shard", tmp_path / "stop"
     writer = subprocess.Popen(

@@ -56,6 +56,7 @@ def test_piping_into_head_exits_0_without_a_word(big_shard: Path, command: str) 
         ["--version"],
     ],
 )
+@pytest.mark.slow
 def test_a_stdout_closed_before_the_first_write_is_a_normal_end(
     big_shard: Path, command: list[str]
 ) -> None:

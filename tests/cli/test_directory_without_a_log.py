@@ -44,6 +44,7 @@ def test_a_directory_with_no_log_is_an_error_not_an_idle_shard(
     assert sorted(os.listdir(wrong)) == ([] if content == "empty" else ["notes.txt"])
 
 
+@pytest.mark.slow
 def test_a_shard_whose_segments_were_removed_is_still_a_shard(tmp_path: Path) -> None:
     """control.json (or a snapshot) survives the removal of every segment: reads say where
     the log went (exit 3), and ``wal repair --next-lsn`` still works on it."""

@@ -57,6 +57,7 @@ def moonish(*args: str, env: dict[str, str] = ENV) -> subprocess.CompletedProces
     return subprocess.run([*MOONISH, *args], capture_output=True, env=env, cwd=ROOT, timeout=120)
 
 
+@pytest.mark.slow
 def test_import_aof_logs_json_lines_and_prints_the_same_summary(tmp_path: Path) -> None:
     text = moonish("wal", "import-aof", str(AOF), str(tmp_path / "text"), "--shards", "2")
     done = moonish(
@@ -142,6 +143,7 @@ def serve(data: Path, *args: str) -> tuple[str, subprocess.CompletedProcess[byte
     return first, subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
+@pytest.mark.slow
 def test_serve_logs_listening_and_stopped_as_json_and_nothing_in_text(tmp_path: Path) -> None:
     data = data_dir(tmp_path)
     first, done = serve(data, "--log-format", "json")
@@ -155,6 +157,7 @@ def test_serve_logs_listening_and_stopped_as_json_and_nothing_in_text(tmp_path: 
     assert done.returncode == 0 and done.stderr == b"" and orjson.loads(first)["url"]
 
 
+@pytest.mark.slow
 def test_serve_that_cannot_listen_logs_a_json_error_and_exits_1(tmp_path: Path) -> None:
     data = data_dir(tmp_path)
     process = subprocess.Popen(
@@ -215,6 +218,7 @@ def test_the_log_format_is_no_key_of_a_pipeline_section() -> None:
             assert "log_format" not in {option.key for option in spec.options}, section.name
 
 
+@pytest.mark.slow
 def test_the_error_a_command_ends_with_is_a_json_line_too(tmp_path: Path) -> None:
     """A refused import under ``--log-format json`` (or the variable): its error is one JSON
     line with the exit code, the error's kind and its path; in text, the usual one line."""

@@ -75,6 +75,7 @@ def test_usage_errors_exit_2_with_one_line(filled: Path, args: list[str]) -> Non
     assert len(out.stderr.decode().strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow
 def test_checkpoint_then_snapshot_read_then_stream_and_transactions(tmp_path: Path) -> None:
     aof = FIXTURES / "redis-aof" / "slice" / "appendonlydir"
     data = tmp_path / "data"
@@ -188,6 +189,7 @@ def test_tail_follow_prints_new_records_and_ctrl_c_exits_cleanly(filled: Path) -
                 proc.kill()
 
 
+@pytest.mark.slow
 def test_info_and_verify_and_dump(tmp_path: Path) -> None:
     aof = FIXTURES / "redis-aof" / "slice" / "appendonlydir"
     imported = run("wal", "import-aof", str(aof), str(tmp_path / "data"), "--shards", "2")

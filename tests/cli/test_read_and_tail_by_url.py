@@ -32,6 +32,7 @@ def data(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+@pytest.mark.slow
 def test_read_by_url_prints_what_read_by_directory_prints(data: Path, tmp_path: Path) -> None:
     with Running(data) as server:
         for args in (["earliest", "--limit", "7"], ["now"], ["m2.a3.a2", "--limit", "1000"]):
@@ -51,6 +52,7 @@ def test_read_by_url_prints_what_read_by_directory_prints(data: Path, tmp_path: 
         assert pos_remote.read_bytes() == pos_local.read_bytes()
 
 
+@pytest.mark.slow
 def test_tail_and_consumers_by_url(data: Path) -> None:
     consumers.create(data, "local", (0, 0))
     consumers.create(data, "remote", (0, 0))
@@ -69,6 +71,7 @@ def test_tail_and_consumers_by_url(data: Path) -> None:
         assert run("cdc", "read", server.url, "--consumer", "nobody").returncode == 2
 
 
+@pytest.mark.slow
 def test_tail_follow_by_url_prints_new_changes_and_stops_on_sigint(data: Path) -> None:
     with Running(data) as server:
         cursor = data.parent / "pos"
@@ -112,6 +115,7 @@ def test_tail_follow_by_url_prints_new_changes_and_stops_on_sigint(data: Path) -
         assert any("resolved" in r for r in rows) and cursor.read_bytes().strip() == end
 
 
+@pytest.mark.slow
 def test_token_file_tls_and_exit_codes(data: Path, tmp_path: Path) -> None:
     cert, key = certificate(tmp_path)
     token_file, wrong = tmp_path / "token", tmp_path / "wrong"
@@ -146,6 +150,7 @@ def test_token_file_tls_and_exit_codes(data: Path, tmp_path: Path) -> None:
     assert run("cdc", "tail", url, "--from-lsn", "3").returncode == 2
 
 
+@pytest.mark.slow
 def test_consumer_commands_and_info_by_url(data: Path) -> None:
     """`consumer create|list|show|ack|seek|drop` and `cdc info` take a URL too, and do what
     they do on the directory."""

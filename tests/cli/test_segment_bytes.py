@@ -20,6 +20,7 @@ from tests.support.paths import SLICE
 from tests.support.wal import checkpoints
 
 
+@pytest.mark.slow
 def test_import_aof_rotates_segments_at_segment_bytes(tmp_path: Path) -> None:
     out = run(
         "wal",
@@ -63,6 +64,7 @@ def test_segment_bytes_the_writer_refuses_is_refused_before_anything_is_created(
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.slow
 def test_import_aof_takes_snapshots_by_the_snapshot_options(tmp_path: Path) -> None:
     """``--snapshot-every-records`` makes each writer snapshot on its own while it imports
     (a checkpoint record labelled by the rule after each); every rule 0: none; only the close

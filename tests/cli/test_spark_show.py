@@ -73,6 +73,7 @@ def table(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_show_prints_the_first_rows_by_db_and_key_without_spark(table: Path) -> None:
     out = show_without_spark(str(table), "--limit", "4")
     assert out.returncode == 0, out.stderr
@@ -125,6 +126,7 @@ def test_show_of_a_table_no_batch_reached_prints_nothing(tmp_path: Path) -> None
     assert out.returncode == 0 and out.stdout == b"", out.stderr
 
 
+@pytest.mark.slow
 def test_show_of_a_directory_that_is_not_a_table_is_exit_2(tmp_path: Path) -> None:
     data = tmp_path / "data"
     with ShardWriter(data / "shard-0", ShardOptions(expiry_sweep_ms=0)) as writer:

@@ -167,6 +167,7 @@ for lsn in range(1, count + 1):
 """
 
 
+@pytest.mark.slow
 def test_two_processes_acking_one_consumer_lose_nothing(tmp_path: Path) -> None:
     """Each process moves its own shard forward; without the per-consumer lock, one's
     read-modify-write would put the other's shard back (seen by the observer)."""

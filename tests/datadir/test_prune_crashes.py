@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -28,6 +29,7 @@ from tests.support.wal import kv
 
 
 # -- crashes -------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_prune_cut_short_anywhere_leaves_a_readable_log(tmp_path: Path) -> None:
     template = tmp_path / "template"
     fill(template, 200)
@@ -68,6 +70,7 @@ prune(sys.argv[1], RetentionPolicy(max_records=0))
 """
 
 
+@pytest.mark.slow
 def test_a_killed_prune_leaves_a_readable_log(tmp_path: Path) -> None:
     for round_ in range(3):
         shard = tmp_path / f"shard-{round_}"
@@ -105,6 +108,7 @@ OPS = st.lists(
 
 @settings(max_examples=scaled(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
+@pytest.mark.slow
 def test_no_consumer_loses_an_unconfirmed_change_unless_marked_lost(ops: list[tuple]) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "data"

@@ -58,6 +58,7 @@ changes = st.builds(
     flags=st.sampled_from([0, 1]),
     source=st.none() | st.binary(max_size=30),
 )
+@pytest.mark.slow
 def test_the_c_encoder_writes_the_bytes_of_the_python_one(
     records: list[KvChange], first_lsn: int, commit_us: int, flags: int, source: bytes | None
 ) -> None:

@@ -350,6 +350,7 @@ def test_a_keyspace_shard_rebuilds_from_the_log_as_it_is_after_a_repair(tmp_path
     assert (load_control(str(shard)) or Control(0, 0, False)).discarded == ((7, 10),)
 
 
+@pytest.mark.slow
 def test_repair_from_the_command_line(shard: Path) -> None:
     fill(shard, 20)
     seg = segments(shard)[-1]

@@ -31,6 +31,7 @@ def data(tmp_path: Path) -> Path:
     return tmp_path / "data"
 
 
+@pytest.mark.slow
 def test_read_equals_the_in_process_read_page_after_page(data: Path) -> None:
     with Running(data) as server, moonish.connect(server.url) as client:
         for limit in (1, 4, 50, 10_000):
@@ -149,6 +150,7 @@ def test_errors_are_the_in_process_ones(data: Path, tmp_path: Path) -> None:
         moonish.connect("http://127.0.0.1:1/?access_token=x")
 
 
+@pytest.mark.slow
 def test_bearer_token_and_tls(data: Path, tmp_path: Path) -> None:
     cert, key = certificate(tmp_path)
     options = ServeOptions(port=0, token=TOKEN, tls_cert=str(cert), tls_key=str(key))

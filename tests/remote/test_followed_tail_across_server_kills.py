@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 import moonish
 from moonish.cdc.positions import latest_lsn
@@ -51,6 +52,7 @@ def _ends(data: Path) -> tuple[int, int]:
     return latest_lsn(str(data / "shard-0")), latest_lsn(str(data / "shard-1"))
 
 
+@pytest.mark.slow
 def test_a_followed_tail_survives_server_kills_with_no_gap_and_no_duplicate(
     tmp_path: Path,
 ) -> None:
@@ -105,6 +107,7 @@ def test_a_followed_tail_survives_server_kills_with_no_gap_and_no_duplicate(
     assert all(str(a) < str(b) for a, b in itertools.pairwise(tokens))
 
 
+@pytest.mark.slow
 def test_a_followed_tail_gives_up_after_retry_for_ms(tmp_path: Path) -> None:
     data = tmp_path / "data"
     write_steps(data, 2, [(0, 1, 1)])

@@ -52,6 +52,7 @@ def test_normal_pages_through_everything_once_with_last_seq_and_pending(data: Pa
         assert seen == expected
 
 
+@pytest.mark.slow
 def test_continuous_gives_every_change_then_last_seq_and_follows_new_ones(data: Path) -> None:
     expected = everything(data)
     with Running(data) as server:
@@ -68,6 +69,7 @@ def test_continuous_gives_every_change_then_last_seq_and_follows_new_ones(data: 
         assert [r[0] for r in rows_of(got[0])] == [1, 1, 1]  # the limit never cuts a batch
 
 
+@pytest.mark.slow
 def test_live_feeds_are_written_by_the_ring_in_every_framing(data: Path) -> None:
     """Feeds at the ring's end that take every change are written by the ring as it appends
     (moonish.serve.sink): chunked NDJSON and SSE over HTTP/1.1, raw bytes over HTTP/1.0;
@@ -170,6 +172,7 @@ def test_heartbeats_keep_an_idle_feed_open_and_headers_go_out_at_once(data: Path
             assert b"event: last_seq" in rest  # the timeout ends it with the position
 
 
+@pytest.mark.slow
 def test_eventsource_ids_are_tokens_and_last_event_id_resumes(data: Path) -> None:
     expected = everything(data)
     with Running(data) as server:
@@ -215,6 +218,7 @@ def test_filters_pass_over_changes_but_move_the_position(data: Path) -> None:
         assert request(base + "&op=x")[0] == 400
 
 
+@pytest.mark.slow
 def test_resolved_markers_come_in_the_stream(data: Path) -> None:
     with Running(data) as server:
         lines = ndjson(
@@ -320,6 +324,7 @@ def test_headers_arrive_before_any_change_over_urllib(data: Path) -> None:
         assert time.monotonic() - started < 2
 
 
+@pytest.mark.slow
 def test_an_idle_server_does_not_poll_in_a_loop(data: Path) -> None:
     """The shared reader's own reads (heartbeat.json, the directory listing) must not wake it
     (watchdog reports opens): idle, it waits for a write or its resolved interval."""

@@ -74,6 +74,7 @@ def test_request_patterns_and_with_the_other_filters_and_move_the_token(data: Pa
         assert status == 400 and body["error"] == "bad_request" and "k[1" in body["reason"]
 
 
+@pytest.mark.slow
 def test_server_patterns_apply_to_every_feed_and_narrow_with_the_requests(data: Path) -> None:
     every = keys_of(data)
     options = ServeOptions(port=0, include_keys=("k1*", "k2*"), exclude_keys=("*.1",))
@@ -129,6 +130,7 @@ async def _ws_keys(url: str, asked: str, expected: int) -> list[str]:
     return [row["change"]["after"]["key"] for row in got]
 
 
+@pytest.mark.slow
 def test_a_bad_server_pattern_is_refused(data: Path) -> None:
     with pytest.raises(InvalidArgumentError, match="unclosed"):
         ServeOptions(exclude_keys=("tmp:[",))

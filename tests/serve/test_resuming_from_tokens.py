@@ -68,6 +68,7 @@ async def read_some(url: str, since: str, limit: int, cut: int) -> list[dict[str
 
 @settings(max_examples=scaled(20), deadline=None, suppress_health_check=list(HealthCheck))
 @given(first=writes, plan=actions, ring_bytes=st.sampled_from([2048, 16384, 1 << 26]))
+@pytest.mark.slow
 def test_resuming_from_every_emitted_token_gives_exactly_the_rest(
     tmp_path_factory: pytest.TempPathFactory,
     first: list[tuple[int, int, int]],
@@ -129,6 +130,7 @@ def start_server(data: Path) -> tuple[subprocess.Popen[bytes], str]:
     return process, orjson.loads(line)["url"]
 
 
+@pytest.mark.slow
 def test_a_server_killed_and_restarted_under_load_loses_nothing_for_an_acking_consumer(
     tmp_path: Path,
 ) -> None:

@@ -83,6 +83,7 @@ def test_every_request_without_a_valid_token_gets_401_and_nothing_else(data: Pat
         assert text.count(b"id: m2.") == 11  # 10 changes and the last position
 
 
+@pytest.mark.slow
 def test_tls_with_a_token(data: Path, tmp_path: Path) -> None:
     cert, key = certificate(tmp_path)
     options = ServeOptions(port=0, token=TOKEN, tls_cert=str(cert), tls_key=str(key))

@@ -37,6 +37,7 @@ def feeds(draw: st.DrawFn) -> tuple[list[int], list[int], list[Frame], list[byte
 
 @settings(max_examples=300, deadline=None)
 @given(feed=feeds(), line=st.sampled_from(LINES))
+@pytest.mark.slow
 def test_c_and_python_write_the_same_lines(
     feed: tuple[list[int], list[int], list[Frame], list[bytes]], line: bytes
 ) -> None:

@@ -96,6 +96,7 @@ def test_ack_over_the_websocket_moves_the_consumer(data: Path) -> None:
     assert str(consumers.load(data, "sink").positions) != "(0, 0)"
 
 
+@pytest.mark.slow
 def test_a_slow_subscriber_holds_nobody_back_and_catches_up_from_the_log(
     tmp_path: Path,
 ) -> None:

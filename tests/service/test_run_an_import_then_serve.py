@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
 import moonish
 from tests.support.moonish_run import running
@@ -32,6 +33,7 @@ def start(pipeline: Path, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+@pytest.mark.slow
 def test_the_import_runs_first_then_the_server_serves_it(tmp_path: Path) -> None:
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(
@@ -63,6 +65,7 @@ def test_the_import_runs_first_then_the_server_serves_it(tmp_path: Path) -> None
             process.wait()
 
 
+@pytest.mark.slow
 def test_an_import_alone_ends_the_run(tmp_path: Path) -> None:
     pipeline = tmp_path / "pipeline.toml"
     pipeline.write_text(f'data_dir = "data"\n[source]\naof = "{AOF}"\nshards = 1\n')
@@ -72,6 +75,7 @@ def test_an_import_alone_ends_the_run(tmp_path: Path) -> None:
     assert (tmp_path / "data" / "shard-0").is_dir()
 
 
+@pytest.mark.slow
 def test_an_export_part_writes_every_change_once(tmp_path: Path) -> None:
     """``[export]`` runs ``cdc export --follow``: after the import, the NDJSON files hold every
     change of the data directory exactly once; SIGTERM stops it with 0."""

@@ -70,6 +70,7 @@ def wait_for(condition: object, what: str, timeout_s: float = 20) -> None:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 def test_a_crashed_part_is_restarted_with_backoff_and_counted(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     crashing = part(
@@ -120,6 +121,7 @@ def test_a_status_no_restart_cures_stops_the_pipeline_with_it(tmp_path: Path) ->
     assert gone(int(pids.read_text()))
 
 
+@pytest.mark.slow
 def test_a_stop_sends_sigterm_then_sigkill_to_what_does_not_stop(tmp_path: Path) -> None:
     clean = tmp_path / "clean"
     polite = part(
@@ -158,6 +160,7 @@ def test_a_stop_sends_sigterm_then_sigkill_to_what_does_not_stop(tmp_path: Path)
     assert all(gone(pid) for pid in pids.values())
 
 
+@pytest.mark.slow
 def test_an_import_runs_to_its_end_before_the_other_parts_start(tmp_path: Path) -> None:
     imported = tmp_path / "imported"
     source = part(
@@ -197,6 +200,7 @@ def test_the_other_parts_wait_until_the_data_directory_holds_its_shards(tmp_path
     assert ready()
 
 
+@pytest.mark.slow
 def test_parts_die_with_a_killed_supervisor_by_sigterm(tmp_path: Path) -> None:
     """SIGKILL of the supervisor: the kernel sends each part SIGTERM (PR_SET_PDEATHSIG), which
     stops it as a stop request would; nothing is left running."""

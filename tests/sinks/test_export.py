@@ -91,6 +91,7 @@ def test_one_export_per_directory(data: Path, tmp_path: Path) -> None:
         Exporter(data, tmp_path)
 
 
+@pytest.mark.slow
 def test_killed_at_any_moment_then_rerun_holds_every_change_once(
     data: Path, tmp_path: Path
 ) -> None:
@@ -166,6 +167,7 @@ def test_export_places_every_change_before_the_damage_in_files_then_raises(
 
 
 # -- an export directory holds the export of one data directory -----------------------------
+@pytest.mark.slow
 def test_an_export_of_another_data_directory_is_refused(data: Path, tmp_path: Path) -> None:
     other = tmp_path / "other"
     import_aof(SLICE, other, 2)

@@ -158,6 +158,7 @@ def test_a_merge_rewrites_only_the_buckets_of_its_keys(tmp_path: Path) -> None:
     assert result.metrics["num_target_files_skipped_during_scan"] == 14
 
 
+@pytest.mark.slow
 def test_first_rows_are_the_smallest_db_and_key_across_every_file(tmp_path: Path) -> None:
     table = tmp_path / "table"
     create_table(str(table), buckets=8)

@@ -156,6 +156,7 @@ def test_closing_kills_a_running_snapshot_and_leaves_no_file(tmp_path: Path) -> 
     assert checkpoints(shard) == []
 
 
+@pytest.mark.slow
 def test_the_child_does_not_hold_the_shard_lock(tmp_path: Path) -> None:
     """A writer process killed while its snapshot child runs: a new writer opens at once."""
     shard = tmp_path / "shard"

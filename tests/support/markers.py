@@ -14,3 +14,8 @@ MARKERS = {
     "browser": "drives a headless chromium",
     "promtool": "checks /metrics with promtool (Debian's prometheus package, `make install`)",
 }
+
+SLOW = (
+    "takes over 0.8 s at make check's scale (end-to-end runs of the CLI, servers killed and "
+    "restarted, crash trials): run by make test, left out of make check's fast loop"
+)

@@ -48,6 +48,7 @@ _scores = st.one_of(
 
 @settings(max_examples=300, deadline=None)
 @given(items=st.lists(_bytes, max_size=8), fields=st.dictionaries(_bytes, _bytes, max_size=6))
+@pytest.mark.slow
 def test_c_gives_the_bytes_of_the_python(items: list[bytes], fields: dict[bytes, bytes]) -> None:
     for item in items:
         assert _cjson.quote(item) == plainjson.quote_py(item)
@@ -68,6 +69,7 @@ def test_c_gives_the_bytes_of_the_python(items: list[bytes], fields: dict[bytes,
         max_size=5,
     )
 )
+@pytest.mark.slow
 def test_stream_entries_in_c_are_the_pythons(entries: dict[tuple[int, int], list[bytes]]) -> None:
     assert _cjson.stream_bytes(entries) == plainjson.stream_bytes_py(entries)
     got = _cjson.stream_entries(entries)
@@ -82,6 +84,7 @@ def test_stream_entries_in_c_are_the_pythons(entries: dict[tuple[int, int], list
 
 @settings(max_examples=300, deadline=None)
 @given(pairs=st.dictionaries(_bytes, _scores, max_size=8))
+@pytest.mark.slow
 def test_scored_is_orjsons_form_or_none_where_it_differs(pairs: dict[bytes, float]) -> None:
     order = sorted((score, member) for member, score in pairs.items())
     got = _cjson.scored(order)

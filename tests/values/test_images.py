@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -149,6 +150,7 @@ zset_ops = st.lists(
 
 
 @given(zset_ops, st.sampled_from([0, 10, values.SMALL_ZSET - 3, values.SMALL_ZSET + 5]))
+@pytest.mark.slow
 def test_sorted_set_order_across_the_list_limit(ops: list[Any], start: int) -> None:
     """A sorted set starting in a plain list, near its limit (so adds cross it) or in a
     SortedList, then changed at random, always holds Redis's order (score, then member

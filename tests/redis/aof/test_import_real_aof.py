@@ -192,6 +192,7 @@ def test_running_again_writes_nothing_and_a_new_shard_count_is_refused(tmp_path:
         import_aof(aof, tmp_path / "data", 3)
 
 
+@pytest.mark.slow
 def test_the_whole_real_aof_imports(tmp_path: Path) -> None:
     report = import_aof(MIXED, tmp_path, 4)
     assert report.commands == 43896 and report.transactions == 50

@@ -30,6 +30,7 @@ import_aof(sys.argv[1], sys.argv[2], 3)
 """
 
 
+@pytest.mark.slow
 def test_an_import_killed_anywhere_and_rerun_applies_every_command_once(tmp_path: Path) -> None:
     """SIGKILL the import at random moments, rerun it each time: the records equal those of
     one uninterrupted import (the same changes, in the same order, none twice)."""

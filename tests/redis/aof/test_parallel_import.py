@@ -108,6 +108,7 @@ def across(rng: random.Random, count: int) -> Iterator[bytes]:
             yield resp(b"DEL", a + b":s", b + b":l")
 
 
+@pytest.mark.slow
 def test_a_parallel_import_writes_what_one_process_writes(tmp_path: Path) -> None:
     commands = list(across(random.Random(4), 3000))
     aof = write_aof(tmp_path, commands)

@@ -73,6 +73,7 @@ def test_skipped_commands_become_message_records_on_their_shards(tmp_path: Path)
     assert in_transaction[0]["transaction"]["total_order"] == 2
 
 
+@pytest.mark.slow
 def test_cli_skip_unsupported_counts_them(tmp_path: Path) -> None:
     aof = copy_aof(tmp_path, AOF)
     refused = subprocess.run(

@@ -45,6 +45,7 @@ def import_cli(
     )
 
 
+@pytest.mark.slow
 def test_a_hard_descriptor_limit_too_low_refuses_before_creating_anything(
     tmp_path: Path,
 ) -> None:
@@ -67,6 +68,7 @@ def test_a_hard_descriptor_limit_too_low_refuses_before_creating_anything(
     assert not (tmp_path / "data").exists()
 
 
+@pytest.mark.slow
 def test_a_low_soft_descriptor_limit_is_raised_up_to_the_hard_limit(tmp_path: Path) -> None:
     hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     assert hard == resource.RLIM_INFINITY or hard >= 4096, f"hard RLIMIT_NOFILE {hard} < 4096"

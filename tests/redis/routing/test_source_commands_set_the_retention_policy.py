@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import orjson
+import pytest
 
 import moonish
 from moonish.cdc import shard_read
@@ -15,6 +16,7 @@ from tests.support.cli import run
 from tests.support.redis.aof import SLICE
 
 
+@pytest.mark.slow
 def test_an_import_sets_the_rules_it_is_given_and_the_writer_applies_them(
     tmp_path: Path,
 ) -> None:

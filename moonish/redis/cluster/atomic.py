@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from moonish.errors import MoonishError
+from moonish.errors import MoonishError, UnavailableError
 from moonish.redis.replication.probe import MasterProbe
 
 SYNCSLOTS = b"SYNCSLOTS"
@@ -78,10 +78,15 @@ class ImportWait:
     errors: list[str] = field(default_factory=list)
 
     def import_running(self, probe: MasterProbe) -> bool:
-        """Whether the node behind ``probe`` still runs an ``IMPORT`` job; one it cannot be
-        asked about counts as running (its reason kept in :attr:`errors`)."""
+        """Whether the node behind ``probe`` still runs an ``IMPORT`` job. A node that refuses
+        to say (an ACL without ``+cluster|getslotmigrations``) counts as running, its reason
+        kept in :attr:`errors`; one that cannot be reached does not (the link then connects,
+        fails and follows the slots' new owner, as after any lost link)."""
         try:
             reply = probe.command(b"CLUSTER", b"GETSLOTMIGRATIONS")
+        except UnavailableError as exc:
+            self.errors[:] = [f"CLUSTER GETSLOTMIGRATIONS: {exc}"]
+            return False
         except MoonishError as exc:
             self.errors[:] = [f"CLUSTER GETSLOTMIGRATIONS: {exc}"]
             return True

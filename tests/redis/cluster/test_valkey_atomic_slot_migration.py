@@ -18,7 +18,9 @@ import pytest
 import redis
 from redis.cluster import RedisCluster
 
-from moonish.redis.cluster.atomic import is_slot_migration, running_imports
+from moonish.errors import UnavailableError
+from moonish.redis.cluster.atomic import ImportWait, is_slot_migration, running_imports
+from moonish.redis.replication.messages import ReplicationAuthError
 from moonish.slots import hash_slot
 from tests.support.redis.capture import events, wait_for
 from tests.support.redis.cluster import (
@@ -51,6 +53,32 @@ def test_the_markers_and_the_imports_still_running_are_recognised() -> None:
     assert running_imports([{k.encode(): v.encode() for k, v in job.items()}]) == ["0-99"]
     assert running_imports([done, export, {**job, "state": "failed"}]) == []
     assert running_imports([]) == [] and running_imports(b"not a list") == []
+
+
+class Answers:
+    """Stands in for a node's side connection: answers ``CLUSTER GETSLOTMIGRATIONS`` with
+    ``reply``, or raises it."""
+
+    def __init__(self, reply: object) -> None:
+        self.reply = reply
+
+    def command(self, *argv: bytes) -> object:
+        assert argv == (b"CLUSTER", b"GETSLOTMIGRATIONS")
+        if isinstance(self.reply, BaseException):
+            raise self.reply
+        return self.reply
+
+
+def test_a_node_that_refuses_to_say_is_waited_for_and_one_that_is_gone_is_not() -> None:
+    wait = ImportWait(0)
+    running = [{"operation": "IMPORT", "slot_ranges": "5-5", "state": "snapshotting"}]
+    assert wait.import_running(Answers(running)) and not wait.errors  # type: ignore[arg-type]
+    assert not wait.import_running(Answers([]))  # type: ignore[arg-type]
+    refused = ReplicationAuthError("Redis refused it", reply="NOPERM no permission", path="n")
+    assert wait.import_running(Answers(refused))  # type: ignore[arg-type]
+    assert wait.errors[0].startswith("CLUSTER GETSLOTMIGRATIONS: Redis refused it")
+    gone = UnavailableError("the master closed the connection")
+    assert not wait.import_running(Answers(gone))  # type: ignore[arg-type]
 
 
 def tag_in_slots_of(cluster: Cluster, port: int) -> str:

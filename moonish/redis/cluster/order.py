@@ -39,8 +39,7 @@ EXISTS_AHEAD = 1_000
 """Keys of a link's pending deletes asked ``EXISTS`` in one pipeline."""
 PAIRED_PER_READY = 2_000
 """Commands through the pairing per :meth:`Order.ready` call: a long run of deletes (the
-trim of a migrated slot) is applied in chunks, between which the capture acknowledges,
-writes its status and serves its other links."""
+trim of a migrated slot) is applied in chunks, between which the other links are served."""
 
 
 class Stream(Protocol):

@@ -331,13 +331,9 @@ class AutoSnapshots:
         """
         if self.running is not None:
             self.wait(host)
-        sync_fd, lsn = host.sync_descriptor()
-        try:
-            shard, appended = host.snapshot_facts()
-            now_us = host.snapshot_time_us()
-        except BaseException:
-            os.close(sync_fd)
-            raise
+        shard, appended = host.snapshot_facts()
+        now_us = host.snapshot_time_us()
+        sync_fd, lsn = host.sync_descriptor()  # (BackgroundSnapshot owns it from here)
         self._lsn, self._bytes_at, self._since = lsn, appended, time.monotonic()
         self.running = BackgroundSnapshot(
             host.shard_dir,

@@ -24,10 +24,11 @@ The source's ``UNLINK``\\ s of the moved keys are taken out as for ``MIGRATE``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from moonish.errors import MoonishError, UnavailableError
 from moonish.redis.replication.probe import MasterProbe
+from moonish.redis.topology.nodes import pairs
 
 SYNCSLOTS = b"SYNCSLOTS"
 FINAL_STATES = frozenset({"success", "failed", "cancelled"})
@@ -41,23 +42,18 @@ def is_slot_migration(argv: list[bytes]) -> bool:
     return len(argv) > 1 and argv[0].upper() == b"CLUSTER" and argv[1].upper() == SYNCSLOTS
 
 
-def _text(value: object) -> str:
-    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
-
-
-def running_imports(reply: object) -> list[str]:
+def running_imports(reply: object, path: str = "") -> list[str]:
     """The ``slot_ranges`` of the ``IMPORT`` jobs in a ``CLUSTER GETSLOTMIGRATIONS`` reply
-    (RESP2: a list of flat field/value lists; RESP3: maps) that have not ended."""
+    (RESP2: a list of flat field/value lists; RESP3: maps) that have not ended.
+
+    Raises:
+        TopologyError: a job that is not field/value pairs (``path``: the node asked).
+    """
     running = []
     for job in reply if isinstance(reply, list) else []:
-        if isinstance(job, dict):
-            fields = {_text(key): _text(value) for key, value in job.items()}
-        elif isinstance(job, list):
-            fields = {_text(job[i]): _text(job[i + 1]) for i in range(0, len(job) - 1, 2)}
-        else:
-            continue
+        fields = pairs(job, path)
         if fields.get("operation") == "IMPORT" and fields.get("state") not in FINAL_STATES:
-            running.append(fields.get("slot_ranges", ""))
+            running.append(str(fields.get("slot_ranges", "")))
     return running
 
 
@@ -67,28 +63,24 @@ class ImportWait:
     again.
 
     Attributes:
-        since_us: when the marker was met (µs since the Unix epoch).
         offsets: once the node runs no import: what every other link must have applied first
             (link id -> its node's offset then); ``None`` before.
-        errors: the last reason the node could not be asked, if any.
+        error: why the node could not be asked the last time, or ``None``.
     """
 
-    since_us: int
     offsets: dict[str, int] | None = None
-    errors: list[str] = field(default_factory=list)
+    error: str | None = None
 
     def import_running(self, probe: MasterProbe) -> bool:
         """Whether the node behind ``probe`` still runs an ``IMPORT`` job. A node that refuses
-        to say (an ACL without ``+cluster|getslotmigrations``) counts as running, its reason
-        kept in :attr:`errors`; one that cannot be reached does not (the link then connects,
+        to say (an ACL without ``+cluster|getslotmigrations``), or answers in another shape,
+        counts as running, its reason
+        kept in :attr:`error`; one that cannot be reached does not (the link then connects,
         fails and follows the slots' new owner, as after any lost link)."""
         try:
-            reply = probe.command(b"CLUSTER", b"GETSLOTMIGRATIONS")
-        except UnavailableError as exc:
-            self.errors[:] = [f"CLUSTER GETSLOTMIGRATIONS: {exc}"]
-            return False
+            running = running_imports(probe.command(b"CLUSTER", b"GETSLOTMIGRATIONS"), probe.path)
         except MoonishError as exc:
-            self.errors[:] = [f"CLUSTER GETSLOTMIGRATIONS: {exc}"]
-            return True
-        self.errors.clear()
-        return bool(running_imports(reply))
+            self.error = f"CLUSTER GETSLOTMIGRATIONS: {exc}"
+            return not isinstance(exc, UnavailableError)
+        self.error = None
+        return bool(running)

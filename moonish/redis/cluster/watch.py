@@ -236,7 +236,7 @@ class TopologyFollowing:
         self._event(link, source_event(now, text, link.report.address))
         self.handoffs.counts[ATOMIC_IMPORTS] += 1
         self._drop(link)
-        link.import_wait = ImportWait(now)
+        link.import_wait = ImportWait()
         link.report.state = WAITING_FOR_SLOT_MIGRATION
         link.retry_at_us = now
 
@@ -249,7 +249,7 @@ class TopologyFollowing:
         assert wait is not None
         if wait.offsets is None:
             if wait.import_running(self.order.probe(link)):
-                link.report.last_error = wait.errors[0] if wait.errors else None
+                link.report.last_error = wait.error
                 return False
             wait.offsets = self.order.offsets_now(link)
         others = {other.link_id: other for other in self.links}

@@ -282,11 +282,11 @@ def with_shards(topology: Topology, reply: object, path: str) -> Topology:
     if not isinstance(reply, list):
         raise TopologyError(f"CLUSTER SHARDS is not a list: {reply!r:.200}", path=path)
     for shard in reply:
-        members = _pairs(shard, path).get("nodes") or []
+        members = pairs(shard, path).get("nodes") or []
         if not isinstance(members, list):
             raise TopologyError(f"CLUSTER SHARDS nodes: {members!r:.200}", path=path)
         for node in members:
-            attributes = _pairs(node, path)
+            attributes = pairs(node, path)
             node_id = attributes.get("id")
             if isinstance(node_id, str):
                 details[node_id] = attributes
@@ -314,15 +314,19 @@ def _detailed(node: ClusterNode, found: dict[str, object]) -> ClusterNode:
     )
 
 
-def _pairs(value: object, path: str) -> dict[str, object]:
+def pairs(value: object, path: str) -> dict[str, object]:
     """A RESP2 flat list of name, value pairs (or a RESP3 map) as a dict of text names and
-    values (bulk strings decoded)."""
+    values (bulk strings decoded).
+
+    Raises:
+        TopologyError: ``value`` is neither (``path``: the node asked).
+    """
     if isinstance(value, dict):
         items = list(value.items())
     elif isinstance(value, list) and len(value) % 2 == 0:
         items = list(zip(value[::2], value[1::2], strict=True))
     else:
-        raise TopologyError(f"CLUSTER SHARDS: not name/value pairs: {value!r:.200}", path=path)
+        raise TopologyError(f"not name/value pairs: {value!r:.200}", path=path)
     found: dict[str, object] = {}
     for name, item in items:
         if isinstance(name, bytes):

@@ -21,6 +21,7 @@ from redis.cluster import RedisCluster
 from moonish.errors import UnavailableError
 from moonish.redis.cluster.atomic import ImportWait, is_slot_migration, running_imports
 from moonish.redis.replication.messages import ReplicationAuthError
+from moonish.redis.topology.nodes import TopologyError
 from moonish.slots import hash_slot
 from tests.support.redis.capture import events, wait_for
 from tests.support.redis.cluster import (
@@ -53,11 +54,15 @@ def test_the_markers_and_the_imports_still_running_are_recognised() -> None:
     assert running_imports([{k.encode(): v.encode() for k, v in job.items()}]) == ["0-99"]
     assert running_imports([done, export, {**job, "state": "failed"}]) == []
     assert running_imports([]) == [] and running_imports(b"not a list") == []
+    with pytest.raises(TopologyError):
+        running_imports([[b"operation", b"IMPORT", b"state"]])
 
 
 class Answers:
     """Stands in for a node's side connection: answers ``CLUSTER GETSLOTMIGRATIONS`` with
     ``reply``, or raises it."""
+
+    path = "127.0.0.1:7000"
 
     def __init__(self, reply: object) -> None:
         self.reply = reply
@@ -70,15 +75,18 @@ class Answers:
 
 
 def test_a_node_that_refuses_to_say_is_waited_for_and_one_that_is_gone_is_not() -> None:
-    wait = ImportWait(0)
+    wait = ImportWait()
     running = [{"operation": "IMPORT", "slot_ranges": "5-5", "state": "snapshotting"}]
-    assert wait.import_running(Answers(running)) and not wait.errors  # type: ignore[arg-type]
+    assert wait.import_running(Answers(running)) and wait.error is None  # type: ignore[arg-type]
     assert not wait.import_running(Answers([]))  # type: ignore[arg-type]
     refused = ReplicationAuthError("Redis refused it", reply="NOPERM no permission", path="n")
     assert wait.import_running(Answers(refused))  # type: ignore[arg-type]
-    assert wait.errors[0].startswith("CLUSTER GETSLOTMIGRATIONS: Redis refused it")
+    assert wait.error is not None
+    assert wait.error.startswith("CLUSTER GETSLOTMIGRATIONS: Redis refused it")
     gone = UnavailableError("the master closed the connection")
     assert not wait.import_running(Answers(gone))  # type: ignore[arg-type]
+    assert wait.import_running(Answers([[b"operation"]]))  # type: ignore[arg-type]
+    assert wait.error is not None and "not name/value pairs" in wait.error
 
 
 def tag_in_slots_of(cluster: Cluster, port: int) -> str:

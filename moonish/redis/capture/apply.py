@@ -45,6 +45,11 @@ from moonish.state.shard import ShardWriter
 from moonish.state.spread import SpreadLoad
 
 IGNORED = frozenset({b"PING", b"PUBLISH", b"SPUBLISH", b"REPLCONF", b"CLUSTER"})
+GATHER_BYTES = 256 * 1024
+"""A capture's writers gather each shard's appends up to this many bytes
+(``WriterOptions.write_buffer_bytes``); :meth:`ShardApplier.apply_batch` writes what is left
+at the batch's end, so readers see a batch once it is applied, as before, with one ``write``
+per shard instead of one per command."""
 """Commands of the replication stream that change no key. ``CLUSTER``: Valkey 8+ replicates
 ``CLUSTER SETSLOT`` to replicas that announce a version (``clusterCommandSetSlot``, and waits
 for their acknowledgement before it applies it): a slot's state, no key; moonish follows slot
@@ -168,6 +173,8 @@ class ShardApplier:
         self.done = [0] * count  # per shard, the stored offset at the last (re)start
         self.skip_below = 0  # commands ending at or before this may be stored in some shards
         self.synced_lsn = {shard: writers[shard].next_lsn for shard in self.own}
+        self._prefix_replid: str | None = None  # the replid the position prefix was made for
+        self._prefix = b""  # the stored position up to its offset (``_apply``)
         self.last_sync_us = self.last_mark_us = clock.now_us()
         self.stream_db = 0
         self.transaction: list[Entry] | None = None
@@ -378,6 +385,13 @@ class ShardApplier:
                 self._apply([(self.stream_db, argv, start)], False, end, path)
             if self.transaction is None:
                 self.applied, self.db = end, self.stream_db
+        self.flush()
+
+    def flush(self) -> None:
+        """Write what the owned shards' logs gathered (:data:`GATHER_BYTES`): readers see
+        every record appended so far."""
+        for shard in self.own:
+            self.writers[shard].flush()
 
     def _apply(self, entries: list[Entry], transaction: bool, end: int, path: str) -> None:
         router, foreign = self.router, self.foreign
@@ -390,9 +404,11 @@ class ShardApplier:
         elif router.skip != foreign:
             router.skip = list(foreign)
             router.resumed = [False] * len(foreign)
-        router.position = encode_position(
-            {"replid": self.replid, "offset": end, "db": self.stream_db}
-        )
+        replid = self.replid
+        if replid != self._prefix_replid:  # encode_position's bytes, made without a dict
+            self._prefix = encode_position({"replid": replid, "offset": 0})[: -len(b"0}")]
+            self._prefix_replid = replid
+        router.position = b'%s%d,"db":%d}' % (self._prefix, end, self.stream_db)
         commands = router.commands
         router.apply(entries, transaction, path)  # errors name the path and the offset
         self.counts.commands += router.commands - commands
@@ -409,6 +425,7 @@ class ShardApplier:
             self.last_mark_us = now
             self.expire_overdue(now)
             self.mark_behind()
+            self.flush()
         if self.applied > self.durable and (
             now - self.last_sync_us >= options.sync_interval_ms * 1000
         ):

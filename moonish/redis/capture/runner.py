@@ -57,7 +57,7 @@ from collections.abc import Callable, Mapping
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.capture.apply import ShardApplier
+from moonish.redis.capture.apply import GATHER_BYTES, ShardApplier
 from moonish.redis.capture.session import CaptureSession, OnEvent, Progress
 from moonish.redis.capture.source import (
     MasterSource,
@@ -158,7 +158,9 @@ def capture(
         raise InvalidArgumentError(f"processes must be at least 1, got {processes}")
     check_target(out_dir, shards, source=None)
     refuse_cluster_node(source)
-    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    log = WriterOptions(
+        segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER, write_buffer_bytes=GATHER_BYTES
+    )
     stream = stream or StreamConfig()
 
     def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import orjson
 
@@ -47,13 +46,19 @@ was lost: not reconnected."""
 class LinkTable:
     """Per shard, every link's stored position (read from the shards as they open).
 
+    Each shard's entries are kept as the bytes its last append stored for each link
+    (``orjson.Fragment``), so an append writes them without decoding or encoding the other
+    links' positions; :meth:`resume_point` decodes them.
+
     Raises:
         CorruptionError: a shard stores a single master's position, or not a position.
     """
 
     def __init__(self, writers: list[ShardWriter]) -> None:
         self.writers = writers
-        self.entries: list[dict[str, dict[str, Any]]] = []
+        self.entries: list[dict[str, bytes]] = []
+        """Per shard: link id -> its stored position, encoded."""
+        self._fragments: list[dict[str, orjson.Fragment]] = []
         for writer in writers:
             position = decode_position(writer.source, writer.shard_dir)
             if position and "links" not in position:
@@ -62,7 +67,11 @@ class LinkTable:
                     f"{writer.source[:80]!r}",
                     path=writer.shard_dir,
                 )
-            self.entries.append(dict(position.get("links", {})))
+            stored = position.get("links", {})
+            self.entries.append({link: orjson.dumps(entry) for link, entry in stored.items()})
+            self._fragments.append(
+                {link: orjson.Fragment(data) for link, data in self.entries[-1].items()}
+            )
 
     def links(self) -> list[str]:
         """Every link id some shard stores, sorted."""
@@ -71,16 +80,19 @@ class LinkTable:
     def resume_point(self, link: str) -> ResumePoint:
         """Where ``link``'s stream stands over the shards (``replid`` ``""``: some shard holds
         no position of it, or they name different histories: a full resync)."""
-        return resume_point([entries.get(link, {}) for entries in self.entries])
+        return resume_point(
+            [orjson.loads(entries[link]) if link in entries else {} for entries in self.entries]
+        )
 
     def restamp(self, link: str) -> Callable[[int, bytes], bytes]:
         """For ``link``'s router (``Router.restamp``): its position ``{"replid", "offset",
         "db"}`` in a shard becomes the shard's entry for it, and the shard stores them all."""
-        entries = self.entries
+        entries, fragments = self.entries, self._fragments
 
         def restamp(shard: int, source: bytes) -> bytes:
-            mine = entries[shard]
-            mine[link] = orjson.loads(source)
+            entries[shard][link] = source
+            mine = fragments[shard]
+            mine[link] = orjson.Fragment(source)
             return encode_position({"links": mine})
 
         return restamp

@@ -12,7 +12,7 @@ wait on each other), counted as ``barrier_timeouts``.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from moonish.clock import Clock
@@ -21,6 +21,7 @@ from moonish.redis.cluster.atomic import is_slot_migration
 from moonish.redis.cluster.functions import FUNCTION, reconcile
 from moonish.redis.cluster.handoff import (
     APPLIED,
+    DELETES,
     NO_CHANGE,
     RECEIVED,
     RESTORE_ASKING,
@@ -38,6 +39,9 @@ APPLIED_BARRIER_MAX_MS = 5_000
 EXISTS_AHEAD = 1_000
 """Keys of a link's pending deletes asked ``EXISTS`` in one pipeline."""
 PAIRED_PER_READY = 2_000
+ORDERED = frozenset({b"CLUSTER", FUNCTION, RESTORE_ASKING, *DELETES})
+"""The commands :meth:`Order.ready` looks at (the markers, functions and barriers); every
+other command of a link is applied in its stream's order as it comes."""
 """Commands through the pairing per :meth:`Order.ready` call: a long run of deletes (the
 trim of a migrated slot) is applied in chunks, between which the other links are served."""
 
@@ -104,12 +108,13 @@ class Order:
         """A link added while the capture runs (already in ``links``)."""
         self.pending[link.link_id] = deque()
 
-    def received(self, link: Stream, batch: Iterable[ReplCommand]) -> None:
+    def received(self, link: Stream, batch: Sequence[ReplCommand]) -> None:
         """Queue a link's batch behind what it has pending."""
-        pending = self.pending[link.link_id]
+        self.pending[link.link_id].extend(batch)
         for command in batch:
-            self.handoffs.received(link.link_id, command.argv)
-            pending.append(command)
+            argv = command.argv
+            if argv[0].upper() == RESTORE_ASKING:
+                self.handoffs.received(link.link_id, argv)
 
     def drop(self, link: Stream) -> None:
         """Forget what ``link`` has pending (its connection was lost: PSYNC asks again)."""
@@ -138,6 +143,9 @@ class Order:
         paired = 0
         while pending:
             command = pending[0]
+            if command.argv[0].upper() not in ORDERED:  # most commands: applied as they come
+                chunk.append(pending.popleft())
+                continue
             if is_slot_migration(command.argv):
                 if not chunk and link not in self.slot_imports:
                     self.slot_imports.append(link)

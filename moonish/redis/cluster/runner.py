@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping
 from moonish.clock import SYSTEM_CLOCK, Clock
 from moonish.errors import InvalidArgumentError, MoonishError, UnavailableError
 from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
-from moonish.redis.capture.apply import ShardApplier
+from moonish.redis.capture.apply import GATHER_BYTES, ShardApplier
 from moonish.redis.capture.source import holds
 from moonish.redis.capture.status import CaptureOptions, CaptureReport
 from moonish.redis.cluster.links import Link, LinkReport, LinkTable, slot_set
@@ -144,7 +144,9 @@ def capture_cluster(
     stored = load_source(out_dir)
     if stored is not None and stored["kind"] == "cluster" and stored["location"] != location:
         remember_source(out_dir, "cluster", location)  # another seed: the links decide
-    log = WriterOptions(segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER)
+    log = WriterOptions(
+        segment_bytes=segment_bytes, fsync=FsyncPolicy.NEVER, write_buffer_bytes=GATHER_BYTES
+    )
 
     def recovering(shard_dir: str, lsn: int, last_lsn: int) -> None:
         if stop is not None and stop.is_set():

@@ -184,6 +184,9 @@ def test_an_atomic_slot_migration_moves_keys_without_events(tmp_path: Path, canc
             if envelope["after"] is not None and envelope["after"]["key"] == counter.key
         ]
         assert counts and counts == sorted(set(counts))  # never twice, never back
-    assert (report.migrations or {}).get("atomic_imports") == 1
+    # A migration cancelled at once may end before the target streamed anything of it (no
+    # marker: nothing to leave); one the target streamed is left and read again.
+    imports = (report.migrations or {}).get("atomic_imports", 0)
+    assert imports == 1 or (cancel and imports == 0)
     (moved,) = [link for link in report.links or [] if link["address"] == f"127.0.0.1:{target}"]
-    assert moved["full_resyncs"] == 2  # the first sync, and the one after the migration
+    assert moved["full_resyncs"] == 1 + imports  # the first sync, and one after a migration

@@ -217,8 +217,6 @@ def test_the_cli_follows_a_cluster_and_cdc_info_shows_its_links(
     assert len(summary["links"]) == 3
     assert b"+FULLRESYNC" in stderr and b"link " in stderr
     assert info["shards"][0]["source_position"]["position"]["links"]
-    refused = run("wal", "capture", cluster.url(), str(data), "--shards", "2", "--processes", "2")
-    assert refused.returncode == 2 and b"--processes" in refused.stderr
 
 
 def test_another_clusters_nodes_do_not_continue_the_links(cluster: Cluster, tmp_path: Path) -> None:

@@ -225,10 +225,6 @@ def capture_command(
         log.line("metrics", f"metrics on {url}/metrics", {"url": url})
 
     cluster = not no_cluster and is_cluster_node(redis_url, replica)
-    if cluster and processes > 1:
-        raise click.UsageError(
-            "a Redis Cluster is captured in one process in this build: drop --processes"
-        )
     if prefer_replica and not cluster:
         raise click.UsageError(
             "--prefer-replica reads a Redis Cluster's masters from their replicas; REDIS_URL "
@@ -245,7 +241,7 @@ def capture_command(
         max_lag_ms=ready_max_lag_ms,
     ):
         follow = (
-            functools.partial(capture_cluster, prefer_replica=prefer_replica)
+            functools.partial(capture_cluster, prefer_replica=prefer_replica, processes=processes)
             if cluster
             else functools.partial(capture, processes=processes)
         )

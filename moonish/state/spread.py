@@ -62,9 +62,14 @@ class SpreadLoad:
         self.processes = processes
         self.timeout_s = timeout_s
 
-    def join(self, load: int, shards_with_rows: int) -> RowOrder:
+    def join(
+        self, load: int, shards_with_rows: int, first: bool = True, last: bool = True
+    ) -> RowOrder:
         """Join load number ``load`` (1, 2, ...: every process counts its loads alike) with
-        ``shards_with_rows`` shards that get rows; the order its rows are appended in."""
+        ``shards_with_rows`` shards that get rows; the order its rows are appended in.
+        ``first``/``last``: whether the load's first and last rows open and close a snapshot
+        (every process passes the same; a cluster's first loads, one per link, make one
+        snapshot: the first opens it, the last closes it)."""
         with self._cond:
             cells = self._cells
             if cells[_LOAD] != load:
@@ -74,15 +79,17 @@ class SpreadLoad:
             cells[_JOINED] += 1
             cells[_PENDING] += shards_with_rows
             self._cond.notify_all()
-        return RowOrder(self)
+        return RowOrder(self, first, last)
 
 
 class RowOrder:
     """One process's part of a spread load: how its shards' rows are appended (used by
     ``moonish.state.load.load_entries``)."""
 
-    def __init__(self, spread: SpreadLoad) -> None:
+    def __init__(self, spread: SpreadLoad, first: bool = True, last: bool = True) -> None:
         self._spread = spread
+        self.marks_first, self.marks_last = first, last
+        """Whether the load's first and last rows are marked (:meth:`SpreadLoad.join`)."""
         self.floor_us = 0
         """The least commit time of this process's rows other than the load's first."""
 
@@ -114,7 +121,7 @@ class RowOrder:
             floor = self._claim(records, cells) if only else self.floor_us
             cells[_PENDING] -= 1
             is_last = cells[_PENDING] <= 0
-            if is_last:
+            if is_last and self.marks_last:
                 load_first = records[0].row.endswith(("+load_first", "+load_only"))
                 records[0] = record._replace(row=row_name(only, True, load_first, True))
                 floor = max(floor, cells[_MAX_US] + 1)
@@ -128,9 +135,10 @@ class RowOrder:
         time: the clock's), else the least commit time of a row after it."""
         if cells[_CLAIMED]:
             return max(self.floor_us, int(cells[_FIRST_US]) + 1)
-        head = records[0]
-        alone = head.row.startswith("only")
-        records[0] = head._replace(row=row_name(True, alone, True))
+        if self.marks_first:
+            head = records[0]
+            alone = head.row.startswith("only")
+            records[0] = head._replace(row=row_name(True, alone, True))
         return 0
 
     def _claimed(self, commit: int, floor: int, cells: Any) -> None:

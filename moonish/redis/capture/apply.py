@@ -258,7 +258,8 @@ class ShardApplier:
             last = last if snapshot_last else None
         elif self.spread is not None:  # workers at once: they agree (moonish.state.spread)
             self.loads += 1
-            order = self.spread.join(self.loads, sum(loads[shard] for shard in self.own))
+            with_rows = sum(loads[shard] for shard in self.own)
+            order = self.spread.join(self.loads, with_rows, snapshot_first, snapshot_last)
         for shard in self.own:
             writer = self.writers[shard]
             rows = not self._stored(shard)  # its first load (or one cut short)

@@ -71,7 +71,7 @@ from moonish.redis.capture.status import (
     CaptureReport,
     source_event,
 )
-from moonish.redis.capture.workers import LocalChannel, start_workers
+from moonish.redis.capture.workers import LocalChannel, remove_spools, start_workers
 from moonish.redis.routing.shards import source_shards
 from moonish.redis.routing.sources import remember_source
 from moonish.redis.routing.target import check_target
@@ -239,9 +239,7 @@ def _run(
     ) as opened:
         filter_file = opened.filter
         assert filter_file is not None
-        for name in os.listdir(out_dir):  # a full resync's copy left by a capture killed
-            if name.startswith(".resync-") and name.endswith(".rdb"):  # (the shards are ours)
-                os.unlink(os.path.join(out_dir, name))
+        remove_spools(out_dir)  # (the shards are ours: no capture reads them)
         processes = min(processes, shards)
         if processes == 1:
             applier = ShardApplier(

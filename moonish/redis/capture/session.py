@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -41,7 +39,7 @@ from moonish.redis.capture.status import (
     source_event,
     write_status,
 )
-from moonish.redis.capture.workers import Batch, Channel
+from moonish.redis.capture.workers import Batch, Channel, spooled
 from moonish.redis.replication.connection import (
     Continue,
     FullResync,
@@ -277,12 +275,7 @@ class CaptureSession(StatusPublishing):
                 lambda channel: channel.full_resync(replid, offset, answer.payload, link.path)
             )
         else:
-            with tempfile.NamedTemporaryFile(
-                dir=self.data_dir, prefix=".resync-", suffix=".rdb"
-            ) as spool:
-                shutil.copyfileobj(answer.payload, spool, 1 << 20)
-                spool.flush()
-                name = spool.name
+            with spooled(self.data_dir, answer.payload) as name:
                 self._settle(lambda channel: channel.full_resync(replid, offset, name, link.path))
         self.replid, self.applied, self.db = answer.replid, answer.offset, 0
         self.report.replid = answer.replid

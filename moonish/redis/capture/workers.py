@@ -32,11 +32,13 @@ import contextlib
 import multiprocessing
 import os
 import pickle
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, BinaryIO, Protocol
@@ -190,7 +192,7 @@ class RemoteChannel:
             self.link.send_bytes(data)
         except OSError:  # it ended: what it said (its error), or that it died
             while True:
-                self._receive()  # raises its error, or at the end of the pipe _died()
+                self._receive()  # raises its error, or at the end of the pipe died()
 
     def start(self, point: ResumePoint) -> None:
         self._send(("start", point))
@@ -236,7 +238,7 @@ class RemoteChannel:
         try:
             kind, *values = self.link.recv()
         except (EOFError, OSError):
-            raise self._died() from None
+            raise self.died() from None
         self.seen += 1
         if kind == "error":
             raise values[0]
@@ -273,7 +275,8 @@ class RemoteChannel:
             pass
         return None
 
-    def _died(self) -> UnavailableError:
+    def died(self) -> UnavailableError:
+        """The error for this worker's end (it died, or exited before it was told to)."""
         self.process.join(5)
         return UnavailableError(
             f"capture worker {self.process.name} ended (exit code {self.process.exitcode}); "
@@ -286,7 +289,8 @@ class Workers:
 
     def __init__(self, channels: list[RemoteChannel], owner: list[int]) -> None:
         self.channels: list[Channel] = list(channels)
-        self._remote, self._shards = channels, len(owner)
+        self.remote, self._shards = channels, len(owner)
+        """The workers' channels, in worker order."""
         self.route = StreamRoute(owner, len(channels))
         """What each worker gets of the stream."""
 
@@ -300,16 +304,16 @@ class Workers:
             UnavailableError: a worker died.
         """
         found: dict[int, dict[str, Any]] = {}
-        for channel in self._remote:
+        for channel in self.remote:
             try:
                 while not channel.link.poll(0.1):
                     if stop is not None and stop.is_set():
-                        for each in self._remote:
+                        for each in self.remote:
                             each.process.kill()
                         return None
                 kind, value = channel.link.recv()
             except (EOFError, OSError):
-                raise channel._died() from None
+                raise channel.died() from None
             if kind == "error":  # (not a report: the credit counts those)
                 raise value
             found.update(value)
@@ -325,9 +329,12 @@ def start_workers(
     stream: StreamConfig,
     options: CaptureOptions,
     clock: Clock,
+    serve: Serve | None = None,
 ) -> Iterator[Workers]:
     """Start ``processes`` workers on the (closed) shards of ``data_dir`` for the block;
-    after it, they are told to stop (if still waiting) and joined."""
+    after it, they are told to stop (if still waiting) and joined. ``serve``: what each
+    worker runs once its shards are open (default: one stream's applier, as
+    :func:`serve_stream`; a cluster capture's links: moonish.redis.cluster.workers)."""
     context = multiprocessing.get_context("fork")  # inherit the settings, no pickling
     owner = [w for w, group in enumerate(shard_groups(shards, processes)) for _ in group]
     spread = SpreadLoad(context, processes)  # one first and one last row per full resync
@@ -345,7 +352,7 @@ def start_workers(
             setup = _Setup(data_dir, shards, owner, number, log, stream, options, clock, spread)
             process = context.Process(
                 target=_work,
-                args=(setup, peers, theirs, others),
+                args=(setup, peers, theirs, others, serve or serve_stream),
                 name=f"moonish-capture-{number}",
                 daemon=True,
             )
@@ -361,7 +368,7 @@ def start_workers(
             if cause is not None and not isinstance(cause, PeerStoppedError):
                 raise cause from None
             if cause is None and (channel.process.exitcode or 0) < 0:  # killed
-                raise channel._died() from None
+                raise channel.died() from None
         raise
     finally:
         for end in links.values():  # (idempotent)
@@ -390,10 +397,32 @@ class _Setup:
     spread: SpreadLoad
 
 
+Serve = Callable[["WorkerShards", Connection], None]
+"""What a worker runs over its open shards: read the capture's steps from the pipe until it
+ends (then sync and return); raise what fails (sent to the capture)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerShards:
+    """A worker's open shards: every shard's writer (stand-ins for the ones it does not
+    own), the ones it owns, the exchange with its peers, and its setup's options."""
+
+    writers: list[ShardWriter]
+    owned: set[int]
+    exchange: PeerExchange
+    options: CaptureOptions
+    clock: Clock
+    spread: SpreadLoad
+
+
 def _work(
-    setup: _Setup, peers: dict[int, Connection], link: Connection, others: list[Connection]
+    setup: _Setup,
+    peers: dict[int, Connection],
+    link: Connection,
+    others: list[Connection],
+    serve: Serve,
 ) -> None:
-    """A worker: open its shards, stand in for the others, apply what the capture sends.
+    """A worker: open its shards, stand in for the others, run ``serve``.
     ``others``: the pipe ends it inherited that are not its own, closed first, so that an
     end of a pipe reads as such when the process at its other end is gone."""
     for signum in (signal.SIGINT, signal.SIGTERM):
@@ -418,17 +447,8 @@ def _work(
             else:
                 writers.append(KeyspaceShard(setup.stream, setup.clock))
         exchange = PeerExchange(setup.owner, setup.number, peers, setup.stream, setup.clock)
-        applier = ShardApplier(
-            writers,
-            owned,
-            setup.options,
-            setup.clock,
-            exchange,
-            spread=setup.spread,
-            key_filter=KeyFilter(setup.options.key_filter),
-        )
-        link.send(("positions", applier.positions()))
-        _serve(applier, link, setup.options)
+        shards = WorkerShards(writers, owned, exchange, setup.options, setup.clock, setup.spread)
+        serve(shards, link)
     except BaseException as error:  # the capture raises it
         with contextlib.suppress(OSError):
             link.send(("error", error))
@@ -439,6 +459,38 @@ def _work(
         for peer in peers.values():
             peer.close()
         link.close()
+
+
+def serve_stream(shards: WorkerShards, link: Connection) -> None:
+    """One stream's worker: report its shards' positions, then apply the capture's steps."""
+    applier = ShardApplier(
+        shards.writers,
+        shards.owned,
+        shards.options,
+        shards.clock,
+        shards.exchange,
+        spread=shards.spread,
+        key_filter=KeyFilter(shards.options.key_filter),
+    )
+    link.send(("positions", applier.positions()))
+    _serve(applier, link, shards.options)
+
+
+def remove_spools(data_dir: str) -> None:
+    """Remove the full resyncs' copies a capture that was killed left in ``data_dir``."""
+    for name in os.listdir(data_dir):
+        if name.startswith(".resync-") and name.endswith(".rdb"):
+            os.unlink(os.path.join(data_dir, name))
+
+
+@contextlib.contextmanager
+def spooled(data_dir: str, payload: BinaryIO) -> Iterator[str]:
+    """A full resync's RDB copied from ``payload`` to a temporary file in ``data_dir``
+    (``.resync-*.rdb``) for the workers to read; its path for the block, removed after."""
+    with tempfile.NamedTemporaryFile(dir=data_dir, prefix=".resync-", suffix=".rdb") as spool:
+        shutil.copyfileobj(payload, spool, 1 << 20)
+        spool.flush()
+        yield spool.name
 
 
 def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> None:

@@ -32,7 +32,7 @@ deadlock; a node that cannot be asked for its offset is not waited for (counted 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 
 from moonish.redis.rdb.dump import decode_dump, verify_dump_payload
 from moonish.slots import shard_of_key
@@ -44,6 +44,11 @@ DELETES = frozenset({b"DEL", b"UNLINK"})
 NO_CHANGE = [b"PING"]
 """What a command that changes nothing becomes: the applier counts it as applied, writes
 nothing and moves its offset."""
+
+UNLESS_EQUAL = b"\x00moonish:restore-unless-equal"
+"""The last argument a capture in several processes appends to a paired ``RESTORE-ASKING``:
+the worker that owns the key decides it (:func:`restore_unless_equal`) and takes it off. No
+command of a stream ends so (Redis refuses it)."""
 
 APPLIED, RECEIVED = "applied", "received"
 MIGRATE_TTL_SLACK_MS = 1_000
@@ -106,17 +111,26 @@ class Handoffs:
             self.paired.discard(key)
         else:
             self.handed[key] = link
-        writer = self.writers[shard_of_key(key, len(self.writers))]
-        current = writer.keyspace.get(0, key)
-        if current is None:
-            self.counts["migrated_new"] += 1
-            return argv
-        if _same(key, current, argv):
-            self.counts["migrated"] += 1
-            return NO_CHANGE
-        self.counts["migrated_changed"] += 1
-        options = [option for option in argv[4:] if option.upper() != b"REPLACE"]
-        return [*argv[:4], b"REPLACE", *options]
+        return self.decide(argv)
+
+    def decide(self, argv: list[bytes]) -> list[bytes]:
+        """What a paired ``RESTORE-ASKING`` applies: :func:`restore_unless_equal` on the
+        shards' keyspaces (a capture in several processes: decided by the worker that owns
+        the key, moonish.redis.cluster.workers)."""
+        return restore_unless_equal(argv, self.writers, self.counts)
+
+    def libraries(self) -> Mapping[bytes, bytes]:
+        """The function libraries moonish holds (every shard holds the same)."""
+        return self.writers[0].libraries
+
+    def functions(self, argv: list[bytes]) -> None:
+        """A reconciled ``FUNCTION`` command about to be applied (moonish.redis.cluster
+        .functions): the shards apply it (a capture in several processes keeps a copy of the
+        libraries, moonish.redis.cluster.workers)."""
+
+    def totals(self) -> dict[str, int]:
+        """:attr:`counts`, with what workers counted (a capture in several processes)."""
+        return dict(self.counts)
 
     def delete(self, link: str, argv: list[bytes], moved: Callable[[bytes], bool]) -> list[bytes]:
         """What to apply for ``link``'s ``DEL``/``UNLINK`` ``argv``: without the keys that
@@ -141,6 +155,32 @@ class Handoffs:
 
     def _waiting_elsewhere(self, link: str, key: bytes) -> bool:
         return any(other != link and keys.get(key, 0) > 0 for other, keys in self.waiting.items())
+
+
+def restore_unless_equal(
+    argv: list[bytes], writers: Sequence[ShardWriter], counts: Counter[str]
+) -> list[bytes]:
+    """What to apply for a paired ``RESTORE-ASKING`` ``argv`` on the keyspace of ``writers``
+    (every shard's, in shard order: the key's shard is asked): :data:`NO_CHANGE` when the key
+    holds the payload's value (``migrated``), a ``REPLACE`` restore when it holds another
+    (``migrated_changed``), ``argv`` when it is missing (``migrated_new``); ``counts`` gets
+    the count named.
+
+    Raises:
+        RdbCorruptionError, RdbUnsupportedError: a payload moonish cannot read.
+    """
+    key = argv[1]
+    writer = writers[shard_of_key(key, len(writers))]
+    current = writer.keyspace.get(0, key)
+    if current is None:
+        counts["migrated_new"] += 1
+        return argv
+    if _same(key, current, argv):
+        counts["migrated"] += 1
+        return NO_CHANGE
+    counts["migrated_changed"] += 1
+    options = [option for option in argv[4:] if option.upper() != b"REPLACE"]
+    return [*argv[:4], b"REPLACE", *options]
 
 
 def _same(key: bytes, current: Entry, argv: list[bytes]) -> bool:

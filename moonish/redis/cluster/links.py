@@ -18,17 +18,19 @@ entry is past a command skip it (moonish.redis.capture.apply ``resume_point``).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Protocol
 
 import orjson
 
 from moonish.errors import CorruptionError
-from moonish.redis.capture.apply import ResumePoint, ShardApplier, resume_point
+from moonish.redis.capture.apply import ApplierCounts, ResumePoint, resume_point
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.status import CONNECTED, RECONNECTING, CaptureReport
 from moonish.redis.cluster.atomic import ImportWait
 from moonish.redis.replication.connection import ReplicaConnection
+from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.sources import decode_position, encode_position
 from moonish.redis.topology.nodes import ClusterNode
 from moonish.state.shard import ShardWriter
@@ -59,6 +61,7 @@ class LinkTable:
         self.entries: list[dict[str, bytes]] = []
         """Per shard: link id -> its stored position, encoded."""
         self._fragments: list[dict[str, orjson.Fragment]] = []
+        positions = []
         for writer in writers:
             position = decode_position(writer.source, writer.shard_dir)
             if position and "links" not in position:
@@ -67,11 +70,23 @@ class LinkTable:
                     f"{writer.source[:80]!r}",
                     path=writer.shard_dir,
                 )
+            positions.append(position)
+        self._keep(positions)
+
+    @classmethod
+    def of(cls, positions: list[dict[str, Any]]) -> LinkTable:
+        """The table of every shard's decoded position (as the workers of a capture in
+        several processes read them, moonish.redis.cluster.workers; checked there)."""
+        table = cls([])
+        table._keep(positions)
+        return table
+
+    def _keep(self, positions: list[dict[str, Any]]) -> None:
+        for position in positions:
             stored = position.get("links", {})
-            self.entries.append({link: orjson.dumps(entry) for link, entry in stored.items()})
-            self._fragments.append(
-                {link: orjson.Fragment(data) for link, data in self.entries[-1].items()}
-            )
+            entries = {link: orjson.dumps(entry) for link, entry in stored.items()}
+            self.entries.append(entries)
+            self._fragments.append({link: orjson.Fragment(data) for link, data in entries.items()})
 
     def links(self) -> list[str]:
         """Every link id some shard stores, sorted."""
@@ -171,6 +186,47 @@ class LinkReport:
         }
 
 
+class LinkApplier(Protocol):
+    """What a cluster session asks of a link's applier: a
+    :class:`~moonish.redis.capture.apply.ShardApplier` over every shard (one process), or
+    the workers that own the shards (moonish.redis.cluster.workers ``WorkerLink``). Offsets
+    are the link's stream's; ``slots`` the hash slots its node serves."""
+
+    replid: str
+    slots: Container[int] | None
+
+    @property
+    def applied(self) -> int: ...
+
+    @property
+    def durable(self) -> int: ...
+
+    @property
+    def counts(self) -> ApplierCounts: ...
+
+    def start(self, point: ResumePoint) -> None: ...
+
+    def full_resync(
+        self,
+        replid: str,
+        offset: int,
+        payload: BinaryIO,
+        path: str,
+        snapshot_first: bool = True,
+        snapshot_last: bool = True,
+    ) -> None: ...
+
+    def continued(self, replid: str, previous_replid: str | None) -> None: ...
+
+    def apply_batch(self, batch: list[ReplCommand], path: str) -> None: ...
+
+    def tick(self) -> bool: ...
+
+    def disconnected(self) -> None: ...
+
+    def finish(self) -> None: ...
+
+
 @dataclass
 class Link:
     """One master's replication link: where its stream is read (``url``: the master, or one
@@ -178,7 +234,7 @@ class Link:
     applier and its state."""
 
     url: str
-    applier: ShardApplier
+    applier: LinkApplier
     report: LinkReport
     master_url: str = ""
     connection: ReplicaConnection | None = None

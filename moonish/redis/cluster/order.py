@@ -169,8 +169,9 @@ class Order:
         """A ``FUNCTION`` command made to do on moonish's libraries what it did on its node
         (moonish.redis.cluster.functions); a library two nodes hold with different code is
         told to :attr:`on_note`."""
-        libraries = self.handoffs.writers[0].libraries
-        argv, replaced = reconcile(command.argv, libraries)
+        argv, replaced = reconcile(command.argv, self.handoffs.libraries())
+        if argv:
+            self.handoffs.functions(argv)
         if replaced is not None and self.on_note is not None:
             name = replaced.decode(errors="replace")
             self.on_note(

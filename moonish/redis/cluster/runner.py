@@ -45,7 +45,10 @@ master a link (moonish.redis.cluster.session) and runs until ``stop`` is set:
    carries an import leaves it at its first ``CLUSTER SYNCSLOTS`` marker and reads its node
    again by a full resync once the migration has ended (moonish.redis.cluster.atomic).
 
-Not followed yet (docs/design/cluster-capture.md step 8): several processes.
+9. **Processes.** With ``processes`` > 1 the shards are written by worker processes, each
+   its share, with one applier per link over its own shards (moonish.redis.cluster.workers);
+   this process keeps the connections, the order of the links' commands, the barriers and the
+   topology, and acknowledges per link the smallest offset every worker has synced.
 
 Example::
 
@@ -66,10 +69,15 @@ from moonish.log.writer import DEFAULT_SEGMENT_BYTES, FsyncPolicy, WriterOptions
 from moonish.redis.capture.apply import GATHER_BYTES, ShardApplier
 from moonish.redis.capture.source import holds
 from moonish.redis.capture.status import CaptureOptions, CaptureReport
-from moonish.redis.cluster.links import Link, LinkReport, LinkTable, slot_set
+from moonish.redis.capture.workers import remove_spools, start_workers
+from moonish.redis.cluster.handoff import Handoffs
+from moonish.redis.cluster.links import Link, LinkApplier, LinkReport, LinkTable, slot_set
 from moonish.redis.cluster.session import ClusterSession, OnEvent, Progress
+from moonish.redis.cluster.worker import serve_links
+from moonish.redis.cluster.workers import LinkWorkers, WorkerHandoffs, WorkerLink
 from moonish.redis.replication.messages import ReplicaOptions, parse_redis_url
 from moonish.redis.replication.probe import MasterProbe
+from moonish.redis.routing.filterfile import FilterFile
 from moonish.redis.routing.shards import source_shards
 from moonish.redis.routing.sources import (
     SourceMismatchError,
@@ -101,6 +109,7 @@ def capture_cluster(
     accept_new_source: bool = False,
     retention: Mapping[str, int] | None = None,
     prefer_replica: bool = False,
+    processes: int = 1,
 ) -> CaptureReport:
     """Follow every master of the Redis Cluster that the node at ``url`` belongs to, into
     ``shards`` shards under ``data_dir``, until ``stop`` is set (module docstring).
@@ -118,14 +127,18 @@ def capture_cluster(
             cluster; module docstring, 1).
         prefer_replica: read each master's stream from one of its replicas (module
             docstring, 7); offsets, lag and slot states are still asked of the masters.
+        processes: with more than 1 (and more than 1 shard), the shards are written by up to
+            this many worker processes, each its share, with one applier per link
+            (moonish.redis.cluster.workers; module docstring, 9). The logs are the same as
+            with one.
 
     Returns:
         A :class:`CaptureReport` whose offsets are the links' sums and whose ``links`` holds
         each link's state.
 
     Raises:
-        InvalidArgumentError: a bad URL, shard count or data directory, or a node that is not
-            in cluster mode.
+        InvalidArgumentError: a bad URL, shard count, process count or data directory, or a
+            node that is not in cluster mode.
         UnavailableError: the seed cannot be read, the cluster is not ``cluster_state:ok`` or
             some slots have no master, a link stayed unreachable ``max_reconnects`` times in
             a row, or a shard's log failed.
@@ -134,6 +147,8 @@ def capture_cluster(
         And as :func:`moonish.redis.capture.runner.capture` for the streams.
     """
     out_dir = os.fspath(data_dir)
+    if processes < 1:
+        raise InvalidArgumentError(f"processes must be at least 1, got {processes}")
     options = options or CaptureOptions()
     replica = dataclasses.replace(options.replica, cluster_node=True)
     options = dataclasses.replace(options, replica=replica)
@@ -156,6 +171,33 @@ def capture_cluster(
 
     report = CaptureReport(per_shard=[0] * shards)
     report.master = f"cluster {seed.path}"
+    if options.key_filter.types is not None:  # it asks the keyspaces which keys they hold
+        processes = 1
+    processes = min(processes, shards)
+
+    def follow(
+        table: LinkTable, applier: MakeApplier, handoffs: Handoffs, filter_file: FilterFile
+    ) -> None:
+        """Give each master its link and run the session until ``stop``."""
+
+        def make_link(link_id: str, master: ClusterNode, reader: ClusterNode) -> Link:
+            made = applier(link_id, slot_set(master))
+            made.start(table.resume_point(link_id))
+            report = LinkReport.of(link_id, master, reader)
+            return Link(node_url(url, reader), made, report, node_url(url, master))
+
+        matched = match_links(topology, table, url, replica, accept_new_source)
+        links = [
+            make_link(link_id, master, topology.reader_of(master, prefer_replica))
+            for link_id, master in matched
+        ]
+        seeds = list(dict.fromkeys([url, *(node_url(url, node) for node in topology.nodes)]))
+        session = ClusterSession(out_dir, links, report, options, clock, seeds, handoffs=handoffs)
+        session.on_event, session.filter_file = on_event, filter_file
+        session.make_link = lambda master, reader: make_link(master.node_id, master, reader)
+        session.prefer_replica = prefer_replica
+        session.run(stop or threading.Event(), progress)
+
     try:
         with source_shards(
             out_dir,
@@ -167,46 +209,63 @@ def capture_cluster(
             clock,
             options.snapshots,
             recovering,
+            rebuild=processes == 1,  # else the workers rebuild the keyspaces
             key_filter=options.key_filter,
             retention=retention,
         ) as opened:
             assert opened.filter is not None
-            table = LinkTable(opened.writers)
-            key_filter = opened.filter.key_filter
+            remove_spools(out_dir)  # (the shards are ours: no capture reads them)
+            if processes == 1:
+                writers = opened.writers
+                table = LinkTable(writers)
+                key_filter = opened.filter.key_filter
+                report.resumed_from = [
+                    describe(decode_position(writer.source, writer.shard_dir)) for writer in writers
+                ]
 
-            def make_link(link_id: str, master: ClusterNode, reader: ClusterNode) -> Link:
-                applier = ShardApplier(
-                    opened.writers,
-                    None,
-                    options,
-                    clock,
-                    key_filter=key_filter,
-                    link=link_id,
-                    restamp=table.restamp(link_id),
-                    slots=slot_set(master),
-                )
-                applier.start(table.resume_point(link_id))
-                report = LinkReport.of(link_id, master, reader)
-                return Link(node_url(url, reader), applier, report, node_url(url, master))
+                def local(link_id: str, slots: frozenset[int]) -> LinkApplier:
+                    return ShardApplier(
+                        writers,
+                        None,
+                        options,
+                        clock,
+                        key_filter=key_filter,
+                        link=link_id,
+                        restamp=table.restamp(link_id),
+                        slots=slots,
+                    )
 
-            matched = match_links(topology, table, url, replica, accept_new_source)
-            links = [
-                make_link(link_id, master, topology.reader_of(master, prefer_replica))
-                for link_id, master in matched
-            ]
-            report.resumed_from = [
-                describe(decode_position(writer.source, writer.shard_dir))
-                for writer in opened.writers
-            ]
-            seeds = list(dict.fromkeys([url, *(node_url(url, node) for node in topology.nodes)]))
-            session = ClusterSession(out_dir, links, report, options, clock, seeds)
-            session.on_event, session.filter_file = on_event, opened.filter
-            session.make_link = lambda master, reader: make_link(master.node_id, master, reader)
-            session.prefer_replica = prefer_replica
-            session.run(stop or threading.Event(), progress)
+                follow(table, local, Handoffs(writers), opened.filter)
+                return report
+            for writer in opened.writers:  # the workers open them again
+                writer.close()
+            with start_workers(
+                out_dir,
+                shards,
+                processes,
+                log,
+                stream or StreamConfig(),
+                options,
+                clock,
+                serve_links,
+            ) as started:
+                positions = started.positions(stop)
+                if positions is None:
+                    raise _Stopped
+                workers = LinkWorkers(started, out_dir)
+                report.resumed_from = [describe(position) for position in positions]
+
+                def remote(link_id: str, slots: frozenset[int]) -> LinkApplier:
+                    return WorkerLink(workers, link_id, slots)
+
+                follow(LinkTable.of(positions), remote, WorkerHandoffs(workers), opened.filter)
     except _Stopped:  # while the shards were opened: nothing connected, nothing written
         pass
     return report
+
+
+MakeApplier = Callable[[str, frozenset[int]], LinkApplier]
+"""A link's applier, from its id and its node's slots."""
 
 
 class _Stopped(Exception):

@@ -1,6 +1,7 @@
 """The stream side of a cluster capture (moonish.redis.cluster.runner): one replication link
-per master, each with its own :class:`~moonish.redis.capture.apply.ShardApplier` over the
-shared shards, applied by one thread.
+per master, each with its own applier over the shared shards (a
+:class:`~moonish.redis.capture.apply.ShardApplier`, or with several processes the workers
+that own the shards, moonish.redis.cluster.workers), applied by one thread.
 
 Each link is connected and synced (``PSYNC``, a full resync loaded as the differences of its
 node's slots) by the capture's thread; then a reader thread per link reads its stream
@@ -32,7 +33,6 @@ from collections.abc import Callable
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
 from moonish.gcpolicy import settle_gc
-from moonish.redis.capture.apply import ShardApplier
 from moonish.redis.capture.behind import MasterWatch
 from moonish.redis.capture.metrics import CaptureMetrics
 from moonish.redis.capture.session import StatusPublishing, tally
@@ -51,7 +51,7 @@ from moonish.redis.capture.status import (
     source_event,
 )
 from moonish.redis.cluster.handoff import Handoffs
-from moonish.redis.cluster.links import Link, measure
+from moonish.redis.cluster.links import Link, LinkApplier, measure
 from moonish.redis.cluster.order import Order, Stream
 from moonish.redis.cluster.watch import TOPOLOGY_INTERVAL_MS, TopologyFollowing
 from moonish.redis.replication.connection import Continue, FullResync, ReplicaConnection
@@ -76,6 +76,8 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
         options: CaptureOptions,
         clock: Clock,
         seeds: list[str] | None = None,
+        *,
+        handoffs: Handoffs,
     ) -> None:
         self.data_dir, self.links, self.report = data_dir, links, report
         self.seeds = seeds or [link.url for link in links]
@@ -85,7 +87,8 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
         self.filter_file: FilterFile | None = None
         self.first_load = True  # a first start's loads make one snapshot over the links
         self.metrics: CaptureMetrics | None = None
-        self.handoffs = Handoffs(links[0].applier.writers)
+        self.handoffs = handoffs
+        """The pairing of migrations: over the shards' writers, or the workers'."""
         self.order = Order(self.links, self.handoffs, options.replica, clock)
         self.order.on_note = self._noted
         self.make_link: Callable[[ClusterNode, ClusterNode], Link] | None = None
@@ -434,7 +437,7 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
         """Each link against its node, and the capture's sums (moonish.redis.cluster.links
         ``measure``)."""
         measure(self.report, self.links, self.clock.now_us())
-        self.report.migrations = dict(sorted(self.handoffs.counts.items()))
+        self.report.migrations = dict(sorted(self.handoffs.totals().items()))
 
     def _count(self) -> None:
         counts = [link.applier.counts for link in self.links]
@@ -442,7 +445,7 @@ class ClusterSession(TopologyFollowing, StatusPublishing):
         tally(self.report, counts, commands, sum(c.transactions for c in counts))
 
 
-def _resync_counts(applier: ShardApplier) -> tuple[int, int, int, int]:
+def _resync_counts(applier: LinkApplier) -> tuple[int, int, int, int]:
     """Keys full resyncs wrote so far: (``r`` rows, ``c``, ``u``, ``d``)."""
     counts = applier.counts
     rows = counts.rdb_keys - counts.created - counts.updated

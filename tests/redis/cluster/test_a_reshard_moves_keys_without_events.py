@@ -24,6 +24,7 @@ from tests.support.redis.cluster import (
     mixed_writes,
     node_id,
     reshard,
+    under_writes,
     writer,
     written_keys,
 )
@@ -44,23 +45,7 @@ def test_migrated_keys_make_no_events_and_writes_after_the_move_stay(
     caught_up_report(following, cluster)
     start = last_lsns(data)
     first, second = cluster.master_ports()[:2]
-    stop = threading.Event()
-    written = [100]
-
-    def load() -> None:
-        writes = writer(cluster)
-        while not stop.is_set():
-            mixed_writes(writes, written[0], 10)
-            written[0] += 10
-        writes.close()
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
-    try:
-        reshard(cluster, first, second, 1000)
-    finally:
-        stop.set()
-        loader.join(30)
+    under_writes(cluster, 100, lambda: reshard(cluster, first, second, 1000))
     moved = [f"still:{n}" for n in range(3000)]
     for key in moved[:50]:
         client.set(key, "after the move")  # on its new node, if it moved

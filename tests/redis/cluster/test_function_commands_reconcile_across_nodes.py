@@ -99,11 +99,12 @@ def function_changes(data: Path) -> list[dict[str, object]]:
 
 
 @pytest.mark.redis
+@pytest.mark.parametrize("processes", [1, 2])  # 2: reconciled against the libraries' copy
 def test_functions_loaded_on_every_master_are_captured_once(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, processes: int
 ) -> None:
     data = tmp_path / "data"
-    following = follow(cluster, data)
+    following = follow(cluster, data, processes=processes)
     caught_up_report(following, cluster)
     first, *others = cluster.master_ports()
     for port in [first, *others]:  # as redis-cli --cluster call does

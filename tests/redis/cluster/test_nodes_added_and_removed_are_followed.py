@@ -8,7 +8,6 @@ equals the cluster with every command applied once."""
 from __future__ import annotations
 
 import contextlib
-import threading
 import time
 from pathlib import Path
 
@@ -21,33 +20,12 @@ from tests.support.redis.cluster import (
     follow_still_keys,
     mixed_writes,
     reshard,
+    under_writes,
     writer,
 )
 from tests.support.servers.cluster import Cluster
 
 pytestmark = pytest.mark.redis
-
-
-def under_writes(cluster: Cluster, start: int, action: object) -> None:
-    """Run ``action()`` while a thread writes (mixed_writes from ``start`` on)."""
-    assert callable(action)
-    stop = threading.Event()
-    written = [start]
-
-    def load() -> None:
-        client = writer(cluster)
-        while not stop.is_set():
-            mixed_writes(client, written[0], 10)
-            written[0] += 10
-        client.close()
-
-    loader = threading.Thread(target=load, daemon=True)
-    loader.start()
-    try:
-        action()
-    finally:
-        stop.set()
-        loader.join(30)
 
 
 def test_a_master_added_and_given_slots_gets_a_link(cluster: Cluster, tmp_path: Path) -> None:

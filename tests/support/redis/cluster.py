@@ -8,14 +8,17 @@ import json
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import orjson
 from redis.cluster import ClusterNode as ClientNode
 from redis.cluster import RedisCluster
 
+import moonish
 from moonish.redis.capture.status import CaptureReport
 from moonish.redis.cluster.runner import capture_cluster
 from moonish.redis.replication.messages import ReplicaOptions
@@ -215,3 +218,59 @@ def assert_same_keyspace(ours: dict[Any, Any], theirs: dict[Any, Any]) -> None:
             assert mine[2] == other[2], (key, mine, other)
         else:
             assert abs(mine[2] - other[2]) <= 1000, (key, mine, other)
+
+
+def under_writes(cluster: Cluster, start: int, action: object) -> None:
+    """Run ``action()`` while a thread writes (mixed_writes from ``start`` on)."""
+    assert callable(action)
+    stop = threading.Event()
+    written = [start]
+
+    def load() -> None:
+        client = writer(cluster)
+        while not stop.is_set():
+            mixed_writes(client, written[0], 10)
+            written[0] += 10
+        client.close()
+
+    loader = threading.Thread(target=load, daemon=True)
+    loader.start()
+    try:
+        action()
+    finally:
+        stop.set()
+        loader.join(30)
+
+
+def in_sync(cluster: Cluster, master: int, replica: int) -> bool:
+    """Whether ``replica`` holds every write ``master`` has made."""
+    with (
+        contextlib.closing(cluster.client(master)) as first,
+        contextlib.closing(cluster.client(replica)) as second,
+    ):
+        offset = int(first.info("replication")["master_repl_offset"])
+        return int(second.info("replication")["slave_repl_offset"]) >= offset
+
+
+def kill_first_master(cluster: Cluster) -> int:
+    """SIGKILL the first master once its replica holds every write, and wait until the
+    replica is promoted; the replica's port."""
+    victim = cluster.master_ports()[0]
+    heir = cluster.replica_of(victim)
+    wait_for(lambda: in_sync(cluster, victim, heir), "the replica to hold every write")
+    cluster.processes[victim].kill()
+    cluster.processes[victim].wait()
+    cluster.wait_for_master(heir)
+    return heir
+
+
+def snapshot_marks(data_dir: Path) -> list[str]:
+    """``source.snapshot`` of every ``r`` envelope of a merged read of ``data_dir``, in its
+    order (a first start's loads over the links read as one snapshot: ``"first"`` first,
+    ``"last"`` last, once each)."""
+    merged = moonish.read(str(data_dir), "earliest", limit=10_000)
+    return [
+        envelope["source"]["snapshot"]
+        for envelope in (orjson.loads(event.envelope) for event in merged.events)
+        if envelope["op"] == "r"
+    ]

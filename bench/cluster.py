@@ -16,6 +16,14 @@
 - Failover: a master SIGKILLed once the capture caught up; the time until the capture's link
   is connected to the promoted replica (``capture.json``), which includes Redis's own
   failure detection (``cluster-node-timeout`` 2,000 ms) and election.
+
+``cluster-catchup`` (``python -m bench.run cluster-catchup``): how fast the capture reads a
+cluster's streams when nothing else runs, in one process and in ``--processes 2`` (both
+cores): a capture is started and stopped (every link has a position), ``redis-benchmark
+--cluster`` then writes ``CATCHUP_RUNS`` runs of the same tests while no capture runs (kept in
+the masters' 512 MB backlogs), and the capture is started again: the commands the masters
+processed meanwhile, divided by the time from its start until it has acknowledged every
+master's offset (its start, ``PSYNC`` ``+CONTINUE`` and the catch-up), in commands/s.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sys
 import threading
 import time
 from bisect import bisect_left
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
@@ -40,6 +49,7 @@ TESTS = "set,incr,lpush,sadd,hset"
 LOAD = ["redis-benchmark", "--cluster", "-h", "127.0.0.1", "-t", TESTS, "-n", "100000"]
 LOAD += ["-r", "1000000", "-c", "10", "-P", "10", "-q"]
 SAMPLE_S = 0.05
+CATCHUP_RUNS = 2
 SHARDS = 4
 ROOT = Path(__file__).parent.parent
 
@@ -92,10 +102,71 @@ def bench_cluster(data: Path) -> list[str]:
     ]
 
 
-def _start(url: str, target: Path) -> subprocess.Popen[bytes]:
+def bench_cluster_catchup(data: Path) -> list[str]:
+    from tests.support.servers.cluster import redis_cluster  # (starts servers: only here)
+
+    lines = []
+    for processes in (1, 2):
+        workdir, target = data / "catchup-redis", data / "catchup-data"
+        for path in (workdir, target):
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        with contextlib.ExitStack() as stack:
+            with elsewhere():
+                cluster = stack.enter_context(redis_cluster(workdir))
+            masters = cluster.master_ports()
+            for port in masters:
+                with contextlib.closing(cluster.client(port)) as client:
+                    client.config_set("repl-backlog-size", "512mb")
+            capture = _start(cluster.url(), target)
+            _wait_links(target, 3)
+            _stop(capture)
+            before = _processed(masters)
+            every = range(os.cpu_count() or 1)
+            with _affinity(every):
+                for _ in range(CATCHUP_RUNS):
+                    subprocess.run(
+                        [*LOAD, "-p", str(masters[0])],
+                        check=True,
+                        timeout=600,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+            sent = _processed(masters) - before
+            sampler = _Sampler(cluster, masters)
+            stack.callback(sampler.stop)
+            started = time.monotonic()
+            with _affinity(every):
+                capture = _start(cluster.url(), target, processes)
+            stack.callback(_stop, capture)
+            while not (sampler.samples and sampler.samples[-1][0] == 0):
+                if time.monotonic() - started > 600:
+                    raise RuntimeError("the cluster capture did not catch up within 600 s")
+                time.sleep(SAMPLE_S)
+            seconds = time.monotonic() - started
+        lines.append(
+            f"--processes {processes} (both cores, nothing else running): {sent:,} commands "
+            f"of redis-benchmark --cluster ({TESTS}) read in {seconds:.2f} s from the start = "
+            f"**{sent / seconds:,.0f} commands/s**"
+        )
+    return lines
+
+
+@contextlib.contextmanager
+def _affinity(cores: range) -> Iterator[None]:
+    """Within the block, this thread (and the processes it starts) may run on ``cores``."""
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, mine)
+
+
+def _start(url: str, target: Path, processes: int = 1) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     args = [sys.executable, "-m", "cli.main", "wal", "capture", url, str(target)]
     args += ["--shards", str(SHARDS), "--ack-interval-ms", "100", "--quiet"]
+    args += ["--processes", str(processes)]
     return subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 

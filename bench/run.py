@@ -43,9 +43,11 @@ docs/benchmarks.md:
     redis-server's load of it (bench.families); snapshots: the writer's pause when it starts a
     snapshot in the background, and command latency while the child writes (bench.snapshots);
     restart: a capture's restart to PSYNC after 20,000 and 2,000,000 commands (bench.restart).
+14. cluster: a 3-master cluster's capture under redis-benchmark --cluster, and a failover;
+    cluster-catchup: how fast one process and two read the cluster's backlog (bench.cluster).
 
-The benchmark process pins itself to one core (spark, spark-url, capture-cores, import-rdb and the
---processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
+The benchmark process pins itself to one core (spark, spark-url, capture-cores, import-rdb,
+cluster-catchup and the --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ import orjson
 
 from bench.capture import bench_capture
 from bench.capture_cores import bench_capture_cores
-from bench.cluster import bench_cluster
+from bench.cluster import bench_cluster, bench_cluster_catchup
 from bench.delta import bench_delta
 from bench.families import bench_families, bench_import_benchmark_aof
 from bench.importer import bench_import
@@ -433,6 +435,7 @@ def main() -> None:
         ("capture", lambda: bench_capture(DATA)),
         ("capture-cores", lambda: bench_capture_cores(DATA)),
         ("cluster", lambda: bench_cluster(DATA)),
+        ("cluster-catchup", lambda: bench_cluster_catchup(DATA)),
         ("import-rdb", lambda: bench_import_rdb(DATA)),
         ("tail", lambda: bench_tail(DATA)),
         ("poll", lambda: bench_poll(DATA)),

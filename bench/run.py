@@ -47,7 +47,8 @@ docs/benchmarks.md:
     cluster-catchup: how fast one process and two read the cluster's backlog (bench.cluster).
 
 The benchmark process pins itself to one core (spark, spark-url, capture-cores, import-rdb,
-cluster-catchup and the --processes 2 workers of import use both). Data goes to bench-data/ (reused across runs).
+cluster-catchup and the --processes 2 workers of import use both). Data goes to bench-data/
+(reused across runs).
 """
 
 from __future__ import annotations

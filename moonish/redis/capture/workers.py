@@ -13,11 +13,10 @@ the commands of its own shards and skips the rest, as a parallel import's worker
 their :class:`~moonish.redis.routing.exchange.PeerExchange`. So each shard's log is what a
 capture in one process writes, up to commit times.
 
-Acknowledgements: a worker reports how far its shards are synced; the capture acknowledges
-the smallest offset over all workers (``REPLCONF ACK``). A worker has at most
-:data:`REPORTS_IN_FLIGHT` reports unread by the capture (the capture says how many it read
-with each batch), so it never blocks writing to the capture while the capture waits to give
-it a batch. A full resync's RDB is spooled to a temporary file in the data directory
+Acknowledgements: a worker (moonish.redis.capture.worker, the worker's side) reports how
+far its shards are synced; the capture acknowledges the smallest offset over all workers
+(``REPLCONF ACK``), and reads their reports as they come, so none waits on the other. A
+full resync's RDB is spooled to a temporary file in the data directory
 (``.resync-*.rdb``, removed after) that every worker reads, keeping its shards' keys.
 
 Workers ignore SIGINT and SIGTERM: the capture stops them (they store positions, sync and
@@ -38,29 +37,25 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any, BinaryIO, Protocol
 
 from moonish.clock import Clock
 from moonish.errors import UnavailableError
-from moonish.gcpolicy import settle_gc
 from moonish.log.writer import WriterOptions
 from moonish.redis.capture.apply import ApplierCounts, ResumePoint, ShardApplier, StreamRoute
 from moonish.redis.capture.status import CaptureOptions
+from moonish.redis.capture.worker import Serve, WorkerShards, serve_stream
 from moonish.redis.replication.resp import ReplCommand
 from moonish.redis.routing.exchange import PeerExchange, PeerStoppedError
-from moonish.redis.routing.keyfilter import KeyFilter
 from moonish.redis.routing.shards import open_shard
 from moonish.slots import shard_groups
 from moonish.state.config import StreamConfig
 from moonish.state.shadow import KeyspaceShard
 from moonish.state.shard import ShardWriter
 from moonish.state.spread import SpreadLoad
-
-REPORTS_IN_FLIGHT = 4
-"""Reports a worker may have sent that the capture has not read yet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,24 +392,6 @@ class _Setup:
     spread: SpreadLoad
 
 
-Serve = Callable[["WorkerShards", Connection], None]
-"""What a worker runs over its open shards: read the capture's steps from the pipe until it
-ends (then sync and return); raise what fails (sent to the capture)."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerShards:
-    """A worker's open shards: every shard's writer (stand-ins for the ones it does not
-    own), the ones it owns, the exchange with its peers, and its setup's options."""
-
-    writers: list[ShardWriter]
-    owned: set[int]
-    exchange: PeerExchange
-    options: CaptureOptions
-    clock: Clock
-    spread: SpreadLoad
-
-
 def _work(
     setup: _Setup,
     peers: dict[int, Connection],
@@ -461,21 +438,6 @@ def _work(
         link.close()
 
 
-def serve_stream(shards: WorkerShards, link: Connection) -> None:
-    """One stream's worker: report its shards' positions, then apply the capture's steps."""
-    applier = ShardApplier(
-        shards.writers,
-        shards.owned,
-        shards.options,
-        shards.clock,
-        shards.exchange,
-        spread=shards.spread,
-        key_filter=KeyFilter(shards.options.key_filter),
-    )
-    link.send(("positions", applier.positions()))
-    _serve(applier, link, shards.options)
-
-
 def remove_spools(data_dir: str) -> None:
     """Remove the full resyncs' copies a capture that was killed left in ``data_dir``."""
     for name in os.listdir(data_dir):
@@ -491,52 +453,3 @@ def spooled(data_dir: str, payload: BinaryIO) -> Iterator[str]:
         shutil.copyfileobj(payload, spool, 1 << 20)
         spool.flush()
         yield spool.name
-
-
-def _serve(applier: ShardApplier, link: Connection, options: CaptureOptions) -> None:
-    """Run the capture's steps until it closes the pipe (then sync and return)."""
-    sent = 0
-    settled = False
-    reported = applier.durable
-    while True:
-        try:
-            message = link.recv()
-        except (EOFError, OSError):  # the capture stopped (or died): keep what was applied
-            applier.sync()
-            return
-        kind = message[0]
-        if kind == "batch":
-            _, pickled, path, seen, dropped, settled_end, settled_db = message
-            applier.apply_part(pickle.loads(pickled), path, dropped, settled_end, settled_db)
-            if (applier.tick() or applier.durable > reported) and sent - seen < REPORTS_IN_FLIGHT:
-                counts = applier.counts
-                totals = (
-                    counts.commands,
-                    counts.transactions,
-                    sum(counts.records),
-                    counts.rdb_keys,
-                    counts.removed_keys,
-                )
-                link.send(("durable", applier.durable, totals))
-                sent += 1
-                reported = applier.durable
-            continue
-        if kind == "start":
-            applier.start(message[1])
-        elif kind == "full":
-            _, replid, offset, spool, path = message
-            with open(spool, "rb") as file:
-                applier.full_resync(replid, offset, file, path)
-        elif kind == "continue":
-            applier.continued(message[1], message[2])
-        elif kind == "disconnected":
-            applier.disconnected()
-        elif kind == "finish":
-            applier.finish()
-        if kind in ("full", "continue") and options.settle_gc and not settled:
-            settle_gc()  # (the loaded keyspace lives on; moonish.gcpolicy)
-            settled = True
-        if kind != "continue":
-            link.send(("settled", applier.applied, applier.db, applier.durable, applier.counts))
-            sent += 1
-            reported = applier.durable

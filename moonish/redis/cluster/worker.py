@@ -12,7 +12,7 @@ keyspace (moonish.redis.cluster.handoff ``restore_unless_equal``).
 Reports: ``settled`` after each step but ``batch`` and ``slots`` (the link's applied offset,
 db, durable offset and counts; the libraries, from the worker that owns shard 0; the
 migration counts); ``durable`` when a link's shards are synced further (at most
-:data:`~moonish.redis.capture.workers.REPORTS_IN_FLIGHT` unread). Every applier is ticked
+:data:`~moonish.redis.capture.worker.REPORTS_IN_FLIGHT` unread). Every applier is ticked
 (synced, marked) at least every :data:`TICK_S`, also while no step comes.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from moonish.gcpolicy import settle_gc
 from moonish.redis.capture.apply import ShardApplier
-from moonish.redis.capture.workers import REPORTS_IN_FLIGHT, WorkerShards
+from moonish.redis.capture.worker import REPORTS_IN_FLIGHT, WorkerShards
 from moonish.redis.cluster.handoff import RESTORE_ASKING, UNLESS_EQUAL, restore_unless_equal
 from moonish.redis.cluster.links import LinkTable
 from moonish.redis.routing.keyfilter import KeyFilter

@@ -11,7 +11,7 @@ waits to give it a batch.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
@@ -45,18 +45,32 @@ class WorkerShards:
     clock: Clock
     spread: SpreadLoad
 
+    def applier(
+        self,
+        key_filter: KeyFilter,
+        link: str | None = None,
+        restamp: Callable[[int, bytes], bytes] | None = None,
+        slots: Container[int] | None = None,
+    ) -> ShardApplier:
+        """An applier over these shards (a cluster link's with ``link``, ``restamp`` and
+        ``slots``: moonish.redis.capture.apply ``ShardApplier``)."""
+        return ShardApplier(
+            self.writers,
+            self.owned,
+            self.options,
+            self.clock,
+            self.exchange,
+            spread=self.spread,
+            key_filter=key_filter,
+            link=link,
+            restamp=restamp,
+            slots=slots,
+        )
+
 
 def serve_stream(shards: WorkerShards, link: Connection) -> None:
     """One stream's worker: report its shards' positions, then apply the capture's steps."""
-    applier = ShardApplier(
-        shards.writers,
-        shards.owned,
-        shards.options,
-        shards.clock,
-        shards.exchange,
-        spread=shards.spread,
-        key_filter=KeyFilter(shards.options.key_filter),
-    )
+    applier = shards.applier(KeyFilter(shards.options.key_filter))
     link.send(("positions", applier.positions()))
     _serve(applier, link, shards.options)
 

@@ -94,18 +94,8 @@ class _LinkServer:
             return
         shards = self.shards
         if kind == "add":
-            self.appliers[link] = ShardApplier(
-                shards.writers,
-                shards.owned,
-                shards.options,
-                shards.clock,
-                shards.exchange,
-                spread=shards.spread,
-                key_filter=self.key_filter,
-                link=link,
-                restamp=self.table.restamp(link),
-                slots=message[2],
-            )
+            restamp = self.table.restamp(link)
+            self.appliers[link] = shards.applier(self.key_filter, link, restamp, message[2])
             return
         applier = self.appliers[link]
         if kind == "batch":

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from tests.support.redis.capture import (
@@ -99,6 +99,9 @@ def test_random_commands_followed_live_equal_redis(
     for argv in before:
         send(master, argv)
     replica_caught_up(master, replica)
+    # Sent before the capture, such a command leaves the replica unlike its master (see the
+    # module docstring), while the full resync carries the master's keys: no one answer.
+    assume(redis_state(master, (0, 1)) == redis_state(replica, (0, 1)))
     other = client_of(replica, 1)
     loaded = int(replica.dbsize()) + int(other.dbsize())
     other.close()

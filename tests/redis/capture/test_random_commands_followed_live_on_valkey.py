@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from tests.support.redis.capture import Running, master_offset, wait_for
@@ -77,6 +77,11 @@ def test_random_commands_followed_live_equal_a_valkey_replica(
     for argv in before:
         _send(master, argv)
     _replica_caught_up(master, replica)
+    # Valkey, like Redis, does not propagate all it does (``BITFIELD k OVERFLOW FAIL INCRBY u1
+    # 0 3`` creates a missing ``k`` on the master alone: tests/redis/capture/
+    # test_random_commands_followed_live.py): commands sent before the capture that leave the
+    # replica unlike its master have no one answer, as the full sync carries the master's keys.
+    assume(valkey_state(master, (0, 1)) == valkey_state(replica, (0, 1)))
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         running = Running(master, data, shards)

@@ -36,13 +36,12 @@ import sys
 import threading
 import time
 from bisect import bisect_left
-from collections.abc import Iterator
 from pathlib import Path
 
 import redis
 
 from bench.capture import _pct, _stop, _usage
-from bench.cores import elsewhere
+from bench.cores import elsewhere, on_cores
 from tests.support.servers.cluster import Cluster
 
 TESTS = "set,incr,lpush,sadd,hset"
@@ -55,19 +54,12 @@ ROOT = Path(__file__).parent.parent
 
 
 def bench_cluster(data: Path) -> list[str]:
-    from tests.support.servers.cluster import redis_cluster  # (starts servers: only here)
-
     seconds = int(os.environ.get("MOONISH_BENCH_CLUSTER_S", "30"))
     workdir, target = data / "cluster-redis", data / "cluster-data"
     for path in (workdir, target):
         subprocess.run(["rm", "-rf", str(path)], check=True)
     with contextlib.ExitStack() as stack:
-        with elsewhere():
-            cluster = stack.enter_context(redis_cluster(workdir))
-        masters = cluster.master_ports()
-        for port in masters:
-            with contextlib.closing(cluster.client(port)) as client:
-                client.config_set("repl-backlog-size", "512mb")
+        cluster, masters = _cluster(stack, workdir)
         capture = _start(cluster.url(), target)
         stack.callback(_stop, capture)
         _wait_links(target, 3)
@@ -103,26 +95,19 @@ def bench_cluster(data: Path) -> list[str]:
 
 
 def bench_cluster_catchup(data: Path) -> list[str]:
-    from tests.support.servers.cluster import redis_cluster  # (starts servers: only here)
-
     lines = []
     for processes in (1, 2):
         workdir, target = data / "catchup-redis", data / "catchup-data"
         for path in (workdir, target):
             subprocess.run(["rm", "-rf", str(path)], check=True)
         with contextlib.ExitStack() as stack:
-            with elsewhere():
-                cluster = stack.enter_context(redis_cluster(workdir))
-            masters = cluster.master_ports()
-            for port in masters:
-                with contextlib.closing(cluster.client(port)) as client:
-                    client.config_set("repl-backlog-size", "512mb")
+            cluster, masters = _cluster(stack, workdir)
             capture = _start(cluster.url(), target)
             _wait_links(target, 3)
             _stop(capture)
             before = _processed(masters)
             every = range(os.cpu_count() or 1)
-            with _affinity(every):
+            with on_cores(every):
                 for _ in range(CATCHUP_RUNS):
                     subprocess.run(
                         [*LOAD, "-p", str(masters[0])],
@@ -135,13 +120,10 @@ def bench_cluster_catchup(data: Path) -> list[str]:
             sampler = _Sampler(cluster, masters)
             stack.callback(sampler.stop)
             started = time.monotonic()
-            with _affinity(every):
+            with on_cores(every):
                 capture = _start(cluster.url(), target, processes)
             stack.callback(_stop, capture)
-            while not (sampler.samples and sampler.samples[-1][0] == 0):
-                if time.monotonic() - started > 600:
-                    raise RuntimeError("the cluster capture did not catch up within 600 s")
-                time.sleep(SAMPLE_S)
+            sampler.catch_up(600)
             seconds = time.monotonic() - started
         lines.append(
             f"--processes {processes} (both cores, nothing else running): {sent:,} commands "
@@ -151,15 +133,18 @@ def bench_cluster_catchup(data: Path) -> list[str]:
     return lines
 
 
-@contextlib.contextmanager
-def _affinity(cores: range) -> Iterator[None]:
-    """Within the block, this thread (and the processes it starts) may run on ``cores``."""
-    mine = os.sched_getaffinity(0)
-    os.sched_setaffinity(0, cores)
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, mine)
+def _cluster(stack: contextlib.ExitStack, workdir: Path) -> tuple[Cluster, list[int]]:
+    """A 3-master cluster (a replica each) started on the cores the benchmark is not pinned
+    to, stopped with ``stack``; its masters' ports, each with a 512 MB backlog."""
+    from tests.support.servers.cluster import redis_cluster  # (starts servers: only here)
+
+    with elsewhere():
+        cluster = stack.enter_context(redis_cluster(workdir))
+    masters = cluster.master_ports()
+    for port in masters:
+        with contextlib.closing(cluster.client(port)) as client:
+            client.config_set("repl-backlog-size", "512mb")
+    return cluster, masters
 
 
 def _start(url: str, target: Path, processes: int = 1) -> subprocess.Popen[bytes]:
@@ -262,13 +247,14 @@ class _Sampler:
             if sample is not None:
                 self.samples.append(sample)
 
-    def catch_up(self) -> float:
+    def catch_up(self, timeout_s: float = 300) -> float:
+        """Seconds until a sample shows no lag (raises after ``timeout_s``)."""
         started = time.monotonic()
-        while time.monotonic() - started < 300:
+        while time.monotonic() - started < timeout_s:
             if self.samples and self.samples[-1][0] == 0:
                 return time.monotonic() - started
             time.sleep(SAMPLE_S)
-        raise RuntimeError("the cluster capture did not catch up within 300 s")
+        raise RuntimeError(f"the cluster capture did not catch up within {timeout_s:g} s")
 
     def stop(self) -> None:
         self._stop.set()

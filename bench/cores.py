@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 
 @contextlib.contextmanager
@@ -14,8 +14,16 @@ def elsewhere() -> Iterator[None]:
     to; the pinning is restored after. Other threads of this process keep their cores. On a
     machine with one core, nothing changes."""
     mine = os.sched_getaffinity(0)
-    others = set(range(os.cpu_count() or 1)) - mine
-    os.sched_setaffinity(0, others or mine)
+    with on_cores((set(range(os.cpu_count() or 1)) - mine) or mine):
+        yield
+
+
+@contextlib.contextmanager
+def on_cores(cores: Iterable[int]) -> Iterator[None]:
+    """Within the block, the calling thread (and the processes it starts) runs on ``cores``;
+    its pinning is restored after."""
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cores)
     try:
         yield
     finally:
